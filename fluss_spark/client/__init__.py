@@ -1,0 +1,1 @@
+"""The client: connections, admin, writer, log scanner and KV scan pager."""

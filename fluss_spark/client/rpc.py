@@ -1,0 +1,104 @@
+"""One TCP connection to one server: send a request, wait for its response (framing only)."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+
+from fluss_spark.errors import NetworkError, UnsupportedVersion
+from fluss_spark.protocol import codec, framing
+from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
+
+
+class RpcConnection:
+    """A lazily (re)connected, thread-safe request/response channel to ``host:port``.
+
+    Requests are serialised on the connection; any socket failure closes it and raises
+    ``NetworkError`` (retriable), and the next call reconnects.
+    """
+
+    def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
+                 connect_timeout_s: float = 5.0):
+        self.host, self.port = host, int(port)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._api_keys: frozenset[int] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def call(self, api_key: ApiKey, body: dict | None = None, *, timeout_s: float | None = None) -> dict:
+        """Send one request and return its response body, raising the typed error on failure."""
+        cid = next(self._ids)
+        frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body or {}))
+        with self._lock:
+            try:
+                sock = self._connect()
+                sock.settimeout(timeout_s or self.timeout_s)
+                sock.sendall(frame)
+                header = _recv_exact(sock, framing.HEADER.size)
+                payload = _recv_exact(sock, framing.decode_length(header))
+            except (OSError, EOFError) as e:
+                self._close_locked()
+                raise NetworkError(f"request {api_key.name} to {self.address} failed: "
+                                   f"{type(e).__name__}: {e}") from None
+        resp = codec.decode_response(payload)
+        if resp.correlation_id != cid:
+            self.close()
+            raise NetworkError(f"{self.address} answered correlation id {resp.correlation_id}, "
+                               f"expected {cid}")
+        return resp.raise_for_error()
+
+    def supports(self, api_key: ApiKey) -> bool:
+        """Whether the server offers ``api_key`` (asked once per connection object)."""
+        if self._api_keys is None:
+            self._api_keys = frozenset(self.call(ApiKey.API_VERSIONS)["api_keys"])
+        return int(api_key) in self._api_keys
+
+    def require(self, api_key: ApiKey, what: str) -> None:
+        if not self.supports(api_key):
+            raise UnsupportedVersion(f"the server at {self.address} does not support {what} "
+                                     f"(API {api_key.name}); upgrade the server")
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _connect(self) -> socket.socket:
+        if self._sock is None:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = sock
+        return self._sock
+
+    def _close_locked(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 4 * 1024 * 1024))
+        if not chunk:
+            raise EOFError("connection closed by the server")
+        buf += chunk
+    return bytes(buf)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port), with a clear error."""
+    from fluss_spark.errors import ConfigError
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"bad server address {address!r}: expected host:port")
+    return host.strip("[]"), int(port)

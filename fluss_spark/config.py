@@ -1,0 +1,167 @@
+"""Options declared once: key, type, default and doc, parsed and validated into frozen values.
+
+Three groups use this: table properties (``kv.snapshot.interval`` ...), server settings
+(``kv.scanner.ttl`` ...) and, in ``fluss_spark.connector.options``, the Spark source options.
+Durations accept ``500ms``, ``30s``, ``10min``, ``1h``, ``1d`` or a bare number of milliseconds.
+Sizes accept ``10mb``, ``64kb`` or a bare number of bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from fluss_spark.errors import ConfigError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|m|h|d|day|days)?\s*$", re.IGNORECASE)
+_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "min": 60_000, "m": 60_000,
+                "h": 3_600_000, "d": 86_400_000, "day": 86_400_000, "days": 86_400_000}
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|k|mb|m|gb|g)?\s*$", re.IGNORECASE)
+_SIZE_BYTES = {None: 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2,
+               "g": 1024**3, "gb": 1024**3}
+
+
+def parse_duration_ms(value: Any, key: str = "duration") -> int:
+    """'30s' -> 30000; a bare number is milliseconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        ms = int(value)
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            raise ConfigError(f"{key}: cannot parse duration {value!r}; use e.g. 500ms, 30s, "
+                              "10min, 1h, 1d")
+        unit = m.group(2).lower() if m.group(2) else None
+        ms = int(float(m.group(1)) * _DURATION_MS[unit])
+    if ms < 0:
+        raise ConfigError(f"{key}: duration must not be negative, got {value!r}")
+    return ms
+
+
+def parse_size_bytes(value: Any, key: str = "size") -> int:
+    """'10mb' -> 10485760; a bare number is bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ConfigError(f"{key}: cannot parse size {value!r}; use e.g. 64kb, 10mb, 1gb")
+    unit = m.group(2).lower() if m.group(2) else None
+    return int(m.group(1)) * _SIZE_BYTES[unit]
+
+
+def parse_bool(value: Any, key: str = "flag") -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+def parse_int(value: Any, key: str = "value") -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One declared option: its key, parser, default and one-line doc."""
+
+    key: str
+    parse: Callable[[Any, str], Any]
+    default: Any
+    doc: str
+    minimum: int | None = None
+
+    def get(self, values: Mapping[str, Any]) -> Any:
+        raw = values.get(self.key)
+        if raw is None:
+            return self.default
+        value = self.parse(raw, self.key)
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(f"{self.key} must be at least {self.minimum}, got {raw!r}")
+        return value
+
+
+def duration(key: str, default: str, doc: str, minimum: int | None = None) -> Option:
+    return Option(key, parse_duration_ms, parse_duration_ms(default, key), doc, minimum)
+
+
+def size(key: str, default: str, doc: str) -> Option:
+    return Option(key, parse_size_bytes, parse_size_bytes(default, key), doc, 1)
+
+
+def integer(key: str, default: int | None, doc: str, minimum: int | None = None) -> Option:
+    return Option(key, parse_int, default, doc, minimum)
+
+
+def boolean(key: str, default: bool, doc: str) -> Option:
+    return Option(key, parse_bool, default, doc)
+
+
+def check_known(values: Mapping[str, Any], options: list[Option], what: str) -> None:
+    """Refuse keys nobody declared, naming the closest declared ones."""
+    known = {o.key for o in options}
+    unknown = sorted(k for k in values if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown {what} {', '.join(map(repr, unknown))}; known: "
+                          f"{', '.join(sorted(known))}")
+
+
+# -- table properties -------------------------------------------------------------------------
+KV_SNAPSHOT_INTERVAL = duration("kv.snapshot.interval", "10min",
+                                "How often each bucket of a PK table takes a KV snapshot "
+                                "(0 disables periodic snapshots).")
+KV_SNAPSHOT_NUM_RETAINED = integer("kv.snapshot.num-retained", 2,
+                                   "How many of a bucket's newest KV snapshots are retained.",
+                                   minimum=1)
+TABLE_LOG_TTL = duration("table.log.ttl", "7d",
+                         "Changelog records older than this may be deleted (0 keeps everything).")
+TABLE_PROPERTIES = [KV_SNAPSHOT_INTERVAL, KV_SNAPSHOT_NUM_RETAINED, TABLE_LOG_TTL]
+
+
+def validate_table_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """Check table properties and return them as strings (stored as given)."""
+    check_known(props, TABLE_PROPERTIES, "table property")
+    for opt in TABLE_PROPERTIES:
+        opt.get(props)
+    return {str(k): str(v) for k, v in props.items()}
+
+
+# -- server settings --------------------------------------------------------------------------
+LEASE_EXPIRATION_CHECK_INTERVAL = duration(
+    "kv.snapshot.lease.expiration-check-interval", "1min",
+    "How often the coordinator removes expired KV snapshot leases.", minimum=1)
+SCANNER_TTL = duration("kv.scanner.ttl", "10min",
+                       "An idle scan session is closed after this long.", minimum=1)
+SCANNER_EXPIRATION_INTERVAL = duration("kv.scanner.expiration-interval", "30s",
+                                       "How often idle scan sessions are evicted.", minimum=1)
+SCANNER_MAX_PER_BUCKET = integer("kv.scanner.max-per-bucket", 8,
+                                 "Open scan sessions allowed per bucket.", minimum=1)
+SCANNER_MAX_PER_SERVER = integer("kv.scanner.max-per-server", 200,
+                                 "Open scan sessions allowed per tablet server.", minimum=1)
+SCANNER_MAX_BATCH_SIZE = size("kv.scanner.max-batch-size", "10mb",
+                              "Largest batch a scan session returns; larger requests are clamped.")
+LOG_SEGMENT_BYTES = size("log.segment.bytes", "64mb", "Size at which a changelog segment rolls.")
+LOG_RETENTION_CHECK_INTERVAL = duration("log.retention.check-interval", "1min",
+                                        "How often expired changelog segments are deleted.",
+                                        minimum=1)
+SERVER_OPTIONS = [LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL, SCANNER_EXPIRATION_INTERVAL,
+                  SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER, SCANNER_MAX_BATCH_SIZE,
+                  LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL]
+
+
+def parse_server_options(pairs: list[str]) -> dict[str, Any]:
+    """``["kv.scanner.ttl=1s", ...]`` -> {key: parsed value} with every default filled in."""
+    raw = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"server option {pair!r} must be key=value")
+        raw[key.strip()] = value.strip()
+    check_known(raw, SERVER_OPTIONS, "server option")
+    return {opt.key: opt.get(raw) for opt in SERVER_OPTIONS}

@@ -1,0 +1,43 @@
+"""Arrow IPC payloads: record batches and schemas as bytes inside msgpack frames."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import pyarrow as pa
+
+from fluss_spark.errors import CorruptMessage
+
+
+def serialize_schema(schema: pa.Schema) -> bytes:
+    return schema.serialize().to_pybytes()
+
+
+def deserialize_schema(data: bytes) -> pa.Schema:
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(data))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CorruptMessage(f"undecodable Arrow schema: {e}") from None
+
+
+def batches_to_bytes(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> bytes:
+    """Write batches as one Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def table_to_bytes(table: pa.Table | pa.RecordBatch) -> bytes:
+    if isinstance(table, pa.RecordBatch):
+        return batches_to_bytes(table.schema, [table])
+    return batches_to_bytes(table.schema, table.to_batches())
+
+
+def bytes_to_table(data: bytes) -> pa.Table:
+    """Read an Arrow IPC stream; garbage raises CorruptMessage, never a crash."""
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, OSError, ValueError) as e:
+        raise CorruptMessage(f"undecodable Arrow IPC payload: {e}") from None

@@ -1,0 +1,27 @@
+"""Length-prefixed frames: a 4-byte big-endian length, then that many bytes of payload."""
+
+from __future__ import annotations
+
+import struct
+
+from fluss_spark.errors import CorruptMessage
+
+HEADER = struct.Struct(">I")
+#: Larger frames are refused before their payload is read, so garbage cannot allocate memory.
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+
+
+def encode_frame(payload: bytes) -> bytes:
+    """Prefix ``payload`` with its length."""
+    if len(payload) > MAX_FRAME_BYTES:
+        raise CorruptMessage(f"frame of {len(payload)} bytes exceeds the limit of {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(payload)) + payload
+
+
+def decode_length(header: bytes) -> int:
+    """Read the payload length from a 4-byte header, refusing sizes no peer of ours sends."""
+    (length,) = HEADER.unpack(header)
+    if length > MAX_FRAME_BYTES:
+        raise CorruptMessage(
+            f"frame length {length} exceeds the limit of {MAX_FRAME_BYTES}: not a fluss_spark peer?")
+    return length
