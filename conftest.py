@@ -1,0 +1,1 @@
+"""Root pytest configuration: make the package importable from a source checkout."""

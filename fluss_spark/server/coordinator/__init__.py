@@ -1,0 +1,1 @@
+"""The coordinator: tables, bucket assignment, KV snapshot registry and GC, lease manager."""
