@@ -72,6 +72,11 @@ def format_type(t: pa.DataType) -> str:
     return str(t).upper()
 
 
+def is_supported_type(t: pa.DataType) -> bool:
+    return (t in _SIMPLE.values() or pa.types.is_decimal128(t)
+            or (pa.types.is_timestamp(t) and t.tz in (None, "UTC")))
+
+
 def format_schema(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {format_type(f.type)}{'' if f.nullable else ' NOT NULL'}"
                      for f in schema)
@@ -83,7 +88,7 @@ def validate_table_schema(schema: pa.Schema, primary_key: list[str], bucket_key:
     for f in schema:
         if f.name in RESERVED_COLUMNS:
             raise ConfigError(f"column name {f.name!r} is reserved for changelog metadata")
-        if format_type(f.type) == str(f.type).upper():
+        if not is_supported_type(f.type):
             raise ConfigError(f"column {f.name!r} has unsupported type {f.type}")
     for kind, cols in (("primary key", primary_key), ("bucket key", bucket_key)):
         for c in cols:

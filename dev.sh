@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Set up everything this project needs on a fresh Debian machine, then run one task.
+#   ./dev.sh demo    install, then run the quickstart job (local cluster + Spark streaming read)
+#   ./dev.sh test    install, then run the whole test suite
+#   ./dev.sh install install only
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${VENV:-.venv}
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+[ -f /usr/share/java/zookeeper.jar ] || [ -n "${ZOOKEEPER_HOME:-}" ] || need_apt+=(zookeeper)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "Installing ${need_apt[*]} with apt-get"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+  || { echo "error: Python >= 3.11 is required (found $("$PY" --version))" >&2; exit 1; }
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa' >/dev/null 2>&1 \
+   || [ setup.cfg -nt "$VENV/.installed" ]; then
+  echo "Installing Python packages into $VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+  "$VENV/bin/python" -m pip install -q -e ".[test]" 2>&1 | grep -v '^WARNING: Location' || true
+  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict'
+  touch "$VENV/.installed"
+fi
+export PATH="$PWD/$VENV/bin:$PATH"
+export PYSPARK_PYTHON="$PWD/$VENV/bin/python"
+export PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"
+
+case "${1:-}" in
+  demo)    shift; exec python examples/quickstart.py "$@" ;;
+  test)    shift; exec python -m pytest "$@" ;;
+  install) echo "Installed: $(python -c 'import fluss_spark; print(fluss_spark.__version__)')" ;;
+  *) echo "usage: ./dev.sh demo|test|install" >&2; exit 2 ;;
+esac
