@@ -52,7 +52,9 @@ Tablet
                      close:    {scanner_id, close: true}
                      -> {scanner_id?, records: bytes|nil, has_more, log_offset, snapshot_id,
                         row_start, row_count}
-  LIST_SCANNERS      {} -> {scanners: [{scanner_id, table_id, bucket, snapshot_id, age_ms,
+                     An empty result is a schema-only stream and opens no session; a close
+                     answers {scanner_id, records: nil, has_more: false, row_count: 0}.
+  LIST_SCANNERS      {} -> {scanners: [{scanner_id, table_id, bucket, snapshot_id, live, age_ms,
                      idle_ms, rows_served, next_row}]}
 """
 
