@@ -1,0 +1,310 @@
+"""The tablet server process: hosts the buckets assigned to its id and serves their RPCs."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+from fluss_spark.config import LOG_RETENTION_CHECK_INTERVAL, LOG_SEGMENT_BYTES
+from fluss_spark.errors import (InvalidRequest, NonPrimaryKeyTable,
+                                NotLeaderOrFollower, UnknownTableOrBucket)
+from fluss_spark.metadata.layout import SnapshotRecord, TableRecord, TabletRecord
+from fluss_spark.metadata.store import MetadataStore
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.arrow_ipc import bytes_to_table
+from fluss_spark.server.metadata_view import build_metadata
+from fluss_spark.server.process import ServerSettings
+from fluss_spark.server.rpc import RpcServer, require
+from fluss_spark.server.tablet.bucket import Bucket
+from fluss_spark.server.tablet.scanner import ScannerManager
+from fluss_spark.server.tablet.snapshotter import TRIGGER_DEADLINE_S, Snapshotter, snapshot_info
+
+log = logging.getLogger(__name__)
+
+#: How often the assignment in ZooKeeper is re-read.
+SYNC_INTERVAL_S = 0.5
+#: How often buckets are checked for a due periodic snapshot.
+SNAPSHOT_CHECK_INTERVAL_S = 0.2
+DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
+
+
+class TabletServer:
+    """Hosts buckets: PRODUCE, LIST_OFFSETS, FETCH_LOG, TRIGGER_KV_SNAPSHOT, GET_METADATA.
+
+    The buckets it hosts are the ones the coordinator assigned to its id in ZooKeeper; the
+    assignment is polled, and re-read at once when a request names a bucket not known yet.
+    Local state lives under ``<data_dir>/tables/<table_id>/<bucket>/{log,kv}``.
+    """
+
+    def __init__(self, settings: ServerSettings, *, clock=time.time):
+        self.settings = settings
+        self.server_id = settings.server_id
+        self.options = settings.options
+        self.data_dir = Path(settings.data_dir)
+        self._clock = clock
+        self.store = MetadataStore(settings.zookeeper)
+        self.rpc = RpcServer(settings.host, settings.port, role="tablet",
+                             server_id=settings.server_id, disabled=settings.disabled_apis)
+        self.host, self.port = self.rpc.host, self.rpc.port
+        self.stopping = threading.Event()
+        self._buckets: dict[tuple[int, int], Bucket] = {}
+        self._tables: dict[int, tuple[TableRecord, list]] = {}
+        self._sync_lock = threading.Lock()
+        self._last_sync_started = 0.0
+        self._threads: list[threading.Thread] = []
+        self.snapshotter = Snapshotter(self, clock=clock)
+        for key, fn in ((ApiKey.GET_METADATA, self._get_metadata), (ApiKey.PRODUCE, self._produce),
+                        (ApiKey.LIST_OFFSETS, self._list_offsets),
+                        (ApiKey.FETCH_LOG, self._fetch_log),
+                        (ApiKey.TRIGGER_KV_SNAPSHOT, self._trigger_snapshot)):
+            self.rpc.register(key, fn)
+        self.scanners = ScannerManager(self, settings.options)
+        self.scanners.register(self.rpc)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the assigned buckets, serve RPCs and register in ZooKeeper (non-blocking after)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store.start()
+        self.sync(remove_unknown_dirs=True)
+        self.rpc.start()
+        self._register()
+        self.scanners.start()
+        for name, target in (("sync", self._sync_loop), ("retention", self._retention_loop),
+                             ("snapshots", self._snapshot_loop)):
+            t = threading.Thread(target=target, name=f"tablet-{self.server_id}-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        log.info("tablet server %d serving on %s:%d with %d bucket(s)", self.server_id,
+                 self.host, self.port, len(self._buckets))
+
+    def _register(self) -> None:
+        existing = self.store.tablets().get(self.server_id)
+        if existing is not None and (
+                (existing.host, existing.port) == (self.host, self.port)
+                or not _answers(existing.host, existing.port)):
+            # The ephemeral node of a killed predecessor outlives it by the session timeout;
+            # nobody answers at its address, so it is stale: replace it right away.
+            self.store.delete_tablet(self.server_id)
+        self.store.register_tablet(TabletRecord(self.server_id, self.host, self.port,
+                                                int(self._clock() * 1000)))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.scanners.close_all()
+        self.rpc.stop()
+        for t in self._threads:
+            t.join(timeout=10)
+        with self._sync_lock:
+            for bucket in self._buckets.values():
+                bucket.close()
+            self._buckets.clear()
+        self.snapshotter.close()
+        self.store.close()
+
+    # -- assignment --------------------------------------------------------------------------------
+    def sync(self, *, remove_unknown_dirs: bool = False, requested_at: float | None = None) -> None:
+        """Open newly assigned buckets, close moved or dropped ones (reads ZooKeeper)."""
+        with self._sync_lock:
+            if requested_at is not None and self._last_sync_started >= requested_at:
+                return          # a sync that began after the request already finished
+            self._last_sync_started = time.monotonic()
+            tables = {}
+            for rec, assignment in self.store.tables():
+                tables[rec.table_id] = (rec, list(assignment.buckets) if assignment else [])
+            wanted = {(tid, b) for tid, (_, owners) in tables.items()
+                      for b, owner in enumerate(owners) if owner == self.server_id}
+            for key in [k for k in self._buckets if k not in wanted]:
+                self._remove_bucket(key, dropped=key[0] not in tables)
+            for tid in [t for t in self._tables if t not in tables]:
+                log.info("table id %d was dropped; deleting its local data", tid)
+                shutil.rmtree(self._table_dir(tid), ignore_errors=True)
+            if remove_unknown_dirs:
+                self._remove_unknown_dirs(set(tables))
+            self._tables = tables
+            for key in sorted(wanted - set(self._buckets)):
+                rec = tables[key[0]][0]
+                try:
+                    bucket = Bucket(rec, key[1], self._table_dir(key[0]) / str(key[1]),
+                                    segment_bytes=self.options.get(LOG_SEGMENT_BYTES.key,
+                                                                   LOG_SEGMENT_BYTES.default),
+                                    clock=self._clock)
+                    if bucket.is_primary_key:
+                        self.snapshotter.init_bucket(bucket)
+                except Exception:  # noqa: BLE001 - one broken bucket must not stop the others
+                    log.exception("cannot open table %s bucket %d", rec.name, key[1])
+                    continue
+                self._buckets[key] = bucket
+                log.info("hosting %s", bucket.label)
+
+    def _remove_bucket(self, key: tuple[int, int], dropped: bool) -> None:
+        bucket = self._buckets.pop(key)
+        self.scanners.close_bucket(*key)
+        bucket.close()
+        log.info("%s: %s", bucket.label, "table dropped" if dropped else "assigned elsewhere")
+
+    def _remove_unknown_dirs(self, table_ids: set[int]) -> None:
+        root = self.data_dir / "tables"
+        if not root.is_dir():
+            return
+        for d in root.iterdir():
+            if d.name.isdigit() and int(d.name) not in table_ids:
+                log.info("deleting local data of dropped table id %s", d.name)
+                shutil.rmtree(d, ignore_errors=True)
+
+    def _table_dir(self, table_id: int) -> Path:
+        return self.data_dir / "tables" / str(table_id)
+
+    def bucket(self, table_id: int, bucket: int) -> Bucket:
+        """The hosted bucket, or NotLeaderOrFollower / UnknownTableOrBucket (after a refresh)."""
+        found = self._buckets.get((table_id, bucket))
+        if found is not None:
+            return found
+        self._refresh()
+        found = self._buckets.get((table_id, bucket))
+        if found is not None:
+            return found
+        known = self._tables.get(table_id)
+        if known is None:
+            raise UnknownTableOrBucket(f"table id {table_id} is not known to tablet server "
+                                       f"{self.server_id}; refresh metadata (was it dropped?)")
+        rec, owners = known
+        if not 0 <= bucket < rec.num_buckets:
+            raise UnknownTableOrBucket(f"table {rec.name} has buckets 0..{rec.num_buckets - 1}, "
+                                       f"not {bucket}")
+        owner = owners[bucket] if bucket < len(owners) else None
+        raise NotLeaderOrFollower(f"table {rec.name} bucket {bucket} is hosted by tablet server "
+                                  f"{owner}, not {self.server_id}; refresh metadata")
+
+    def _refresh(self) -> None:
+        """Re-read the assignment now (a request named something not known yet)."""
+        try:
+            self.sync(requested_at=time.monotonic())
+        except Exception as e:  # noqa: BLE001 - ZooKeeper down: answer from what is known
+            log.warning("refreshing the assignment failed: %s: %s", type(e).__name__, e)
+
+    def buckets(self) -> list[Bucket]:
+        return list(self._buckets.values())
+
+    def snapshot_record(self, table_id: int, bucket: int, snapshot_id: int) -> SnapshotRecord | None:
+        """A registered snapshot of a bucket, from ZooKeeper (None if not registered)."""
+        return self.store.snapshot(table_id, bucket, snapshot_id)
+
+    # -- background passes ---------------------------------------------------------------------
+    def _sync_loop(self) -> None:
+        while not self.stopping.wait(SYNC_INTERVAL_S):
+            try:
+                self.sync()
+            except Exception as e:  # noqa: BLE001 - ZooKeeper hiccups must not end the loop
+                log.warning("refreshing the assignment from ZooKeeper failed: %s: %s",
+                            type(e).__name__, e)
+
+    def _retention_loop(self) -> None:
+        interval = self.options.get(LOG_RETENTION_CHECK_INTERVAL.key,
+                                    LOG_RETENTION_CHECK_INTERVAL.default) / 1000
+        while not self.stopping.wait(interval):
+            now = int(self._clock() * 1000)
+            for bucket in self.buckets():
+                try:
+                    bucket.apply_retention(now)
+                except Exception:  # noqa: BLE001
+                    log.exception("%s: retention pass failed", bucket.label)
+
+    def _snapshot_loop(self) -> None:
+        while not self.stopping.wait(SNAPSHOT_CHECK_INTERVAL_S):
+            now = self._clock() * 1000
+            for bucket in self.buckets():
+                if not bucket.is_primary_key or bucket.closed:
+                    continue
+                interval = bucket.snapshot_interval_ms()
+                if interval <= 0 or now - bucket.last_snapshot_ms < interval:
+                    continue
+                try:
+                    self.snapshotter.snapshot(bucket, force=False)
+                except Exception as e:  # noqa: BLE001 - retried at the next interval
+                    if not self.stopping.is_set():
+                        log.warning("%s: periodic snapshot failed: %s", bucket.label, e)
+                    bucket.last_snapshot_ms = self._clock() * 1000
+
+    # -- handlers --------------------------------------------------------------------------------
+    def _get_metadata(self, body: dict) -> dict:
+        names = body.get("tables")
+        if names is not None and (not isinstance(names, list)
+                                  or not all(isinstance(n, str) for n in names)):
+            raise InvalidRequest("field 'tables' must be a list of table names")
+        return build_metadata(self.store, names)
+
+    def _produce(self, body: dict) -> dict:
+        bucket = self.bucket(require(body, "table_id", int), require(body, "bucket", int))
+        op = require(body, "op", str)
+        data = bytes_to_table(require(body, "records", bytes))
+        base, end = bucket.write(op, data)
+        return {"base_offset": base, "end_offset": end}
+
+    def _list_offsets(self, body: dict) -> dict:
+        table_id = require(body, "table_id", int)
+        buckets = require(body, "buckets", list)
+        spec = require(body, "spec", str)
+        ts = body.get("timestamp_ms")
+        if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool)):
+            raise InvalidRequest("field 'timestamp_ms' must be an integer (ms since the epoch)")
+        out = {}
+        for b in buckets:
+            if not isinstance(b, int) or isinstance(b, bool):
+                raise InvalidRequest(f"bucket ids must be integers, got {b!r}")
+            out[b] = self.bucket(table_id, b).offset_for(spec, ts)
+        return {"offsets": out}
+
+    def _fetch_log(self, body: dict) -> dict:
+        bucket = self.bucket(require(body, "table_id", int), require(body, "bucket", int))
+        offset = require(body, "offset", int)
+        end = _optional_int(body, "end_offset")
+        max_bytes = _optional_int(body, "max_bytes") or DEFAULT_FETCH_MAX_BYTES
+        max_wait_ms = _optional_int(body, "max_wait_ms") or 0
+        projection = body.get("projection")
+        if projection is not None and (not isinstance(projection, list)
+                                       or not all(isinstance(c, str) for c in projection)):
+            raise InvalidRequest("field 'projection' must be a list of column names")
+        return bucket.fetch(offset, end, max_bytes, max_wait_ms, projection)
+
+    def _trigger_snapshot(self, body: dict) -> dict:
+        table_id = require(body, "table_id", int)
+        buckets = body.get("buckets")
+        if buckets is None:
+            self._refresh()
+            buckets = sorted(b for (t, b) in self._buckets if t == table_id)
+            if not buckets and table_id not in self._tables:
+                raise UnknownTableOrBucket(f"table id {table_id} is not known to tablet server "
+                                           f"{self.server_id}")
+        if not isinstance(buckets, list) or not all(isinstance(b, int) for b in buckets):
+            raise InvalidRequest("field 'buckets' must be a list of bucket ids")
+        hosted = [self.bucket(table_id, b) for b in buckets]
+        if hosted and not hosted[0].is_primary_key:
+            raise NonPrimaryKeyTable(f"table {hosted[0].table.name} is a log table; only "
+                                     "primary-key tables have KV snapshots")
+        out = {}
+        for bucket in hosted:
+            rec = self.snapshotter.snapshot(bucket, force=True, deadline_s=TRIGGER_DEADLINE_S)
+            out[bucket.bucket_id] = snapshot_info(rec) if rec is not None else None
+        return {"snapshots": out}
+
+
+def _optional_int(body: dict, name: str) -> int | None:
+    value = body.get(name)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise InvalidRequest(f"field {name!r} must be an integer, got {type(value).__name__}")
+    return value
+
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False

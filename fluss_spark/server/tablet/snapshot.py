@@ -1,0 +1,202 @@
+"""KV snapshot files: an immutable, key-ordered Arrow IPC file per (table, bucket, snapshot id).
+
+Layout in the snapshot store (a pyarrow filesystem URI or a plain local path)::
+
+    <remote_data_dir>/<table_id>/<bucket>/snapshot-<snapshot_id>.arrow
+
+The file holds the table columns only, in primary-key order, in batches of ``BATCH_ROWS`` rows.
+Its schema metadata describes it (file format versions: 1, the first)::
+
+    fluss.snapshot.version  "1"
+    table_id, bucket, snapshot_id, log_offset, row_count, batch_rows   (decimal strings)
+
+A file is written under a temporary name and moved into place, so a reader never sees a
+partial snapshot.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from fluss_spark.errors import KvSnapshotNotExist, StorageError
+
+FORMAT_VERSION = 1
+BATCH_ROWS = 65536
+VERSION_KEY = b"fluss.snapshot.version"
+
+
+def resolve(path_or_uri: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and in-filesystem path of a URI (``s3://...``) or local path."""
+    if "://" in path_or_uri:
+        try:
+            return pafs.FileSystem.from_uri(path_or_uri)
+        except (pa.ArrowInvalid, OSError, ValueError) as e:
+            raise StorageError(f"cannot open snapshot store {path_or_uri!r}: {e}") from None
+    return pafs.LocalFileSystem(), os.path.abspath(path_or_uri)
+
+
+def snapshot_location(remote_data_dir: str, table_id: int, bucket: int, snapshot_id: int) -> str:
+    """Where snapshot ``snapshot_id`` of a bucket lives (a URI when the store is a URI)."""
+    name = f"{table_id}/{bucket}/snapshot-{snapshot_id}.arrow"
+    if "://" in remote_data_dir:
+        return f"{remote_data_dir.rstrip('/')}/{name}"
+    return os.path.join(os.path.abspath(remote_data_dir), name)
+
+
+@dataclass(frozen=True)
+class WrittenSnapshot:
+    """What a finished snapshot write produced."""
+
+    path: str
+    row_count: int
+    size_bytes: int
+
+
+def write_snapshot(batches, schema: pa.Schema, row_count: int, location: str, *, table_id: int,
+                   bucket: int, snapshot_id: int, log_offset: int) -> WrittenSnapshot:
+    """Write ``batches`` (key-ordered, ``row_count`` rows in all) to ``location`` atomically."""
+    fs, path = resolve(location)
+    parent = path.rsplit("/", 1)[0]
+    tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.tmp-{uuid.uuid4().hex[:8]}"
+    meta = {VERSION_KEY: str(FORMAT_VERSION).encode(), b"table_id": str(table_id).encode(),
+            b"bucket": str(bucket).encode(), b"snapshot_id": str(snapshot_id).encode(),
+            b"log_offset": str(log_offset).encode(), b"row_count": str(row_count).encode(),
+            b"batch_rows": str(BATCH_ROWS).encode()}
+    file_schema = schema.with_metadata(meta)
+    written = 0
+    try:
+        fs.create_dir(parent, recursive=True)
+        with fs.open_output_stream(tmp) as out:
+            with pa.ipc.new_file(out, file_schema) as writer:
+                for batch in batches:
+                    if batch.num_rows:
+                        writer.write_batch(batch.replace_schema_metadata(meta))
+                        written += batch.num_rows
+        if written != row_count:
+            raise StorageError(f"snapshot {snapshot_id} of table {table_id} bucket {bucket}: "
+                               f"wrote {written} rows, expected {row_count}")
+        if isinstance(fs, pafs.LocalFileSystem):
+            _fsync(tmp)
+        fs.move(tmp, path)
+        if isinstance(fs, pafs.LocalFileSystem):
+            _fsync(parent)
+        size = fs.get_file_info(path).size
+    except BaseException as e:
+        try:
+            fs.delete_file(tmp)
+        except (OSError, pa.ArrowException):
+            pass
+        if isinstance(e, (OSError, pa.ArrowException)):
+            raise StorageError(f"writing snapshot {location} failed: {e}") from None
+        raise
+    return WrittenSnapshot(location, written, size or 0)
+
+
+def delete_snapshot_file(location: str) -> None:
+    """Remove a snapshot file (missing is fine)."""
+    fs, path = resolve(location)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class SnapshotFile:
+    """Random access by row into a snapshot file (memory-mapped when local)."""
+
+    def __init__(self, location: str, reader: pa.ipc.RecordBatchFileReader, source, size: int):
+        self.location = location
+        self._reader = reader
+        self._source = source
+        self.size_bytes = size
+        meta = reader.schema.metadata or {}
+        if VERSION_KEY not in meta:
+            raise StorageError(f"{location} is not a KV snapshot file (no {VERSION_KEY.decode()})")
+        version = int(meta[VERSION_KEY])
+        if version > FORMAT_VERSION:
+            raise StorageError(f"snapshot {location} has format version {version}, newer than "
+                               f"this software understands ({FORMAT_VERSION}); upgrade fluss_spark")
+        self.table_id = int(meta[b"table_id"])
+        self.bucket = int(meta[b"bucket"])
+        self.snapshot_id = int(meta[b"snapshot_id"])
+        self.log_offset = int(meta[b"log_offset"])
+        self.num_rows = int(meta[b"row_count"])
+        self.schema: pa.Schema = reader.schema.remove_metadata()
+        n = reader.num_record_batches
+        starts, row = [], 0
+        for i in range(n):
+            starts.append(row)
+            # Reading a batch of a memory-mapped file only touches its metadata.
+            row += reader.get_batch(i).num_rows
+        self._starts = starts
+        if row != self.num_rows:
+            raise StorageError(f"snapshot {location} holds {row} rows but says {self.num_rows}")
+
+    @classmethod
+    def open(cls, path_or_uri: str) -> "SnapshotFile":
+        fs, path = resolve(path_or_uri)
+        try:
+            if isinstance(fs, pafs.LocalFileSystem):
+                source = pa.memory_map(path, "r")
+            else:
+                source = fs.open_input_file(path)
+            size = source.size()
+            reader = pa.ipc.open_file(source)
+        except FileNotFoundError:
+            raise KvSnapshotNotExist(f"snapshot file {path_or_uri} does not exist") from None
+        except (OSError, pa.ArrowInvalid) as e:
+            raise StorageError(f"cannot read snapshot file {path_or_uri}: {e}") from None
+        return cls(path_or_uri, reader, source, size)
+
+    @property
+    def avg_row_bytes(self) -> float:
+        return self.size_bytes / self.num_rows if self.num_rows else 0.0
+
+    def read_slice(self, start_row: int, num_rows: int, columns: list[str] | None = None) -> pa.Table:
+        """Rows [start_row, start_row + num_rows) (clipped to the file), projected."""
+        if start_row < 0 or num_rows < 0:
+            raise ValueError(f"bad slice start={start_row} rows={num_rows}")
+        end = min(start_row + num_rows, self.num_rows)
+        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        if start_row >= end:
+            return schema.empty_table()
+        parts = []
+        i = bisect.bisect_right(self._starts, start_row) - 1
+        while i < len(self._starts) and self._starts[i] < end:
+            batch = self._reader.get_batch(i)
+            lo = max(start_row - self._starts[i], 0)
+            hi = min(end - self._starts[i], batch.num_rows)
+            part = batch.slice(lo, hi - lo)
+            if columns is not None:
+                part = part.select(columns)
+            parts.append(part.replace_schema_metadata(None))
+            i += 1
+        return pa.Table.from_batches(parts, schema=schema)
+
+    def close(self) -> None:
+        try:
+            self._source.close()
+        except (OSError, AttributeError):
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
