@@ -13,6 +13,9 @@ from fluss_spark.errors import FlussError, TableAlreadyExist, TableNotExist
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.layout import (AssignmentRecord, CoordinatorRecord, SnapshotRecord,
                                          TableRecord, TabletRecord)
+from fluss_spark.errors import CorruptMessage
+from fluss_spark.metadata.layout import LeaseRecord
+from fluss_spark.protocol.codec import packb
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,29 @@ class MetadataStore:
     def election(self, identifier: str) -> Election:
         return self.zk.Election(layout.COORDINATOR_ELECTION, identifier)
 
+    def remove_stale_election_nodes(self, identifier: str) -> int:
+        """Delete election nodes that carry ``identifier`` but belong to another session.
+
+        A coordinator restarted on the same host:port after kill -9 finds the node of its dead
+        predecessor (which holds the address it has now bound, so no live process can own it)
+        and removes it instead of waiting for that session to expire.
+        """
+        removed = 0
+        own = self.zk.client_id[0] if self.zk.client_id else None
+        for child in self._children(layout.COORDINATOR_ELECTION):
+            path = f"{layout.COORDINATOR_ELECTION}/{child}"
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                continue
+            if data.decode(errors="replace") == identifier and stat.ephemeralOwner != own:
+                try:
+                    self.zk.delete(path)
+                    removed += 1
+                except NoNodeError:
+                    pass
+        return removed
+
     def set_active_coordinator(self, record: CoordinatorRecord) -> None:
         try:
             self.zk.delete(layout.COORDINATOR_ACTIVE)
@@ -88,6 +114,13 @@ class MetadataStore:
             if rec is not None:
                 out[rec.id] = rec
         return out
+
+    def delete_tablet(self, tablet_id: int) -> None:
+        """Remove a tablet registration (a dead predecessor's lingering ephemeral node)."""
+        try:
+            self.zk.delete(layout.tablet_path(tablet_id))
+        except NoNodeError:
+            pass
 
     # -- tables -----------------------------------------------------------------------------
     def next_table_id(self) -> int:
@@ -171,6 +204,121 @@ class MetadataStore:
         except NoNodeError:
             pass
 
+    # -- KV snapshot leases ------------------------------------------------------------------
+    def lease_ids(self) -> list[str]:
+        return sorted(self._children(layout.LEASES))
+
+    def save_lease(self, record: LeaseRecord) -> int:
+        """Write a lease (chunked when large); returns the bytes now stored for it.
+
+        New chunks go under a new generation before the header switches to them, so a crash
+        at any point leaves either the old or the new lease readable.
+        """
+        path = layout.lease_path(layout.check_lease_id(record.lease_id))
+        try:
+            data, _ = self.zk.get(path)
+            old = LeaseRecord.decode_header(data)
+            exists, generation = True, int(old.get("generation", 0)) + 1
+        except NoNodeError:
+            exists, generation = False, 1
+        header, chunks = record.encode_parts(generation)
+        if chunks:
+            if not exists:
+                # The parent must exist before its chunks; until the header switch it says
+                # "writing", and a loader discards such a never-acknowledged lease.
+                self.zk.create(path, packb({
+                    "v": LeaseRecord.VERSION, "lease_id": record.lease_id,
+                    "created_ms": record.created_ms, "expires_at_ms": record.expires_at_ms,
+                    "state": "writing", "pins": None, "generation": 0, "chunks": 0}))
+            pending = [(f"{path}/{layout.lease_chunk_name(generation, i)}", chunk)
+                       for i, chunk in enumerate(chunks)]
+            results = [(p, c, self.zk.create_async(p, c)) for p, c in pending]
+            for p, c, result in results:
+                try:
+                    result.get()
+                except NodeExistsError:
+                    # An orphan of an interrupted write with the same generation number.
+                    self.zk.set(p, c)
+            self.zk.set(path, header)
+        elif exists:
+            self.zk.set(path, header)
+        else:
+            self.zk.create(path, header)
+        for child in self._children(path):
+            parsed = layout.parse_lease_chunk_name(child)
+            if parsed is not None and (parsed[0] != generation or not chunks):
+                try:
+                    self.zk.delete(f"{path}/{child}")
+                except NoNodeError:
+                    pass
+        return len(header) + sum(len(c) for c in chunks)
+
+    def load_lease(self, lease_id: str) -> LeaseRecord | None:
+        """Read one lease; None when absent or when its first write never finished."""
+        path = layout.lease_path(lease_id)
+        try:
+            data, _ = self.zk.get(path)
+        except NoNodeError:
+            return None
+        header = LeaseRecord.decode_header(data)
+        if header.get("state") == "writing":
+            return None
+        n = int(header.get("chunks", 0))
+        chunks = []
+        if n:
+            gen = int(header["generation"])
+            futures = [self.zk.get_async(f"{path}/{layout.lease_chunk_name(gen, i)}")
+                       for i in range(n)]
+            try:
+                chunks = [f.get()[0] for f in futures]
+            except NoNodeError:
+                raise CorruptMessage(f"lease {lease_id}: a chunk of generation {gen} is "
+                                     "missing") from None
+        return LeaseRecord.decode(header, chunks)
+
+    def load_leases(self) -> list[LeaseRecord]:
+        """Every stored lease; unfinished first writes are removed, not returned."""
+        out = []
+        for lease_id in self.lease_ids():
+            rec = self.load_lease(lease_id)
+            if rec is None:
+                self.delete_lease(lease_id)
+            else:
+                out.append(rec)
+        return out
+
+    def delete_lease(self, lease_id: str) -> None:
+        try:
+            self.zk.delete(layout.lease_path(lease_id), recursive=True)
+        except NoNodeError:
+            pass
+
+    def lease_stored_bytes(self, lease_id: str) -> int:
+        """Bytes the lease occupies in ZooKeeper (header plus chunks), for metrics and benches."""
+        path = layout.lease_path(lease_id)
+        try:
+            data, _ = self.zk.get(path)
+        except NoNodeError:
+            return 0
+        return len(data) + sum(len(self.zk.get(f"{path}/{c}")[0]) for c in self._children(path))
+
+    def all_snapshots(self) -> list[SnapshotRecord]:
+        """Every registered KV snapshot, read with pipelined requests."""
+        paths = []
+        for table_id in self.snapshot_table_ids():
+            for bucket in self.snapshot_buckets(table_id):
+                paths += [layout.snapshot_path(table_id, bucket, s)
+                          for s in self.snapshot_ids(table_id, bucket)]
+        out = []
+        for i in range(0, len(paths), 1000):
+            futures = [self.zk.get_async(p) for p in paths[i:i + 1000]]
+            for f in futures:
+                try:
+                    out.append(SnapshotRecord.decode(f.get()[0]))
+                except NoNodeError:
+                    continue
+        return out
+
     # -- helpers ----------------------------------------------------------------------------
     def _children(self, path: str) -> list[str]:
         try:
@@ -184,3 +332,4 @@ class MetadataStore:
         except NoNodeError:
             return None
         return cls.decode(data)
+

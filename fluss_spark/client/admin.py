@@ -1,0 +1,194 @@
+"""Admin: tables, offsets, KV snapshots, KV snapshot leases, metrics and scan sessions."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import pyarrow as pa
+
+from fluss_spark.client.model import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.config import validate_table_properties
+from fluss_spark.errors import ConfigError, NetworkError, TableNotExist
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.arrow_ipc import serialize_schema
+from fluss_spark.protocol.types import parse_schema, validate_table_schema
+
+_OFFSET_SPECS = ("earliest", "latest", "timestamp")
+
+
+class Admin:
+    """Cluster administration over a FlussConnection (cheap to create; holds no state)."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    # -- tables ---------------------------------------------------------------------------------
+    def create_table(self, name: str, schema: pa.Schema | str, primary_key: Iterable[str] = (),
+                     bucket_key: Iterable[str] | None = None, num_buckets: int = 1,
+                     properties: Mapping[str, str] | None = None,
+                     ignore_if_exists: bool = False) -> TableInfo:
+        """Create ``db.table`` and return its metadata.
+
+        The bucket key defaults to the primary key; a log table without one spreads batches
+        over its buckets.
+        """
+        if isinstance(schema, str):
+            schema = parse_schema(schema)
+        primary_key = [primary_key] if isinstance(primary_key, str) else list(primary_key)
+        if bucket_key is None:
+            bucket_key = list(primary_key)
+        else:
+            bucket_key = [bucket_key] if isinstance(bucket_key, str) else list(bucket_key)
+        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 1:
+            raise ConfigError(f"num_buckets must be a positive integer, got {num_buckets!r}")
+        validate_table_schema(schema, primary_key, bucket_key)
+        props = validate_table_properties(dict(properties or {}))
+        self._conn.call_coordinator(ApiKey.CREATE_TABLE, {
+            "name": name, "schema": serialize_schema(schema), "primary_key": primary_key,
+            "bucket_key": bucket_key, "num_buckets": num_buckets, "properties": props,
+            "ignore_if_exists": bool(ignore_if_exists)})
+        return self._conn.refresh_table(name)
+
+    def drop_table(self, name: str, ignore_if_not_exists: bool = False) -> None:
+        try:
+            self._conn.call_coordinator(ApiKey.DROP_TABLE, {
+                "name": name, "ignore_if_not_exists": bool(ignore_if_not_exists)})
+        finally:
+            self._conn.forget_table(name)
+
+    def list_tables(self) -> list[str]:
+        return sorted(self._conn.call_coordinator(ApiKey.LIST_TABLES, {})["tables"])
+
+    def get_table(self, name: str) -> TableInfo:
+        """Fresh metadata of ``name``; TableNotExist when there is no such table."""
+        return self._conn.refresh_table(name)
+
+    def table_exists(self, name: str) -> bool:
+        try:
+            self.get_table(name)
+            return True
+        except TableNotExist:
+            return False
+
+    # -- offsets --------------------------------------------------------------------------------
+    def list_offsets(self, table: str | TableInfo, buckets: Iterable[int] | None = None,
+                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
+        """Changelog offsets per bucket: ``earliest`` retained, ``latest`` (the high watermark),
+        or the first offset whose commit timestamp is >= ``timestamp_ms``."""
+        info = self._conn.resolve(table)
+        if spec not in _OFFSET_SPECS:
+            raise ConfigError(f"offset spec must be one of {', '.join(_OFFSET_SPECS)}, got {spec!r}")
+        if spec == "timestamp" and timestamp_ms is None:
+            raise ConfigError("offset spec 'timestamp' needs timestamp_ms")
+        wanted = info.buckets if buckets is None else list(buckets)
+
+        def body(group):
+            b = {"table_id": info.table_id, "buckets": group, "spec": spec}
+            if timestamp_ms is not None:
+                b["timestamp_ms"] = int(timestamp_ms)
+            return b
+
+        out: dict[int, int] = {}
+        for _, resp in self._conn.call_buckets(info, wanted, ApiKey.LIST_OFFSETS, body):
+            out.update({int(b): int(o) for b, o in resp["offsets"].items()})
+        return dict(sorted(out.items()))
+
+    # -- KV snapshots ---------------------------------------------------------------------------
+    def list_kv_snapshots(self, table: str | TableInfo, bucket: int | None = None) -> list[SnapshotInfo]:
+        """Registered snapshots, ordered by bucket then snapshot id."""
+        info = self._conn.resolve(table)
+        body = {"table_id": info.table_id}
+        if bucket is not None:
+            body["bucket"] = int(bucket)
+        resp = self._conn.call_coordinator(ApiKey.LIST_KV_SNAPSHOTS, body)
+        snaps = [SnapshotInfo.from_wire(s) for s in resp["snapshots"]]
+        return sorted(snaps, key=lambda s: (s.bucket, s.snapshot_id))
+
+    def latest_kv_snapshots(self, table: str | TableInfo) -> dict[int, SnapshotInfo]:
+        """The newest snapshot of every bucket that has one."""
+        info = self._conn.resolve(table)
+        resp = self._conn.call_coordinator(ApiKey.LIST_KV_SNAPSHOTS,
+                                           {"table_id": info.table_id, "latest_only": True})
+        out: dict[int, SnapshotInfo] = {}
+        for s in map(SnapshotInfo.from_wire, resp["snapshots"]):
+            if s.bucket not in out or s.snapshot_id > out[s.bucket].snapshot_id:
+                out[s.bucket] = s
+        return dict(sorted(out.items()))
+
+    def trigger_kv_snapshot(self, table: str | TableInfo,
+                            buckets: Iterable[int] | None = None) -> dict[int, SnapshotInfo | None]:
+        """Snapshot the buckets now (each tablet waits until its snapshots are registered);
+        None for a bucket that is empty and was never snapshotted."""
+        info = self._conn.resolve(table)
+        wanted = info.buckets if buckets is None else list(buckets)
+        out: dict[int, SnapshotInfo | None] = {}
+        for _, resp in self._conn.call_buckets(
+                info, wanted, ApiKey.TRIGGER_KV_SNAPSHOT,
+                lambda group: {"table_id": info.table_id, "buckets": group}):
+            for b, s in resp["snapshots"].items():
+                out[int(b)] = SnapshotInfo.from_wire(s) if s else None
+        return dict(sorted(out.items()))
+
+    # -- KV snapshot leases ---------------------------------------------------------------------
+    def supports_leases(self) -> bool:
+        """Whether the coordinator offers the KV snapshot lease APIs."""
+        return self._conn.with_coordinator(
+            lambda rpc: rpc.supports(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE))
+
+    def _lease_call(self, api_key: ApiKey, body: dict) -> dict:
+        def call(rpc):
+            rpc.require(api_key, "KV snapshot leases")
+            return rpc.call(api_key, body)
+        return self._conn.with_coordinator(call)
+
+    def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int,
+                                  tables: Mapping[int, Mapping[int, int]]) -> dict[int, dict[int, int]]:
+        """Pin snapshots ``{table_id: {bucket: snapshot_id}}`` for ``duration_ms``; returns the
+        pins that could not be granted because the snapshot is not registered (any more)."""
+        body = {"lease_id": lease_id, "duration_ms": int(duration_ms),
+                "tables": {int(t): {int(b): int(s) for b, s in pins.items()}
+                           for t, pins in tables.items()}}
+        resp = self._lease_call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, body)
+        return {int(t): {int(b): int(s) for b, s in pins.items()}
+                for t, pins in (resp.get("unavailable") or {}).items() if pins}
+
+    def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
+        """Extend the lease to now + ``duration_ms``; LeaseNotFound when it is gone."""
+        resp = self._lease_call(ApiKey.RENEW_KV_SNAPSHOT_LEASE,
+                                {"lease_id": lease_id, "duration_ms": int(duration_ms)})
+        return int(resp["expires_at_ms"])
+
+    def release_kv_snapshot_lease(self, lease_id: str,
+                                  tables: Mapping[int, Iterable[int]]) -> int:
+        """Unpin buckets ``{table_id: [bucket]}``; returns the pins the lease still holds."""
+        body = {"lease_id": lease_id,
+                "tables": {int(t): [int(b) for b in bs] for t, bs in tables.items()}}
+        return int(self._lease_call(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, body)["remaining_pins"])
+
+    def drop_kv_snapshot_lease(self, lease_id: str) -> None:
+        self._lease_call(ApiKey.DROP_KV_SNAPSHOT_LEASE, {"lease_id": lease_id})
+
+    def list_kv_snapshot_leases(self) -> list[LeaseInfo]:
+        resp = self._lease_call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})
+        return sorted(map(LeaseInfo.from_wire, resp["leases"]), key=lambda l: l.lease_id)
+
+    def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:
+        return LeaseInfo.from_wire(self._lease_call(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE,
+                                                    {"lease_id": lease_id}))
+
+    # -- operations -----------------------------------------------------------------------------
+    def metrics(self) -> dict:
+        """The coordinator's metrics: ``{metrics: {name: n}, tables: {table: {name: n}}}``."""
+        return self._conn.call_coordinator(ApiKey.GET_METRICS, {})
+
+    def list_scanners(self) -> list[dict]:
+        """Open scan sessions of every live tablet server, each row with its ``server_id``."""
+        rows = []
+        self._conn.refresh_metadata()
+        for tablet_id in sorted(self._conn.tablets):
+            try:
+                resp = self._conn.tablet(tablet_id).call(ApiKey.LIST_SCANNERS, {})
+            except NetworkError:
+                continue  # a registered server that just died has no sessions to show
+            rows.extend({"server_id": tablet_id, **s} for s in resp["scanners"])
+        return rows

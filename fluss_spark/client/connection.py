@@ -1,0 +1,245 @@
+"""FlussConnection: bootstrap, metadata, routing to the right server, and retries."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from fluss_spark.client.metadata import MetadataCache
+from fluss_spark.client.model import TableInfo
+from fluss_spark.client.rpc import RpcConnection, parse_address
+from fluss_spark.errors import (ApiError, ConfigError, NetworkError, NotCoordinatorLeader,
+                                TableNotExist)
+from fluss_spark.protocol.api import ApiKey
+
+#: First and largest pause between two attempts of a retriable call.
+_BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 1.0
+
+
+def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
+    """``"h1:p1,h2:p2"`` (or a list of addresses) -> [(host, port)], refusing an empty list."""
+    parts = servers.split(",") if isinstance(servers, str) else list(servers)
+    addrs = [parse_address(p) for p in parts if p and p.strip()]
+    if not addrs:
+        raise ConfigError("bootstrap.servers is empty: give at least one host:port")
+    return addrs
+
+
+class FlussConnection:
+    """The entry point of the client: one per application, safe to share between threads.
+
+    Parameters
+    ----------
+    bootstrap_servers:
+        ``host:port[,host:port]`` of any servers of the cluster (coordinator or tablets); they
+        are asked for metadata, which names every other server.
+    request_timeout_s:
+        How long a call keeps retrying retriable errors (and waits for one response).
+    """
+
+    def __init__(self, bootstrap_servers: str | Iterable[str], request_timeout_s: float = 60.0,
+                 *, rpc_factory: Callable[[str, int, float], Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.request_timeout_s = float(request_timeout_s)
+        self._rpc_factory = rpc_factory or (lambda h, p, t: RpcConnection(h, p, timeout_s=t))
+        self._clock, self._sleep = clock, sleep
+        self._meta = MetadataCache()
+        self._lock = threading.Lock()
+        # One socket per (server, thread): a long call in one thread never blocks another.
+        self._rpcs: dict[tuple[tuple[str, int], int], Any] = {}
+        self._closed = False
+        self._executor = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            rpcs, self._rpcs, self._closed = list(self._rpcs.values()), {}, True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        for rpc in rpcs:
+            rpc.close()
+
+    def executor(self):
+        """A small shared thread pool for calls that fan out to several servers."""
+        with self._lock:
+            if self._executor is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._executor = ThreadPoolExecutor(max_workers=8,
+                                                    thread_name_prefix="fluss-client")
+            return self._executor
+
+    def __enter__(self) -> "FlussConnection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- facades --------------------------------------------------------------------------------
+    def admin(self):
+        from fluss_spark.client.admin import Admin
+        return Admin(self)
+
+    def writer(self, table: str | TableInfo):
+        from fluss_spark.client.writer import TableWriter
+        return TableWriter(self, self.resolve(table))
+
+    def log_scanner(self, table: str | TableInfo, projection: list[str] | None = None):
+        from fluss_spark.client.log_scanner import LogScanner
+        return LogScanner(self, self.resolve(table), projection)
+
+    def kv_scanner(self, table: str | TableInfo):
+        from fluss_spark.client.kv_scanner import KvScanner
+        return KvScanner(self, self.resolve(table))
+
+    # -- metadata -------------------------------------------------------------------------------
+    def resolve(self, table: str | TableInfo) -> TableInfo:
+        return table if isinstance(table, TableInfo) else self.table(table)
+
+    def table(self, name: str) -> TableInfo:
+        """The table's metadata (cached; fetched on first use); TableNotExist when absent."""
+        return self._meta.table(name) or self.refresh_table(name)
+
+    def table_by_id(self, table_id: int) -> TableInfo:
+        info = self._meta.table_by_id(table_id)
+        if info is None:
+            self.refresh_metadata()
+            info = self._meta.table_by_id(table_id)
+        if info is None:
+            raise TableNotExist(f"no table has id {table_id}")
+        return info
+
+    def refresh_table(self, name: str) -> TableInfo:
+        try:
+            return self._ask_metadata({"tables": [name]})[0]
+        except TableNotExist:
+            self._meta.forget(name)
+            raise TableNotExist(f"table {name} does not exist") from None
+
+    def refresh_metadata(self) -> list[TableInfo]:
+        """Fetch the whole cluster metadata (every table) from any reachable server."""
+        return self._ask_metadata({}, complete=True)
+
+    def forget_table(self, name: str) -> None:
+        self._meta.forget(name)
+
+    @property
+    def tablets(self) -> dict[int, tuple[str, int]]:
+        """Live tablet servers by id, as last seen (refreshes when nothing is known yet)."""
+        if not self._meta.tablets:
+            self.refresh_metadata()
+        return dict(self._meta.tablets)
+
+    def _ask_metadata(self, body: dict, complete: bool = False) -> list[TableInfo]:
+        tried, last = [], None
+        for addr in dict.fromkeys(self._meta.addresses() + self.bootstrap):
+            tried.append(f"{addr[0]}:{addr[1]}")
+            try:
+                answer = self._rpc(addr).call(ApiKey.GET_METADATA, body)
+            except NetworkError as e:
+                last = e
+                continue
+            return self._meta.update(answer, complete=complete)
+        raise NetworkError(f"no server answered GET_METADATA (tried {', '.join(tried)}): {last}")
+
+    # -- routing --------------------------------------------------------------------------------
+    def _rpc(self, addr: tuple[str, int]):
+        key = (addr, threading.get_ident())
+        with self._lock:
+            rpc = self._rpcs.get(key)
+            if rpc is None:
+                if self._closed:
+                    raise NetworkError("the connection is closed")
+                rpc = self._rpcs[key] = self._rpc_factory(addr[0], addr[1], self.request_timeout_s)
+        return rpc
+
+    def coordinator(self):
+        """The active coordinator's RpcConnection (NotCoordinatorLeader when none is known)."""
+        if self._meta.coordinator is None:
+            self.refresh_metadata()
+        addr = self._meta.coordinator
+        if addr is None:
+            raise NotCoordinatorLeader("no active coordinator is registered in ZooKeeper")
+        return self._rpc(addr)
+
+    def tablet_for(self, table_id: int, bucket: int):
+        """The RpcConnection of the tablet server hosting ``bucket`` of table ``table_id``."""
+        info = self.table_by_id(table_id)
+        return self._rpc(self._meta.tablet_address(info, bucket)[1])
+
+    def tablet(self, tablet_id: int):
+        """The RpcConnection of one tablet server by id."""
+        addr = self.tablets.get(tablet_id)
+        if addr is None:
+            raise NetworkError(f"tablet server {tablet_id} is not registered")
+        return self._rpc(addr)
+
+    # -- calls with retries ---------------------------------------------------------------------
+    def retry(self, op: Callable[[], Any], refresh: Callable[[], Any]) -> Any:
+        """Run ``op`` until it succeeds, retrying retriable errors with backoff.
+
+        ``refresh`` runs before a retry whose error asks for fresh metadata. Gives up with the
+        last error once ``request_timeout_s`` has passed.
+        """
+        deadline = self._clock() + self.request_timeout_s
+        delay = _BACKOFF_START_S
+        while True:
+            try:
+                return op()
+            except ApiError as e:
+                if not e.retriable or self._clock() + delay > deadline:
+                    raise
+                if e.refresh_metadata:
+                    try:
+                        refresh()
+                    except NetworkError:
+                        pass  # nothing reachable yet; the next attempt reports it
+            self._sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX_S)
+
+    def call_coordinator(self, api_key: ApiKey, body: dict | None = None) -> dict:
+        return self.with_coordinator(lambda rpc: rpc.call(api_key, body or {}))
+
+    def with_coordinator(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(coordinator rpc)`` with retries, following a moved coordinator."""
+        return self.retry(lambda: fn(self.coordinator()), self.refresh_metadata)
+
+    def call_bucket(self, table: TableInfo, bucket: int, api_key: ApiKey, body: dict) -> dict:
+        """Send ``body`` to the tablet hosting ``bucket``, retrying retriable errors."""
+        def op():
+            return self._rpc(self._meta.tablet_address(table, bucket)[1]).call(api_key, body)
+        return self.retry(op, lambda: self._refresh_same_table(table))
+
+    def call_buckets(self, table: TableInfo, buckets: Iterable[int], api_key: ApiKey,
+                     make_body: Callable[[list[int]], dict]) -> list[tuple[list[int], dict]]:
+        """One call per tablet server for the buckets it hosts; [(buckets, response body)].
+
+        A group that fails with a retriable error is regrouped after a metadata refresh and
+        retried until ``request_timeout_s``.
+        """
+        pending = sorted(set(buckets))
+        results: list[tuple[list[int], dict]] = []
+
+        def attempt():
+            groups: dict[tuple[str, int], list[int]] = {}
+            for b in pending:
+                groups.setdefault(self._meta.tablet_address(table, b)[1], []).append(b)
+            for addr, group in groups.items():
+                body = self._rpc(addr).call(api_key, make_body(group))
+                results.append((group, body))
+                for b in group:
+                    pending.remove(b)
+
+        if pending:
+            self.retry(attempt, lambda: self._refresh_same_table(table))
+        return results
+
+    def _refresh_same_table(self, table: TableInfo) -> TableInfo:
+        fresh = self.refresh_table(table.name)
+        if fresh.table_id != table.table_id:
+            raise TableNotExist(f"table {table.name} (id {table.table_id}) was dropped; a new "
+                                f"table of that name has id {fresh.table_id}")
+        return fresh

@@ -1,0 +1,272 @@
+"""KvScanner: pages through a bucket's KV snapshot (or live state) over tablet scan sessions.
+
+A snapshot is immutable and key-ordered, so a snapshot scan survives anything that loses its
+session — a dropped connection, a restarted or replaced tablet server, an evicted session — by
+reopening at the next row (``start_row``): no row is yielded twice and none is skipped. A lost
+response is first retried with the same ``call_seq_id``, which the server answers with the
+identical batch. A live scan reads a point-in-time view that dies with its session, so there a
+lost session is an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Iterator
+
+import pyarrow as pa
+
+from fluss_spark.errors import (ConfigError, FlussError, KvSnapshotNotExist, NetworkError,
+                                ScannerExpired, TooManyScanners, UnknownScannerId)
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.arrow_ipc import bytes_to_table
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE_BYTES = 4 << 20
+#: A close is a courtesy: never wait long for it (the server evicts idle sessions anyway).
+_CLOSE_TIMEOUT_S = 5.0
+
+
+class LiveScanLost(FlussError):
+    """A live scan lost its session; its point-in-time view cannot be reopened."""
+
+
+class KvScan:
+    """One scan of one bucket: iterate it for ``pyarrow.RecordBatch`` es.
+
+    After (or during) iteration, ``snapshot_id`` and ``log_offset`` say what was read: the
+    changelog continues at ``log_offset``. ``rows`` counts the rows yielded, ``resumes`` how
+    often the scan reopened after losing its session. Closing it (or dropping it, or leaving a
+    ``with`` block) closes the server session.
+    """
+
+    def __init__(self, gen_factory: Callable[["KvScan"], Iterator[pa.RecordBatch]], *,
+                 bucket: int, snapshot_id: int | None, live: bool):
+        self.bucket = bucket
+        self.snapshot_id = snapshot_id
+        self.live = live
+        self.log_offset: int | None = None
+        self.schema: pa.Schema | None = None
+        self.rows = 0
+        self.resumes = 0
+        self._gen = gen_factory(self)
+
+    def __iter__(self) -> "KvScan":
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        return next(self._gen)
+
+    def read_all(self) -> pa.Table:
+        """Every remaining row as one table."""
+        batches = list(self)
+        if batches:
+            return pa.Table.from_batches(batches)
+        return (self.schema or pa.schema([])).empty_table()
+
+    def close(self) -> None:
+        self._gen.close()
+
+    def __enter__(self) -> "KvScan":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self._gen.close()
+        except Exception:  # noqa: BLE001 - best effort at garbage collection
+            pass
+
+
+class KvScanner:
+    """Scans the KV state of a primary-key table, one bucket at a time.
+
+    Parameters
+    ----------
+    conn:
+        A ``FlussConnection``.
+    table_info:
+        The table (``TableInfo``).
+    continue_retries:
+        How many times a continue is repeated after a lost response before the session is
+        considered lost.
+    open_timeout_s:
+        How long an open keeps retrying ``TooManyScanners`` (on top of the connection's own
+        retries).
+    """
+
+    def __init__(self, conn, table_info, *, continue_retries: int = 2,
+                 open_timeout_s: float = 60.0, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
+        self._conn = conn
+        self.table = table_info
+        self.continue_retries = continue_retries
+        self.open_timeout_s = open_timeout_s
+        self._sleep, self._clock = sleep, clock
+
+    def latest_snapshot(self, bucket: int) -> dict:
+        """The bucket's newest registered snapshot (a SnapshotInfo body), or KvSnapshotNotExist."""
+        resp = self._conn.call_coordinator(ApiKey.LIST_KV_SNAPSHOTS, {
+            "table_id": self.table.table_id, "bucket": bucket, "latest_only": True})
+        mine = [s for s in resp.get("snapshots") or [] if int(s["bucket"]) == bucket]
+        if not mine:
+            raise KvSnapshotNotExist(
+                f"bucket {bucket} of table {self.table.name} has no KV snapshot yet; trigger "
+                "one (fluss-spark snapshot trigger) or scan the live state (live=True)")
+        return max(mine, key=lambda s: int(s["snapshot_id"]))
+
+    def scan(self, bucket: int, snapshot_id: int | None = None, live: bool = False,
+             projection: list[str] | None = None, limit: int | None = None, start_row: int = 0,
+             batch_size_bytes: int = DEFAULT_BATCH_SIZE_BYTES) -> KvScan:
+        """Page through one bucket; returns an iterator of Arrow record batches (a ``KvScan``).
+
+        Parameters
+        ----------
+        bucket:
+            The bucket to read.
+        snapshot_id:
+            The KV snapshot to read; None (and not ``live``) reads the bucket's latest snapshot.
+        live:
+            Read a point-in-time view of the current state instead of a snapshot.
+        projection:
+            Column names to read (server-side projection); None reads every column.
+        limit:
+            Most rows to return; None for all.
+        start_row:
+            First row (in key order) to return; a snapshot scan resumes exactly here.
+        batch_size_bytes:
+            Target size of each batch the server sends (it clamps it to its maximum).
+        """
+        if live and snapshot_id is not None:
+            raise ConfigError("give either snapshot_id or live=True, not both")
+        for name, value, low in (("limit", limit, 0), ("start_row", start_row, 0),
+                                 ("batch_size_bytes", batch_size_bytes, 1)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value < low):
+                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+        if projection is not None:
+            projection = list(projection)
+        if not 0 <= bucket < self.table.num_buckets:
+            raise ConfigError(f"table {self.table.name} has buckets 0..{self.table.num_buckets - 1}"
+                              f", not {bucket}")
+        return KvScan(lambda scan: self._pages(scan, projection, limit, start_row,
+                                               batch_size_bytes),
+                      bucket=bucket, snapshot_id=snapshot_id, live=live)
+
+    # -- the pager ------------------------------------------------------------------------------
+    def _pages(self, scan: KvScan, projection, limit, start_row,
+               batch_size) -> Iterator[pa.RecordBatch]:
+        if not scan.live and scan.snapshot_id is None:
+            latest = self.latest_snapshot(scan.bucket)
+            scan.snapshot_id = int(latest["snapshot_id"])
+            scan.log_offset = int(latest["log_offset"])
+        rpc, scanner_id, seq, has_more, lost = None, None, 0, True, None
+        try:
+            while has_more:
+                expected = start_row + scan.rows
+                if scanner_id is None:
+                    remaining = None if limit is None else limit - scan.rows
+                    rpc, resp = self._open(scan, projection, remaining, expected, batch_size)
+                    seq = 0
+                    if lost is not None:              # the server may still hold it: free it
+                        self._close_session(*lost)
+                        lost = None
+                else:
+                    seq += 1
+                    resp = self._continue(scan, rpc, scanner_id, seq, batch_size)
+                    if resp is None:                  # session lost: reopen at the next row
+                        lost, scanner_id = (rpc, scanner_id), None
+                        scan.resumes += 1
+                        continue
+                has_more = bool(resp.get("has_more"))
+                scanner_id = resp.get("scanner_id") if has_more else None
+                if resp.get("log_offset") is not None:
+                    scan.log_offset = int(resp["log_offset"])
+                for batch in self._batches(scan, resp, expected):
+                    scan.rows += batch.num_rows
+                    yield batch
+        finally:
+            if scanner_id is not None and rpc is not None:
+                self._close_session(rpc, scanner_id)
+
+    def _close_session(self, rpc, scanner_id: str) -> None:
+        """Best effort: a session left open is evicted by the server after kv.scanner.ttl."""
+        try:
+            rpc.call(ApiKey.SCAN_KV, {"scanner_id": scanner_id, "close": True},
+                     timeout_s=_CLOSE_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001
+            log.debug("closing scan session %s failed: %s", scanner_id, e)
+
+    def _open(self, scan: KvScan, projection, limit, start_row, batch_size):
+        body = {"table_id": self.table.table_id, "bucket": scan.bucket, "call_seq_id": 0,
+                "batch_size_bytes": batch_size}
+        if scan.live:
+            body["live"] = True
+        else:
+            body["snapshot_id"] = scan.snapshot_id
+        if projection is not None:
+            body["projection"] = projection
+        if limit is not None:
+            body["limit"] = limit
+        if start_row:
+            body["start_row"] = start_row
+
+        def attempt():
+            rpc = self._conn.tablet_for(self.table.table_id, scan.bucket)
+            return rpc, rpc.call(ApiKey.SCAN_KV, body)
+
+        deadline = self._clock() + self.open_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return self._conn.retry(attempt, lambda: self._conn.refresh_table(self.table.name))
+            except TooManyScanners:
+                if self._clock() + delay > deadline:
+                    raise
+            self._sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _continue(self, scan: KvScan, rpc, scanner_id: str, seq: int, batch_size) -> dict | None:
+        """The next batch; None when the session is lost and a snapshot scan should reopen."""
+        body = {"scanner_id": scanner_id, "call_seq_id": seq, "batch_size_bytes": batch_size}
+        for attempt in range(self.continue_retries + 1):
+            try:
+                return rpc.call(ApiKey.SCAN_KV, body)
+            except NetworkError as e:
+                error = e
+                if attempt < self.continue_retries:
+                    # The same call_seq_id again: the server repeats the batch if it had served it.
+                    self._sleep(0.05 * (attempt + 1))
+            except (ScannerExpired, UnknownScannerId) as e:
+                error = e
+                break
+        if scan.live:
+            raise LiveScanLost(
+                f"live scan of table {self.table.name} bucket {scan.bucket} lost its session "
+                f"after {scan.rows} rows ({type(error).__name__}: {error}); live scans are not "
+                "resumable: start the scan again, or scan a snapshot, which resumes by row")
+        log.info("scan of %s bucket %d snapshot %s lost its session after %d rows (%s); "
+                 "reopening at the next row", self.table.name, scan.bucket, scan.snapshot_id,
+                 scan.rows, type(error).__name__)
+        return None
+
+    def _batches(self, scan: KvScan, resp: dict, expected: int) -> Iterator[pa.RecordBatch]:
+        """The response's record batches, trimmed so the scan stays gapless and duplicate-free."""
+        records = resp.get("records")
+        if not records:
+            return
+        table = bytes_to_table(records)
+        if scan.schema is None:
+            scan.schema = table.schema
+        row_start = resp.get("row_start", expected)
+        if row_start > expected:
+            raise FlussError(f"scan of {self.table.name} bucket {scan.bucket} got rows from "
+                             f"{row_start}, expected {expected}: rows would be skipped")
+        if row_start < expected:       # already yielded: drop the overlap
+            table = table.slice(expected - row_start)
+        for batch in table.to_batches():
+            if batch.num_rows:
+                yield batch

@@ -1,0 +1,71 @@
+"""The client's cache of cluster metadata: coordinator, live tablets, tables and assignments."""
+
+from __future__ import annotations
+
+import threading
+
+from fluss_spark.client.model import TableInfo
+from fluss_spark.errors import ConfigError, LeaderNotAvailable
+
+
+class MetadataCache:
+    """Thread-safe view of the last GET_METADATA answers, merged table by table."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.coordinator: tuple[str, int] | None = None
+        self.tablets: dict[int, tuple[str, int]] = {}
+        self._by_name: dict[str, TableInfo] = {}
+        self._by_id: dict[int, TableInfo] = {}
+
+    def update(self, body: dict, *, complete: bool = False) -> list[TableInfo]:
+        """Merge one GET_METADATA body; ``complete`` means it listed every table."""
+        tables = [TableInfo.from_wire(t) for t in body.get("tables") or []]
+        coord = body.get("coordinator")
+        with self._lock:
+            self.coordinator = (coord["host"], int(coord["port"])) if coord else None
+            self.tablets = {int(t["id"]): (t["host"], int(t["port"]))
+                            for t in body.get("tablets") or []}
+            if complete:
+                self._by_name, self._by_id = {}, {}
+            for t in tables:
+                old = self._by_name.pop(t.name, None)
+                if old is not None:
+                    self._by_id.pop(old.table_id, None)
+                self._by_name[t.name] = t
+                self._by_id[t.table_id] = t
+        return tables
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            old = self._by_name.pop(name, None)
+            if old is not None:
+                self._by_id.pop(old.table_id, None)
+
+    def table(self, name: str) -> TableInfo | None:
+        with self._lock:
+            return self._by_name.get(name)
+
+    def table_by_id(self, table_id: int) -> TableInfo | None:
+        with self._lock:
+            return self._by_id.get(int(table_id))
+
+    def tablet_address(self, table: TableInfo, bucket: int) -> tuple[int, tuple[str, int]]:
+        """(tablet id, address) hosting ``bucket``; LeaderNotAvailable when none is known."""
+        if not 0 <= bucket < table.num_buckets:
+            raise ConfigError(f"table {table.name} has buckets 0..{table.num_buckets - 1}, "
+                                f"not {bucket}")
+        with self._lock:
+            current = self._by_id.get(table.table_id, table)
+            tablet = current.assignment.get(bucket)
+            addr = self.tablets.get(tablet) if tablet is not None else None
+        if addr is None:
+            raise LeaderNotAvailable(f"no live tablet server hosts bucket {bucket} of "
+                                     f"{table.name} (assigned to {tablet})")
+        return tablet, addr
+
+    def addresses(self) -> list[tuple[str, int]]:
+        """Every server address known, coordinator first."""
+        with self._lock:
+            out = [self.coordinator] if self.coordinator else []
+            return out + [a for _, a in sorted(self.tablets.items())]

@@ -1,0 +1,244 @@
+"""TableWriter: append, upsert and delete rows; conversion of user data to the table schema."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from typing import Any, Sequence
+
+import pyarrow as pa
+
+from fluss_spark.client.model import TableInfo
+from fluss_spark.errors import ConfigError, NonPrimaryKeyTable
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.arrow_ipc import table_to_bytes
+from fluss_spark.protocol.rows import split_by_bucket
+
+#: Largest Arrow payload sent in one PRODUCE request; bigger batches go in several.
+MAX_REQUEST_BYTES = 8 << 20
+
+Data = pa.Table | pa.RecordBatch | Sequence[dict] | Sequence[tuple]
+
+
+def to_arrow(data: Any, schema: pa.Schema, what: str = "rows") -> pa.Table:
+    """Convert ``data`` to a table of exactly ``schema`` (column order and types).
+
+    Accepts an Arrow table or batch (columns matched by name, cast safely), a list of dicts
+    (keys are column names) or a list of tuples (values in schema order). Raises ConfigError
+    naming a missing, extra or mistyped column.
+    """
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return _conform_table(data, schema, what)
+    if hasattr(data, "to_arrow") and not isinstance(data, (list, tuple)):
+        return _conform_table(data.to_arrow(), schema, what)   # e.g. a polars frame
+    if isinstance(data, (list, tuple)):
+        rows = list(data)
+        if not rows:
+            return schema.empty_table()
+        if all(isinstance(r, dict) for r in rows):
+            return _from_dicts(rows, schema, what)
+        if all(isinstance(r, (tuple, list)) for r in rows):
+            return _from_tuples(rows, schema, what)
+        raise ConfigError(f"{what}: rows must be all dicts or all tuples, got a mix of "
+                          f"{sorted({type(r).__name__ for r in rows})}")
+    raise ConfigError(f"{what}: expected a pyarrow Table/RecordBatch or a list of dicts or tuples, "
+                      f"got {type(data).__name__}")
+
+
+def _check_names(given: Sequence[str], schema: pa.Schema, what: str) -> None:
+    names = schema.names
+    missing = [n for n in names if n not in given]
+    extra = [n for n in given if n not in names]
+    if missing:
+        raise ConfigError(f"{what}: missing column(s) {', '.join(missing)}; the table has "
+                          f"columns {', '.join(names)}")
+    if extra:
+        raise ConfigError(f"{what}: unknown column(s) {', '.join(extra)}; the table has "
+                          f"columns {', '.join(names)}")
+
+
+def _conform_table(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+    given = table.schema.names
+    if len(set(given)) != len(given):
+        dup = sorted({n for n in given if given.count(n) > 1})
+        raise ConfigError(f"{what}: duplicate column(s) {', '.join(dup)}")
+    _check_names(given, schema, what)
+    if table.schema.names == schema.names and table.schema.equals(schema, check_metadata=False):
+        return table.replace_schema_metadata(None) if table.schema.metadata else table
+    arrays = []
+    for f in schema:
+        col = table.column(f.name)
+        if col.type != f.type:
+            try:
+                col = col.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                raise ConfigError(f"{what}: column {f.name!r} has type {col.type}, which does "
+                                  f"not convert to {f.type}: {_first_line(e)}") from None
+        arrays.append(col)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _column(values: list, f: pa.Field, what: str) -> pa.Array:
+    try:
+        return pa.array(values, type=f.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+        raise ConfigError(f"{what}: column {f.name!r} ({f.type}) got a value that does not "
+                          f"convert: {_first_line(e)}") from None
+
+
+def _from_dicts(rows: list[dict], schema: pa.Schema, what: str) -> pa.Table:
+    keys = set().union(*(r.keys() for r in rows))
+    names = set(schema.names)
+    if keys != names:
+        _check_names([k for k in keys], schema, what)
+    return pa.Table.from_arrays([_column([r.get(f.name) for r in rows], f, what) for f in schema],
+                                schema=schema)
+
+
+def _from_tuples(rows: list[Sequence], schema: pa.Schema, what: str) -> pa.Table:
+    n = len(schema)
+    for i, r in enumerate(rows):
+        if len(r) != n:
+            raise ConfigError(f"{what}: row {i} has {len(r)} values, the table has {n} columns "
+                              f"({', '.join(schema.names)})")
+    columns = list(zip(*rows))
+    return pa.Table.from_arrays([_column(list(c), f, what) for c, f in zip(columns, schema)],
+                                schema=schema)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def check_not_null(table: pa.Table, columns: Sequence[str], what: str) -> None:
+    """Refuse nulls in key columns and NOT NULL columns."""
+    for name in columns:
+        if table.column(name).null_count:
+            raise ConfigError(f"{what}: column {name!r} must not be null")
+
+
+def chunks(table: pa.Table, max_bytes: int = MAX_REQUEST_BYTES) -> list[pa.Table]:
+    """Slices of ``table`` of at most about ``max_bytes`` each (at least one row each)."""
+    if table.num_rows == 0:
+        return []
+    size = table.nbytes
+    if size <= max_bytes:
+        return [table]
+    per = max(1, int(table.num_rows * max_bytes / size))
+    return [table.slice(i, per) for i in range(0, table.num_rows, per)]
+
+
+class TableWriter:
+    """Writes to one table; every call returns once the tablets have made the rows durable.
+
+    Each call returns ``{bucket: (base_offset, end_offset)}``: the changelog offsets written.
+    Delivery is at least once: a request retried after a lost response may have been applied
+    (for upserts that only repeats ``-U``/``+U`` pairs of the same values).
+    """
+
+    def __init__(self, conn, table: TableInfo, max_request_bytes: int = MAX_REQUEST_BYTES):
+        self._conn = conn
+        self.table = table
+        self.max_request_bytes = max_request_bytes
+        self._lock = threading.Lock()
+        # Sticky bucket for log tables without a bucket key: one bucket per call, rotating.
+        self._next_bucket = itertools.count(random.randrange(table.num_buckets))
+
+    def append(self, data: Data) -> dict[int, tuple[int, int]]:
+        """Append rows to a log table (change type ``+A``)."""
+        if self.table.has_primary_key:
+            raise ConfigError(f"table {self.table.name} has a primary key: use upsert/delete, "
+                              "not append")
+        rows = self._convert(data, "append")
+        if not rows.num_rows:
+            return {}
+        if self.table.bucket_key:
+            parts = split_by_bucket(rows, list(self.table.bucket_key), self.table.num_buckets)
+        else:
+            with self._lock:
+                bucket = next(self._next_bucket) % self.table.num_buckets
+            parts = {bucket: rows}
+        return self._produce("append", parts)
+
+    def upsert(self, data: Data) -> dict[int, tuple[int, int]]:
+        """Insert or replace rows by primary key (``+I``, or ``-U``/``+U`` for existing keys)."""
+        self._require_pk("upsert")
+        rows = self._convert(data, "upsert")
+        return self._produce("upsert", self._split(rows))
+
+    def delete(self, data: Data) -> dict[int, tuple[int, int]]:
+        """Delete rows by primary key (``-D`` with the old row; a missing key writes nothing).
+
+        Rows may hold only the primary-key columns or full rows.
+        """
+        self._require_pk("delete")
+        schema = self.table.schema
+        names = _given_names(data)
+        pk = self.table.primary_key
+        if names is not None and set(names) == set(pk):
+            schema = pa.schema([schema.field(c) for c in pk])
+        elif (names is None and isinstance(data, (list, tuple)) and data
+              and isinstance(data[0], (list, tuple)) and len(data[0]) == len(pk) < len(schema)):
+            schema = pa.schema([schema.field(c) for c in pk])   # tuples of key values
+        rows = to_arrow(data, schema, f"delete from {self.table.name}")
+        check_not_null(rows, self.table.primary_key, f"delete from {self.table.name}")
+        return self._produce("delete", self._split(rows))
+
+    def _require_pk(self, op: str) -> None:
+        if not self.table.has_primary_key:
+            raise NonPrimaryKeyTable(f"table {self.table.name} has no primary key: {op} needs a "
+                                     "primary-key table; use append")
+
+    def _convert(self, data: Data, op: str) -> pa.Table:
+        what = f"{op} to {self.table.name}"
+        rows = to_arrow(data, self.table.schema, what)
+        required = list(self.table.primary_key) + [
+            f.name for f in self.table.schema if not f.nullable and f.name not in self.table.primary_key]
+        check_not_null(rows, required, what)
+        return rows
+
+    def _split(self, rows: pa.Table) -> dict[int, pa.Table]:
+        key = list(self.table.bucket_key or self.table.primary_key)
+        return split_by_bucket(rows, key, self.table.num_buckets)
+
+    def _produce(self, op: str, parts: dict[int, pa.Table]) -> dict[int, tuple[int, int]]:
+        if len(parts) <= 1:
+            return {b: r for b, part in parts.items()
+                    if (r := self._produce_bucket(op, b, part)) is not None}
+        # Buckets live on different tablets: write them in parallel, each bucket in order.
+        pool = self._conn.executor()
+        futures = {b: pool.submit(self._produce_bucket, op, b, part)
+                   for b, part in sorted(parts.items())}
+        out, error = {}, None
+        for b, f in futures.items():
+            try:
+                r = f.result()
+            except BaseException as e:   # wait for every bucket before reporting
+                error = error or e
+                continue
+            if r is not None:
+                out[b] = r
+        if error is not None:
+            raise error
+        return out
+
+    def _produce_bucket(self, op: str, bucket: int, part: pa.Table) -> tuple[int, int] | None:
+        base = end = None
+        for chunk in chunks(part, self.max_request_bytes):
+            resp = self._conn.call_bucket(self.table, bucket, ApiKey.PRODUCE, {
+                "table_id": self.table.table_id, "bucket": bucket, "op": op,
+                "records": table_to_bytes(chunk)})
+            base = int(resp["base_offset"]) if base is None else base
+            end = int(resp["end_offset"])
+        return None if base is None else (base, end)
+
+
+def _given_names(data: Any) -> list[str] | None:
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        return data.schema.names
+    if isinstance(data, (list, tuple)) and data and all(isinstance(r, dict) for r in data):
+        return list(set().union(*(r.keys() for r in data)))
+    return None

@@ -1,0 +1,152 @@
+"""fluss-spark argument handling and output formatting (no cluster needed)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from fluss_spark import cli
+
+
+def run(capsys, *argv):
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def no_cluster(monkeypatch, tmp_path):
+    monkeypatch.delenv("FLUSS_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("FLUSS_SPARK_HOME", str(tmp_path / "no-cluster"))
+
+
+@pytest.mark.parametrize("argv, needle", [
+    ([], "COMMAND"),
+    (["table"], "ACTION"),
+    (["table", "create", "db.t"], "--schema"),
+    (["produce", "db.t"], "--rows"),
+    (["produce", "db.t", "--rows", "many"], "invalid int value"),
+    (["scan", "db.t", "--format", "csv"], "invalid choice"),
+    (["no-such-command"], "invalid choice"),
+])
+def test_usage_errors_are_one_line_with_status_2(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle in err
+
+
+def test_help_exits_zero(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "cluster" in out and "lease" in out
+
+
+def test_no_cluster_names_the_ways_to_find_one(capsys, tmp_path):
+    code, out, err = run(capsys, "table", "list")
+    assert code == 1 and out == ""
+    assert "--bootstrap-servers" in err and "FLUSS_BOOTSTRAP_SERVERS" in err
+    assert "cluster start" in err and err.count("\n") == 1
+
+
+def test_bad_bootstrap_address(capsys):
+    code, _, err = run(capsys, "--bootstrap-servers", "nohost", "table", "list")
+    assert code == 1 and "nohost" in err and "host:port" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["scan", "db.t", "--snapshot", "newest"], "--snapshot"),
+    (["scan", "db.t", "--snapshot", "3"], "--bucket"),
+    (["scan", "db.t", "--limit", "0"], "--limit"),
+    (["log", "db.t", "--from", "yesterday"], "--from"),
+    (["produce", "db.t", "--rows", "-1"], "--rows"),
+    (["produce", "db.t", "--rows", "1", "--batch-size", "0"], "--batch-size"),
+    (["lease", "acquire", "L", "db.t", "--duration", "forever"], "--duration"),
+    (["cluster", "start", "--tablets", "0"], "--tablets"),
+    (["cluster", "start", "--disable-api", "everything"], "everything"),
+    (["cluster", "start", "--option", "kv.scanner.ttl"], "key=value"),
+])
+def test_argument_values_are_checked_before_connecting(capsys, argv, needle):
+    # Every check here happens before any connection: the bootstrap points at nothing.
+    code, out, err = run(capsys, "--bootstrap-servers", "127.0.0.1:1", "--timeout", "0.2", *argv)
+    assert code == 1 and out == ""
+    assert err.startswith("error: ") and needle in err and err.count("\n") == 1
+
+
+def test_json_flag_works_before_and_after_the_command():
+    parser = cli.build_parser()
+    assert parser.parse_args(["--json", "table", "list"]).json is True
+    assert parser.parse_args(["table", "list", "--json"]).json is True
+    assert not hasattr(parser.parse_args(["table", "list"]), "json")
+    args = parser.parse_args(["table", "list", "--bootstrap-servers", "h:1"])
+    assert cli.bootstrap_servers(args) == "h:1"
+
+
+def test_bootstrap_precedence(monkeypatch, tmp_path):
+    parser = cli.build_parser()
+    monkeypatch.setenv("FLUSS_BOOTSTRAP_SERVERS", "env:1")
+    assert cli.bootstrap_servers(parser.parse_args(["table", "list"])) == "env:1"
+    assert cli.bootstrap_servers(parser.parse_args(["--bootstrap-servers", "arg:2", "table", "list"])) == "arg:2"
+    monkeypatch.delenv("FLUSS_BOOTSTRAP_SERVERS")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "cluster.json").write_text(json.dumps({
+        "version": 1, "host": "127.0.0.1", "zookeeper": {"address": "127.0.0.1:2181"},
+        "servers": [{"role": "coordinator", "id": 0, "port": 5000, "pid": None},
+                    {"role": "tablet", "id": 0, "port": 5001, "pid": None}]}))
+    monkeypatch.setenv("FLUSS_SPARK_HOME", str(home))
+    assert cli.bootstrap_servers(parser.parse_args(["table", "list"])) == "127.0.0.1:5000,127.0.0.1:5001"
+
+
+def test_unknown_state_version_is_refused(monkeypatch, tmp_path, capsys):
+    (tmp_path / "cluster.json").write_text(json.dumps({"version": 99}))
+    monkeypatch.setenv("FLUSS_SPARK_HOME", str(tmp_path))
+    code, _, err = run(capsys, "table", "list")
+    assert code == 1 and "version 99" in err
+
+
+def test_print_table_aligns_columns():
+    out = io.StringIO()
+    cli.print_table([{"bucket": 0, "pinned_by": ["a", "b"], "x": None},
+                     {"bucket": 10, "pinned_by": [], "x": 1.5}], out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["BUCKET", "PINNED_BY", "X"]
+    assert lines[1].split() == ["0", "a,b"]
+    assert lines[2].split() == ["10", "1.5"]
+    assert lines[1].index("a,b") == lines[0].index("PINNED_BY")
+    empty = io.StringIO()
+    cli.print_table([], out=empty)
+    assert empty.getvalue() == "(none)\n"
+
+
+def test_emit_json_handles_dates_decimals_and_bytes():
+    import datetime as dt
+    import decimal
+    out = io.StringIO()
+    cli.emit_json([{"d": dt.date(2024, 1, 2), "n": decimal.Decimal("1.50"), "b": b"\x01"}], out=out)
+    assert json.loads(out.getvalue()) == [{"d": "2024-01-02", "n": "1.50", "b": "01"}]
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_only_on_a_terminal_and_not_with_json(monkeypatch):
+    tty = _Tty()
+    monkeypatch.setattr("sys.stderr", tty)
+    p = cli._Progress("produce db.t", 100, enabled=True)
+    p.add(50)
+    p.close()
+    assert "50/100" in tty.getvalue() and "#" * 15 in tty.getvalue()
+    quiet = _Tty()
+    monkeypatch.setattr("sys.stderr", quiet)
+    cli._Progress("produce db.t", 100, enabled=False).add(10)   # --json
+    assert quiet.getvalue() == ""
+    pipe = io.StringIO()
+    monkeypatch.setattr("sys.stderr", pipe)
+    cli._Progress("produce db.t", 100, enabled=True).add(10)    # not a terminal
+    assert pipe.getvalue() == ""
