@@ -306,9 +306,16 @@ class MetadataStore:
         """Every registered KV snapshot, read with pipelined requests."""
         paths = []
         for table_id in self.snapshot_table_ids():
-            for bucket in self.snapshot_buckets(table_id):
-                paths += [layout.snapshot_path(table_id, bucket, s)
-                          for s in self.snapshot_ids(table_id, bucket)]
+            buckets = self.snapshot_buckets(table_id)
+            for i in range(0, len(buckets), 1000):
+                futures = [(b, self.zk.get_children_async(layout.snapshots_path(table_id, b)))
+                           for b in buckets[i:i + 1000]]
+                for bucket, f in futures:
+                    try:
+                        ids = f.get()
+                    except NoNodeError:
+                        continue
+                    paths += [layout.snapshot_path(table_id, bucket, int(s)) for s in ids]
         out = []
         for i in range(0, len(paths), 1000):
             futures = [self.zk.get_async(p) for p in paths[i:i + 1000]]

@@ -1,0 +1,331 @@
+"""LeaseManager: KV snapshot leases that pin snapshots against retention and GC (DESIGN §4)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Iterable, Mapping, Protocol
+
+from fluss_spark.errors import InvalidRequest, LeaseNotFound
+from fluss_spark.metadata.layout import LeaseRecord, check_lease_id
+
+log = logging.getLogger(__name__)
+
+#: (table_id, bucket, snapshot_id)
+SnapshotKey = tuple[int, int, int]
+
+
+class LeaseStore(Protocol):
+    """The part of MetadataStore the lease manager writes through."""
+
+    def save_lease(self, record: LeaseRecord) -> int: ...
+
+    def delete_lease(self, lease_id: str) -> None: ...
+
+    def load_leases(self) -> list[LeaseRecord]: ...
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _int(value, what: str) -> int:
+    """Accept ints (and digit strings from loosely typed clients) for ids in request maps."""
+    if isinstance(value, bool):
+        raise InvalidRequest(f"{what} must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    raise InvalidRequest(f"{what} must be an integer, got {value!r}")
+
+
+class LeaseManager:
+    """Leases by id, a reference count per pinned snapshot, and the expiry pass.
+
+    Every mutation is computed on a copy, written to the store, and only then applied in
+    memory and acknowledged, so a failed ZooKeeper write changes nothing. All state is
+    guarded by ``lock``, which the coordinator shares with the snapshot registry: checking
+    that a snapshot exists and pinning it is atomic with respect to GC deleting it.
+
+    ``snapshot_exists(table_id, bucket, snapshot_id)`` answers acquire's existence check;
+    ``on_unpinned([key])`` is told about snapshots whose last pin just went, so the registry
+    can collect them at once if they are outside retention.
+    """
+
+    def __init__(self, store: LeaseStore, *,
+                 snapshot_exists: Callable[[int, int, int], bool],
+                 on_unpinned: Callable[[list[SnapshotKey]], None] = lambda keys: None,
+                 clock: Callable[[], int] = wall_clock_ms,
+                 lock: threading.RLock | None = None):
+        self._store = store
+        self._exists = snapshot_exists
+        self._on_unpinned = on_unpinned
+        self._clock = clock
+        self.lock = lock or threading.RLock()
+        self._leases: dict[str, LeaseRecord] = {}
+        self._refs: dict[SnapshotKey, int] = {}
+        self._expiry_thread: threading.Thread | None = None
+        self._expiry_stop = threading.Event()
+
+    # -- recovery ----------------------------------------------------------------------------
+    def load(self) -> int:
+        """Replace the in-memory state by every lease stored; returns how many were loaded."""
+        with self.lock:
+            self._leases, self._refs = {}, {}
+            for rec in self._store.load_leases():
+                self._leases[rec.lease_id] = rec
+                self._add_refs(_keys(rec.tables))
+            return len(self._leases)
+
+    # -- the API -----------------------------------------------------------------------------
+    def acquire(self, lease_id: str, duration_ms: int,
+                tables: Mapping[int, Mapping[int, int]]) -> tuple[dict, int]:
+        """Pin snapshots; returns ``(unavailable {table_id: {bucket: snapshot_id}}, expires_at_ms)``.
+
+        Creates the lease or extends it to now + ``duration_ms``. A bucket already pinned by
+        this lease moves to the requested snapshot. A snapshot that is not registered is
+        reported unavailable and not pinned (the bucket keeps any pin it had).
+        """
+        check_lease_id(lease_id)
+        duration_ms = _duration(duration_ms)
+        if not isinstance(tables, Mapping):
+            raise InvalidRequest("tables must be a map {table_id: {bucket: snapshot_id}}")
+        with self.lock:
+            now = self._clock()
+            current = self._live(lease_id, now)
+            new_tables = {t: dict(p) for t, p in current.tables.items()} if current else {}
+            unavailable: dict[int, dict[int, int]] = {}
+            added: list[SnapshotKey] = []
+            removed: list[SnapshotKey] = []
+            for t_raw, pins in tables.items():
+                table_id = _int(t_raw, "table_id")
+                if not isinstance(pins, Mapping):
+                    raise InvalidRequest(f"pins of table {table_id} must be a map "
+                                         "{bucket: snapshot_id}")
+                for b_raw, s_raw in pins.items():
+                    bucket, snap = _int(b_raw, "bucket"), _int(s_raw, "snapshot_id")
+                    if bucket < 0:
+                        raise InvalidRequest(f"bucket {bucket} of table {table_id} is negative")
+                    if not self._exists(table_id, bucket, snap):
+                        unavailable.setdefault(table_id, {})[bucket] = snap
+                        continue
+                    table_pins = new_tables.setdefault(table_id, {})
+                    old = table_pins.get(bucket)
+                    if old == snap:
+                        continue
+                    if old is not None:
+                        removed.append((table_id, bucket, old))
+                    table_pins[bucket] = snap
+                    added.append((table_id, bucket, snap))
+            new_tables = {t: p for t, p in new_tables.items() if p}
+            rec = LeaseRecord(lease_id=lease_id,
+                              created_ms=current.created_ms if current else now,
+                              expires_at_ms=now + duration_ms, tables=new_tables)
+            self._store.save_lease(rec)
+            self._leases[lease_id] = rec
+            self._add_refs(added)
+            self._unpinned(self._remove_refs(removed))
+            return unavailable, rec.expires_at_ms
+
+    def renew(self, lease_id: str, duration_ms: int) -> int:
+        """Extend a live lease to now + ``duration_ms``; LeaseNotFound if unknown or expired."""
+        check_lease_id(lease_id)
+        duration_ms = _duration(duration_ms)
+        with self.lock:
+            now = self._clock()
+            current = self._live(lease_id, now)
+            if current is None:
+                raise LeaseNotFound(f"KV snapshot lease {lease_id!r} does not exist or has "
+                                    "expired; its snapshots are no longer pinned, acquire again")
+            rec = LeaseRecord(lease_id, current.created_ms, now + duration_ms, current.tables)
+            self._store.save_lease(rec)
+            self._leases[lease_id] = rec
+            return rec.expires_at_ms
+
+    def release(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
+        """Unpin buckets; returns the pins left. Unknown leases and buckets are no-ops.
+
+        A lease left without pins is removed.
+        """
+        check_lease_id(lease_id)
+        with self.lock:
+            current = self._live(lease_id, self._clock())
+            if current is None:
+                return 0
+            new_tables = {t: dict(p) for t, p in current.tables.items()}
+            removed: list[SnapshotKey] = []
+            for t_raw, buckets in tables.items():
+                table_id = _int(t_raw, "table_id")
+                pins = new_tables.get(table_id)
+                for b_raw in buckets:
+                    bucket = _int(b_raw, "bucket")
+                    if pins is not None and bucket in pins:
+                        removed.append((table_id, bucket, pins.pop(bucket)))
+            if not removed:
+                return current.pin_count()
+            new_tables = {t: p for t, p in new_tables.items() if p}
+            rec = LeaseRecord(lease_id, current.created_ms, current.expires_at_ms, new_tables)
+            if new_tables:
+                self._store.save_lease(rec)
+                self._leases[lease_id] = rec
+            else:
+                self._store.delete_lease(lease_id)
+                del self._leases[lease_id]
+            self._unpinned(self._remove_refs(removed))
+            return rec.pin_count()
+
+    def drop(self, lease_id: str) -> bool:
+        """Remove a lease and all its pins; False (no error) when it does not exist."""
+        check_lease_id(lease_id)
+        with self.lock:
+            if lease_id not in self._leases:
+                return False
+            self._remove_lease(lease_id)
+            return True
+
+    def describe(self, lease_id: str) -> LeaseRecord:
+        check_lease_id(lease_id)
+        with self.lock:
+            current = self._live(lease_id, self._clock())
+            if current is None:
+                raise LeaseNotFound(f"KV snapshot lease {lease_id!r} does not exist or has "
+                                    "expired")
+            return current
+
+    def list(self) -> list[LeaseRecord]:
+        with self.lock:
+            now = self._clock()
+            return [rec for lease_id, rec in sorted(self._leases.items())
+                    if self._live(lease_id, now) is not None]
+
+    # -- expiry ------------------------------------------------------------------------------
+    def expire_once(self) -> list[str]:
+        """Remove every expired lease now; returns their ids."""
+        with self.lock:
+            now = self._clock()
+            expired = [i for i, rec in self._leases.items() if rec.expires_at_ms <= now]
+            for lease_id in expired:
+                log.info("KV snapshot lease %s expired", lease_id)
+                self._remove_lease(lease_id)
+            return expired
+
+    def start_expiry(self, interval_ms: int) -> None:
+        """Run ``expire_once`` every ``interval_ms`` on a daemon thread until ``stop_expiry``."""
+        self.stop_expiry()
+        self._expiry_stop = threading.Event()
+        stop = self._expiry_stop
+
+        def loop():
+            while not stop.wait(interval_ms / 1000.0):
+                try:
+                    self.expire_once()
+                except Exception:  # noqa: BLE001 - ZooKeeper hiccups must not end the loop
+                    log.exception("KV snapshot lease expiry pass failed; retrying next interval")
+
+        self._expiry_thread = threading.Thread(target=loop, name="lease-expiry", daemon=True)
+        self._expiry_thread.start()
+
+    def stop_expiry(self) -> None:
+        self._expiry_stop.set()
+        if self._expiry_thread is not None and self._expiry_thread is not threading.current_thread():
+            self._expiry_thread.join(timeout=5)
+        self._expiry_thread = None
+
+    # -- table drop and GC queries -----------------------------------------------------------
+    def drop_table_pins(self, table_id: int) -> list[SnapshotKey]:
+        """Remove the table's pins from every lease (leases left empty are removed)."""
+        with self.lock:
+            removed: list[SnapshotKey] = []
+            for lease_id, rec in list(self._leases.items()):
+                pins = rec.tables.get(table_id)
+                if not pins:
+                    continue
+                rest = {t: p for t, p in rec.tables.items() if t != table_id}
+                if rest:
+                    new = LeaseRecord(lease_id, rec.created_ms, rec.expires_at_ms, rest)
+                    self._store.save_lease(new)
+                    self._leases[lease_id] = new
+                else:
+                    self._store.delete_lease(lease_id)
+                    del self._leases[lease_id]
+                removed += [(table_id, b, s) for b, s in pins.items()]
+            return self._remove_refs(removed)
+
+    def table_ids(self) -> set[int]:
+        """Every table id some lease pins."""
+        with self.lock:
+            return {t for rec in self._leases.values() for t in rec.tables}
+
+    def is_pinned(self, table_id: int, bucket: int, snapshot_id: int) -> bool:
+        return self._refs.get((table_id, bucket, snapshot_id), 0) > 0
+
+    def pin_refs(self, table_id: int, bucket: int, snapshot_id: int) -> int:
+        return self._refs.get((table_id, bucket, snapshot_id), 0)
+
+    def pinned_by(self, table_id: int, bucket: int, snapshot_id: int) -> list[str]:
+        with self.lock:
+            if not self.is_pinned(table_id, bucket, snapshot_id):
+                return []
+            return sorted(i for i, rec in self._leases.items()
+                          if rec.tables.get(table_id, {}).get(bucket) == snapshot_id)
+
+    def metrics(self) -> tuple[dict, dict]:
+        """({lease_count, leased_snapshot_count, lease_pin_count}, {table_id: {...}})."""
+        with self.lock:
+            per_table: dict[int, dict[str, int]] = {}
+            for (t, _, _), n in self._refs.items():
+                m = per_table.setdefault(t, {"leased_snapshot_count": 0, "lease_pin_count": 0})
+                m["leased_snapshot_count"] += 1
+                m["lease_pin_count"] += n
+            return ({"lease_count": len(self._leases),
+                     "leased_snapshot_count": len(self._refs),
+                     "lease_pin_count": sum(self._refs.values())}, per_table)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _live(self, lease_id: str, now: int) -> LeaseRecord | None:
+        """The lease if it exists and has not expired; an expired one is removed on the spot."""
+        rec = self._leases.get(lease_id)
+        if rec is not None and rec.expires_at_ms <= now:
+            self._remove_lease(lease_id)
+            return None
+        return rec
+
+    def _remove_lease(self, lease_id: str) -> None:
+        rec = self._leases[lease_id]
+        self._store.delete_lease(lease_id)
+        del self._leases[lease_id]
+        self._unpinned(self._remove_refs(_keys(rec.tables)))
+
+    def _add_refs(self, keys: Iterable[SnapshotKey]) -> None:
+        refs = self._refs
+        for key in keys:
+            refs[key] = refs.get(key, 0) + 1
+
+    def _remove_refs(self, keys: Iterable[SnapshotKey]) -> list[SnapshotKey]:
+        """Decrement; returns the keys whose count reached zero."""
+        gone = []
+        refs = self._refs
+        for key in keys:
+            n = refs.get(key, 0) - 1
+            if n > 0:
+                refs[key] = n
+            else:
+                refs.pop(key, None)
+                gone.append(key)
+        return gone
+
+    def _unpinned(self, keys: list[SnapshotKey]) -> None:
+        if keys:
+            self._on_unpinned(keys)
+
+
+def _keys(tables: Mapping[int, Mapping[int, int]]) -> list[SnapshotKey]:
+    return [(t, b, s) for t, pins in tables.items() for b, s in pins.items()]
+
+
+def _duration(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidRequest(f"duration_ms must be a positive integer, got {value!r}")
+    return value

@@ -1,0 +1,289 @@
+"""CoordinatorServer: leader election, recovery from ZooKeeper, and the coordinator RPC handlers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from fluss_spark import config
+from fluss_spark.errors import InvalidRequest, NotCoordinatorLeader, TableNotExist
+from fluss_spark.metadata.layout import CoordinatorRecord, SnapshotRecord
+from fluss_spark.metadata.store import MetadataStore
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.server.coordinator.leases import LeaseManager, wall_clock_ms
+from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_path, join_path
+from fluss_spark.server.coordinator.tables import TableManager
+from fluss_spark.server.metadata_view import build_metadata
+from fluss_spark.server.process import ServerSettings
+from fluss_spark.server.rpc import RpcServer, require
+
+log = logging.getLogger(__name__)
+
+
+def snapshot_info(rec: SnapshotRecord, pinned_by: list[str]) -> dict:
+    return {"table_id": rec.table_id, "bucket": rec.bucket, "snapshot_id": rec.snapshot_id,
+            "path": rec.path, "log_offset": rec.log_offset, "row_count": rec.row_count,
+            "size_bytes": rec.size_bytes, "created_ms": rec.created_ms, "pinned_by": pinned_by}
+
+
+def lease_info(rec) -> dict:
+    return {"lease_id": rec.lease_id, "expires_at_ms": rec.expires_at_ms,
+            "created_ms": rec.created_ms,
+            "tables": {t: dict(p) for t, p in rec.tables.items()}, "pin_count": rec.pin_count()}
+
+
+class CoordinatorServer:
+    """The coordinator process: serves RPCs at once, acts only while it is the elected leader.
+
+    On winning the election it reloads tables, the snapshot registry and every lease from
+    ZooKeeper, expires leases that ran out while no coordinator was active, runs one GC pass,
+    and only then publishes itself as the active coordinator and accepts leader-only requests.
+    Before that (or on a standby) those requests get the retriable NotCoordinatorLeader.
+    """
+
+    #: How long ``start`` waits for leadership when no other coordinator is active.
+    LEADER_WAIT_S = 10.0
+
+    def __init__(self, settings: ServerSettings, *, clock: Callable[[], int] = wall_clock_ms):
+        self.settings = settings
+        self._clock = clock
+        self._store = MetadataStore(settings.zookeeper)
+        self._lock = threading.RLock()
+        self.tables = TableManager(self._store, lock=self._lock, clock=clock)
+        self.snapshots = SnapshotRegistry(self._store, num_retained=self.tables.num_retained,
+                                          lock=self._lock)
+        self.leases = LeaseManager(self._store, snapshot_exists=self.snapshots.exists,
+                                   on_unpinned=self.snapshots.collect, clock=clock,
+                                   lock=self._lock)
+        self.snapshots.is_pinned = self.leases.is_pinned
+        self._rpc = RpcServer(settings.host, settings.port, role="coordinator",
+                              server_id=settings.server_id, disabled=settings.disabled_apis)
+        self.host, self.port = self._rpc.host, self._rpc.port
+        self._leader = threading.Event()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._election = None
+        self._election_thread: threading.Thread | None = None
+        self._register_handlers()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "CoordinatorServer":
+        """Listen for RPCs and enter the election; returns without waiting on another leader.
+
+        When no coordinator is active it waits (up to LEADER_WAIT_S) until this one has
+        recovered and leads, so a lone coordinator is fully serving when ``start`` returns.
+        """
+        self._store.start()
+        self._store.zk.add_listener(self._on_session_state)
+        self._rpc.start()
+        identifier = f"{self.host}:{self.port}"
+        if self._store.remove_stale_election_nodes(identifier):
+            log.info("removed the election node of a dead coordinator at %s", identifier)
+        self._election = self._store.election(identifier)
+        self._election_thread = threading.Thread(target=self._election_loop,
+                                                 name="coordinator-election", daemon=True)
+        self._election_thread.start()
+        if self._store.active_coordinator() is None:
+            self._leader.wait(self.LEADER_WAIT_S)
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._election is not None:
+            self._election.cancel()
+        if self._election_thread is not None:
+            self._election_thread.join(timeout=10)
+        self.leases.stop_expiry()
+        self._rpc.stop()
+        self._store.close()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader.is_set()
+
+    def wait_until_leader(self, timeout_s: float) -> bool:
+        return self._leader.wait(timeout_s)
+
+    def _on_session_state(self, state) -> None:
+        # kazoo states compare equal to their names; LOST means our election node is gone.
+        if state == "LOST" and not self._stopping.is_set():
+            log.warning("ZooKeeper session lost; stepping down as coordinator")
+            self._leader.clear()
+            self._wake.set()
+
+    def _election_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._election.run(self._lead)
+            except Exception:  # noqa: BLE001 - a lost session must not end the election loop
+                log.exception("coordinator election failed; retrying")
+            if not self._stopping.is_set():
+                time.sleep(0.5)
+
+    def _lead(self) -> None:
+        if self._stopping.is_set():
+            return
+        self._wake.clear()
+        try:
+            self._become_leader()
+        except Exception:  # noqa: BLE001 - give up leadership and let the election retry
+            log.exception("coordinator recovery failed; releasing leadership")
+            return
+        log.info("coordinator %s:%s is the active coordinator", self.host, self.port)
+        while not self._stopping.is_set() and not self._wake.is_set():
+            self._wake.wait(1.0)
+        self._leader.clear()
+        self.leases.stop_expiry()
+
+    def _become_leader(self) -> None:
+        with self._lock:
+            n_tables = self.tables.load()
+            n_snaps = self.snapshots.load()
+            # Every lease is loaded before any GC, so nothing a lease pins can be collected.
+            n_leases = self.leases.load()
+            self.leases.expire_once()
+            # A table drop interrupted by a crash leaves pins on a table that is gone.
+            for table_id in self.leases.table_ids():
+                if self.tables.by_id(table_id) is None:
+                    self.leases.drop_table_pins(table_id)
+            self.snapshots.gc_all()
+            self._store.set_active_coordinator(
+                CoordinatorRecord(host=self.host, port=self.port, epoch=self._clock()))
+            self._leader.set()
+        log.info("recovered %d tables, %d snapshots, %d leases", n_tables, n_snaps, n_leases)
+        interval = self.settings.options.get(config.LEASE_EXPIRATION_CHECK_INTERVAL.key,
+                                             config.LEASE_EXPIRATION_CHECK_INTERVAL.default)
+        self.leases.start_expiry(int(interval))
+
+    # -- handlers ----------------------------------------------------------------------------
+    def _register_handlers(self) -> None:
+        reg = self._rpc.register
+        reg(ApiKey.GET_METADATA, self._get_metadata)
+        reg(ApiKey.LIST_TABLES, self._list_tables)
+        for key, fn in [
+            (ApiKey.CREATE_TABLE, self._create_table),
+            (ApiKey.DROP_TABLE, self._drop_table),
+            (ApiKey.COMMIT_KV_SNAPSHOT, self._commit_snapshot),
+            (ApiKey.LIST_KV_SNAPSHOTS, self._list_snapshots),
+            (ApiKey.GET_METRICS, self._metrics),
+            (ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, self._acquire),
+            (ApiKey.RENEW_KV_SNAPSHOT_LEASE, self._renew),
+            (ApiKey.RELEASE_KV_SNAPSHOT_LEASE, self._release),
+            (ApiKey.DROP_KV_SNAPSHOT_LEASE, self._drop_lease),
+            (ApiKey.LIST_KV_SNAPSHOT_LEASES, self._list_leases),
+            (ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, self._describe_lease),
+        ]:
+            reg(key, self._leader_only(fn))
+
+    def _leader_only(self, fn):
+        def handler(body: dict) -> dict:
+            if not self._leader.is_set():
+                raise NotCoordinatorLeader(
+                    f"the coordinator at {self.host}:{self.port} is not the active coordinator "
+                    "(it is recovering or on standby); retry, or ask GET_METADATA for the "
+                    "active one")
+            return fn(body)
+        return handler
+
+    def _get_metadata(self, body: dict) -> dict:
+        names = body.get("tables")
+        if names is not None and not isinstance(names, list):
+            raise InvalidRequest("field 'tables' must be a list of table names")
+        return build_metadata(self._store, names)
+
+    def _list_tables(self, body: dict) -> dict:
+        return {"tables": self._store.table_names()}
+
+    def _create_table(self, body: dict) -> dict:
+        return {"table_id": self.tables.create(body)}
+
+    def _drop_table(self, body: dict) -> dict:
+        name = require(body, "name", str)
+        with self._lock:
+            rec = self.tables.drop(name, bool(body.get("ignore_if_not_exists")))
+            if rec is None:
+                return {}
+            self.leases.drop_table_pins(rec.table_id)
+            self.snapshots.drop_table(rec.table_id)
+        try:
+            delete_path(join_path(self.settings.remote_data_dir, rec.table_id))
+        except Exception as e:  # noqa: BLE001 - the table is gone; leftover files are only space
+            log.warning("cannot delete the snapshot directory of dropped table %s: %s", name, e)
+        return {}
+
+    def _commit_snapshot(self, body: dict) -> dict:
+        rec = SnapshotRecord(
+            table_id=require(body, "table_id", int), bucket=require(body, "bucket", int),
+            snapshot_id=require(body, "snapshot_id", int), path=require(body, "path", str),
+            log_offset=require(body, "log_offset", int),
+            row_count=require(body, "row_count", int),
+            size_bytes=int(body.get("size_bytes") or 0),
+            created_ms=int(body.get("created_ms") or self._clock()))
+        with self._lock:
+            table = self.tables.by_id(rec.table_id)
+            if table is None:
+                raise TableNotExist(f"table id {rec.table_id} does not exist (dropped?); "
+                                    "its snapshot is not registered")
+            if not 0 <= rec.bucket < table.num_buckets:
+                raise InvalidRequest(f"table {table.name} has buckets 0..{table.num_buckets - 1}, "
+                                     f"not {rec.bucket}")
+            self.snapshots.commit(rec)
+        return {}
+
+    def _list_snapshots(self, body: dict) -> dict:
+        table_id = require(body, "table_id", int)
+        bucket = body.get("bucket")
+        if bucket is not None and (isinstance(bucket, bool) or not isinstance(bucket, int)):
+            raise InvalidRequest("field 'bucket' must be an integer")
+        with self._lock:
+            if self.tables.by_id(table_id) is None:
+                raise TableNotExist(f"table id {table_id} does not exist")
+            recs = self.snapshots.list(table_id, bucket, bool(body.get("latest_only")))
+            return {"snapshots": [snapshot_info(r, self.leases.pinned_by(
+                r.table_id, r.bucket, r.snapshot_id)) for r in recs]}
+
+    def _metrics(self, body: dict) -> dict:
+        with self._lock:
+            lease_metrics, lease_tables = self.leases.metrics()
+            counts = self.snapshots.counts()
+            tables = {}
+            for name in self.tables.names():
+                rec = self.tables.by_name(name)
+                per = lease_tables.get(rec.table_id, {})
+                tables[name] = {"snapshot_count": counts.get(rec.table_id, 0),
+                                "leased_snapshot_count": per.get("leased_snapshot_count", 0),
+                                "lease_pin_count": per.get("lease_pin_count", 0)}
+            metrics = {"table_count": len(tables), "snapshot_count": sum(counts.values()),
+                       "tablet_count": len(self._store.tablets()), **lease_metrics}
+            return {"metrics": metrics, "tables": tables}
+
+    def _acquire(self, body: dict) -> dict:
+        tables = require(body, "tables", dict)
+        unavailable, expires = self.leases.acquire(require(body, "lease_id", str),
+                                                   require(body, "duration_ms", int), tables)
+        return {"unavailable": unavailable, "expires_at_ms": expires}
+
+    def _renew(self, body: dict) -> dict:
+        expires = self.leases.renew(require(body, "lease_id", str),
+                                    require(body, "duration_ms", int))
+        return {"expires_at_ms": expires}
+
+    def _release(self, body: dict) -> dict:
+        tables = require(body, "tables", dict)
+        for t, buckets in tables.items():
+            if not isinstance(buckets, list):
+                raise InvalidRequest(f"buckets of table {t} must be a list")
+        return {"remaining_pins": self.leases.release(require(body, "lease_id", str), tables)}
+
+    def _drop_lease(self, body: dict) -> dict:
+        self.leases.drop(require(body, "lease_id", str))
+        return {}
+
+    def _list_leases(self, body: dict) -> dict:
+        return {"leases": [lease_info(r) for r in self.leases.list()]}
+
+    def _describe_lease(self, body: dict) -> dict:
+        return lease_info(self.leases.describe(require(body, "lease_id", str)))

@@ -1,0 +1,151 @@
+"""TableManager: validation, creation, bucket assignment and dropping of table definitions."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from fluss_spark import config
+from fluss_spark.errors import (ConfigError, CorruptMessage, InvalidConfig, InvalidRequest,
+                                InvalidTable, LeaderNotAvailable, TableAlreadyExist,
+                                TableNotExist)
+from fluss_spark.metadata.layout import AssignmentRecord, TableRecord, check_table_name
+from fluss_spark.protocol.arrow_ipc import deserialize_schema
+from fluss_spark.protocol.types import validate_table_schema
+
+#: Upper bound of ``bucket.num``: far above what one coordinator is meant to manage.
+MAX_BUCKETS = 1024
+
+
+def _str_list(value, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(c, str) for c in value):
+        raise InvalidTable(f"{what} must be a list of column names, got {value!r}")
+    return list(value)
+
+
+def assign_buckets(table_id: int, num_buckets: int, tablet_ids: list[int]) -> AssignmentRecord:
+    """Round-robin over the sorted live tablet ids, starting at ``table_id % n``."""
+    ids = sorted(tablet_ids)
+    if not ids:
+        raise LeaderNotAvailable("no tablet server is registered; start one")
+    start = table_id % len(ids)
+    return AssignmentRecord(buckets=[ids[(start + i) % len(ids)] for i in range(num_buckets)])
+
+
+class TableManager:
+    """Table definitions by name and id, mirrored from ZooKeeper by the active coordinator."""
+
+    def __init__(self, store, *, lock: threading.RLock | None = None,
+                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self._store = store
+        self.lock = lock or threading.RLock()
+        self._clock = clock
+        self._by_name: dict[str, TableRecord] = {}
+        self._by_id: dict[int, TableRecord] = {}
+
+    def load(self) -> int:
+        with self.lock:
+            self._by_name, self._by_id = {}, {}
+            for rec, _ in self._store.tables():
+                self._by_name[rec.name] = rec
+                self._by_id[rec.table_id] = rec
+            return len(self._by_name)
+
+    def by_id(self, table_id: int) -> TableRecord | None:
+        return self._by_id.get(table_id)
+
+    def by_name(self, name: str) -> TableRecord | None:
+        return self._by_name.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def num_retained(self, table_id: int) -> int | None:
+        """``kv.snapshot.num-retained`` of a table; None when the table does not exist."""
+        rec = self._by_id.get(table_id)
+        if rec is None:
+            return None
+        try:
+            return config.KV_SNAPSHOT_NUM_RETAINED.get(rec.properties)
+        except ConfigError:
+            return config.KV_SNAPSHOT_NUM_RETAINED.default
+
+    def create(self, body: dict) -> int:
+        """CREATE_TABLE: validate, allocate an id, assign buckets, write; returns the table id."""
+        name = body.get("name")
+        check_table_name(name)
+        with self.lock:
+            existing = self._by_name.get(name) or self._store.table(name)
+            if existing is not None:
+                if body.get("ignore_if_exists"):
+                    return existing.table_id
+                raise TableAlreadyExist(f"table {name} already exists (table id "
+                                        f"{existing.table_id}); drop it first or pass "
+                                        "ignore_if_exists")
+            schema_bytes, pk, bucket_key, num_buckets, props = self._validate(name, body)
+            tablets = list(self._store.tablets())
+            if not tablets:
+                raise LeaderNotAvailable("no tablet server is registered; start one")
+            table_id = self._store.next_table_id()
+            rec = TableRecord(table_id=table_id, name=name, schema=schema_bytes, primary_key=pk,
+                              bucket_key=bucket_key, num_buckets=num_buckets,
+                              properties=props, created_ms=self._clock())
+            self._store.create_table(rec, assign_buckets(table_id, num_buckets, tablets))
+            self._by_name[name] = rec
+            self._by_id[table_id] = rec
+            return table_id
+
+    def drop(self, name: str, ignore_if_not_exists: bool = False) -> TableRecord | None:
+        """Remove the definition and assignment; the caller removes snapshots and pins."""
+        check_table_name(name)
+        with self.lock:
+            rec = self._by_name.get(name) or self._store.table(name)
+            if rec is None:
+                if ignore_if_not_exists:
+                    return None
+                raise TableNotExist(f"table {name} does not exist")
+            try:
+                self._store.drop_table(name)
+            except TableNotExist:
+                if not ignore_if_not_exists:
+                    raise
+            self._by_name.pop(name, None)
+            self._by_id.pop(rec.table_id, None)
+            return rec
+
+    def _validate(self, name: str, body: dict):
+        schema_bytes = body.get("schema")
+        if not isinstance(schema_bytes, (bytes, bytearray)):
+            raise InvalidTable(f"table {name}: schema must be an Arrow IPC schema (bytes)")
+        try:
+            schema = deserialize_schema(bytes(schema_bytes))
+        except CorruptMessage as e:
+            raise InvalidTable(f"table {name}: {e}") from None
+        pk = _str_list(body.get("primary_key"), "primary_key")
+        bucket_key = _str_list(body.get("bucket_key"), "bucket_key")
+        if len(set(pk)) != len(pk):
+            raise InvalidTable(f"table {name}: primary key {pk} names a column twice")
+        try:
+            validate_table_schema(schema, pk, bucket_key)
+        except ConfigError as e:
+            raise InvalidTable(f"table {name}: {e}") from None
+        if not bucket_key and pk:
+            bucket_key = list(pk)
+        num_buckets = body.get("num_buckets", 1)
+        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int):
+            raise InvalidTable(f"table {name}: num_buckets must be an integer, got "
+                               f"{num_buckets!r}")
+        if not 1 <= num_buckets <= MAX_BUCKETS:
+            raise InvalidTable(f"table {name}: num_buckets must be between 1 and {MAX_BUCKETS}, "
+                               f"got {num_buckets}")
+        props = body.get("properties") or {}
+        if not isinstance(props, dict):
+            raise InvalidRequest("properties must be a map of strings")
+        try:
+            props = config.validate_table_properties(props)
+        except ConfigError as e:
+            raise InvalidConfig(f"table {name}: {e}") from None
+        return bytes(schema_bytes), pk, bucket_key, num_buckets, props

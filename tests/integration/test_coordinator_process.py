@@ -1,0 +1,133 @@
+"""The coordinator as a real process: tables over RPC, recovery after kill -9, election, bad input."""
+
+import socket
+
+import pytest
+
+from fluss_spark.errors import (InvalidConfig, InvalidRequest, InvalidTable, LeaderNotAvailable,
+                                NotCoordinatorLeader, TableAlreadyExist, TableNotExist)
+from fluss_spark.metadata.layout import TabletRecord
+from fluss_spark.metadata.store import MetadataStore
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.arrow_ipc import deserialize_schema, serialize_schema
+from fluss_spark.protocol.types import parse_schema
+from fluss_spark.testing.coordinator import CoordinatorProcess, call_until_leader
+from fluss_spark.testing.ports import wait_until
+
+SCHEMA = parse_schema("id BIGINT NOT NULL, name STRING, amount DECIMAL(10, 2)")
+
+
+def table_body(name="db.t", **kw):
+    body = {"name": name, "schema": serialize_schema(SCHEMA), "primary_key": ["id"],
+            "bucket_key": [], "num_buckets": 3, "properties": {"kv.snapshot.num-retained": "3"},
+            "ignore_if_exists": False}
+    body.update(kw)
+    return body
+
+
+@pytest.fixture
+def meta(zk_address):
+    store = MetadataStore(zk_address).start()
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def coordinator(zk_address, tmp_path):
+    proc = CoordinatorProcess(zk_address, tmp_path / "coord").start()
+    yield proc
+    proc.stop()
+    print(proc.log())
+
+
+def test_table_lifecycle_over_rpc(coordinator, meta):
+    conn = coordinator.connection()
+    with pytest.raises(LeaderNotAvailable, match="no tablet server is registered; start one"):
+        conn.call(ApiKey.CREATE_TABLE, table_body())
+    for i in (2, 1):
+        meta.register_tablet(TabletRecord(id=i, host="127.0.0.1", port=9000 + i))
+    table_id = conn.call(ApiKey.CREATE_TABLE, table_body())["table_id"]
+    with pytest.raises(TableAlreadyExist):
+        conn.call(ApiKey.CREATE_TABLE, table_body())
+    assert conn.call(ApiKey.CREATE_TABLE, table_body(ignore_if_exists=True)) == {
+        "table_id": table_id}
+    assert conn.call(ApiKey.LIST_TABLES, {}) == {"tables": ["db.t"]}
+    md = conn.call(ApiKey.GET_METADATA, {"tables": ["db.t"]})
+    assert md["coordinator"] == {"host": coordinator.host, "port": coordinator.port}
+    (info,) = md["tables"]
+    assert deserialize_schema(info["schema"]) == SCHEMA
+    assert (info["primary_key"], info["bucket_key"], info["num_buckets"]) == (["id"], ["id"], 3)
+    ids = [1, 2]
+    assert info["assignment"] == {b: ids[(table_id + b) % 2] for b in range(3)}
+    assert info["properties"] == {"kv.snapshot.num-retained": "3"}
+    conn.call(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": False})
+    assert conn.call(ApiKey.LIST_TABLES, {}) == {"tables": []}
+    with pytest.raises(TableNotExist):
+        conn.call(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": False})
+    assert conn.call(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": True}) == {}
+    with pytest.raises(TableNotExist):
+        conn.call(ApiKey.GET_METADATA, {"tables": ["db.t"]})
+
+
+def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(coordinator, meta):
+    meta.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=9001))
+    conn = coordinator.connection()
+    with pytest.raises(InvalidTable, match="invalid table name"):
+        conn.call(ApiKey.CREATE_TABLE, table_body(name="no-dots"))
+    with pytest.raises(InvalidTable, match="primary key column 'nope'"):
+        conn.call(ApiKey.CREATE_TABLE, table_body(primary_key=["nope"]))
+    with pytest.raises(InvalidConfig, match="unknown table property"):
+        conn.call(ApiKey.CREATE_TABLE, table_body(properties={"bogus": "1"}))
+    with pytest.raises(InvalidRequest, match="lease_id"):
+        conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"duration_ms": 1, "tables": {}})
+    with pytest.raises(TableNotExist):
+        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {"table_id": 77, "bucket": 0, "snapshot_id": 1,
+                                              "path": "/x", "log_offset": 0, "row_count": 0})
+    with socket.create_connection((coordinator.host, coordinator.port)) as s:
+        s.sendall(b"\x00\x00\x00\x05garbage-garbage")
+    assert conn.call(ApiKey.LIST_TABLES, {}) == {"tables": []}
+
+
+def test_kill_9_and_restart_recovers_tables_and_snapshots(coordinator, meta, tmp_path):
+    meta.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=9001))
+    conn = coordinator.connection()
+    table_id = conn.call(ApiKey.CREATE_TABLE, table_body())["table_id"]
+    for s in (1, 2):
+        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {
+            "table_id": table_id, "bucket": 2, "snapshot_id": s, "path": str(tmp_path / f"{s}"),
+            "log_offset": s, "row_count": s, "size_bytes": 0, "created_ms": 5})
+    coordinator.kill()
+    coordinator.start(timeout_s=60)
+    conn = coordinator.connection()
+    snaps = call_until_leader(conn, ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table_id},
+                              timeout_s=60)["snapshots"]
+    assert [(s["bucket"], s["snapshot_id"], s["log_offset"]) for s in snaps] == [(2, 1, 1),
+                                                                                (2, 2, 2)]
+    assert conn.call(ApiKey.GET_METRICS, {})["metrics"]["table_count"] == 1
+    next_id = conn.call(ApiKey.CREATE_TABLE, table_body(name="db.u"))["table_id"]
+    assert next_id == table_id + 1
+
+
+def test_only_one_coordinator_is_active_and_a_standby_takes_over(zk_address, tmp_path, meta):
+    meta.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=9001))
+    first = CoordinatorProcess(zk_address, tmp_path / "c1").start()
+    second = CoordinatorProcess(zk_address, tmp_path / "c2").start()
+    try:
+        standby = second.connection()
+        with pytest.raises(NotCoordinatorLeader) as e:
+            standby.call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})
+        assert e.value.retriable
+        # Metadata works everywhere and names the active coordinator.
+        assert standby.call(ApiKey.GET_METADATA, {})["coordinator"]["port"] == first.port
+        first.connection().call(ApiKey.CREATE_TABLE, table_body())
+        first.kill()
+        # The standby takes over once the dead leader's ZooKeeper session expires.
+        assert call_until_leader(standby, ApiKey.LIST_KV_SNAPSHOT_LEASES, {},
+                                 timeout_s=60) == {"leases": []}
+        wait_until(lambda: (meta.active_coordinator() or None) and
+                   meta.active_coordinator().port == second.port, 30, "the new active record")
+        assert standby.call(ApiKey.CREATE_TABLE, table_body(ignore_if_exists=True))[
+            "table_id"] == 1
+    finally:
+        first.stop()
+        second.stop()

@@ -1,0 +1,85 @@
+"""CoordinatorServer in-process: recovery order and cleanup after an interrupted table drop."""
+
+from pathlib import Path
+
+import pytest
+
+from fluss_spark.config import parse_server_options
+from fluss_spark.errors import NotCoordinatorLeader
+from fluss_spark.metadata.layout import TabletRecord
+from fluss_spark.metadata.store import MetadataStore
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.arrow_ipc import serialize_schema
+from fluss_spark.protocol.types import parse_schema
+from fluss_spark.server.coordinator.server import CoordinatorServer
+from fluss_spark.server.process import ServerSettings
+from fluss_spark.client.rpc import RpcConnection
+from fluss_spark.testing.coordinator import FakeClock
+
+HOUR = 3_600_000
+
+
+@pytest.fixture
+def settings(zk_address, tmp_path):
+    return ServerSettings(role="coordinator", server_id=0, zookeeper=zk_address,
+                          host="127.0.0.1", port=0, data_dir=tmp_path / "data",
+                          remote_data_dir=str(tmp_path / "remote"),
+                          options=parse_server_options([]))
+
+
+@pytest.fixture
+def meta(zk_address):
+    store = MetadataStore(zk_address).start()
+    store.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=1))
+    yield store
+    store.close()
+
+
+def start(settings, clock):
+    server = CoordinatorServer(settings, clock=clock).start()
+    assert server.is_leader
+    return server, RpcConnection(server.host, server.port)
+
+
+def test_restart_finishes_a_table_drop_that_a_crash_interrupted(settings, meta, tmp_path):
+    clock = FakeClock()
+    server, conn = start(settings, clock)
+    try:
+        table_id = conn.call(ApiKey.CREATE_TABLE, {
+            "name": "db.t", "schema": serialize_schema(parse_schema("id BIGINT")),
+            "primary_key": ["id"], "num_buckets": 1, "properties": {}})["table_id"]
+        f = Path(settings.remote_data_dir) / "snap-1"
+        f.parent.mkdir(parents=True)
+        f.write_text("x")
+        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {"table_id": table_id, "bucket": 0,
+                                              "snapshot_id": 1, "path": str(f),
+                                              "log_offset": 0, "row_count": 0})
+        conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": HOUR,
+                                                     "tables": {table_id: {0: 1}}})
+    finally:
+        server.stop()
+    # The crash came right after the table znode was removed.
+    meta.drop_table("db.t")
+    server, conn = start(settings, clock)
+    try:
+        assert conn.call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {}) == {"leases": []}
+        assert meta.snapshot_ids(table_id, 0) == []
+        assert not f.exists()
+    finally:
+        server.stop()
+
+
+def test_leader_only_requests_before_leadership_are_retriable(settings, meta):
+    first, _ = start(settings, FakeClock())
+    try:
+        standby = CoordinatorServer(settings).start()
+        try:
+            assert not standby.is_leader
+            conn = RpcConnection(standby.host, standby.port)
+            with pytest.raises(NotCoordinatorLeader, match="not the active coordinator"):
+                conn.call(ApiKey.GET_METRICS, {})
+            assert conn.call(ApiKey.LIST_TABLES, {}) == {"tables": []}
+        finally:
+            standby.stop()
+    finally:
+        first.stop()

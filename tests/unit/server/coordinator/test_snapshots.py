@@ -1,0 +1,95 @@
+"""SnapshotRegistry: retention depth, lease-aware GC, list, table drop, failed deletions."""
+
+import pytest
+
+from fluss_spark.testing.coordinator import LeaseHarness
+from fluss_spark.server.coordinator.snapshots import delete_path, join_path
+
+HOUR = 3_600_000
+
+
+@pytest.fixture
+def h(zk_address, tmp_path):
+    harness = LeaseHarness(zk_address, tmp_path / "remote")
+    yield harness
+    harness.close()
+
+
+def test_retention_keeps_the_newest_n_per_bucket(h):
+    h.retained[1] = 3
+    for s in range(6):
+        h.snapshot(1, 0, s)
+    h.snapshot(1, 1, 0)
+    assert h.stored_ids(1, 0) == [3, 4, 5]
+    assert [h.file_of(1, 0, s).exists() for s in range(6)] == [False] * 3 + [True] * 3
+    assert h.stored_ids(1, 1) == [0]
+
+
+def test_list_and_latest_only(h):
+    for b in range(2):
+        for s in (1, 2):
+            h.snapshot(1, b, s)
+    assert [(r.bucket, r.snapshot_id) for r in h.registry.list(1)] == [(0, 1), (0, 2), (1, 1),
+                                                                       (1, 2)]
+    assert [(r.bucket, r.snapshot_id) for r in h.registry.list(1, latest_only=True)] == [
+        (0, 2), (1, 2)]
+    assert [r.snapshot_id for r in h.registry.list(1, bucket=1)] == [1, 2]
+    assert h.registry.list(99) == []
+    assert h.registry.counts() == {1: 4}
+
+
+def test_exists_falls_back_to_zookeeper_for_records_written_by_others(h):
+    h.snapshot(1, 0, 1)
+    h.restart()
+    assert h.registry.exists(1, 0, 1)
+    from fluss_spark.metadata.layout import SnapshotRecord
+    h.store.put_snapshot(SnapshotRecord(1, 0, 9, "/nowhere", 0, 0))
+    assert h.registry.exists(1, 0, 9)
+    assert not h.registry.exists(1, 0, 10)
+
+
+def test_drop_table_deletes_every_snapshot_even_the_retained(h):
+    for s in (1, 2):
+        h.snapshot(1, 0, s)
+    h.snapshot(2, 0, 1)
+    assert h.registry.drop_table(1) == 2
+    assert h.store.snapshot_buckets(1) == []
+    assert not h.file_of(1, 0, 2).exists()
+    assert h.alive(2, 0, 1)
+
+
+def test_gc_all_removes_unpinned_snapshots_of_tables_that_no_longer_exist(h):
+    h.snapshot(5, 0, 1)
+    h.snapshot(5, 0, 2)
+    h.leases.acquire("a", HOUR, {5: {0: 1}})
+    h.retained[5] = 0          # what num_retained answers for a dropped table
+    h.registry.gc_all()
+    assert h.alive(5, 0, 1) and not h.alive(5, 0, 2)
+
+
+def test_a_failed_file_deletion_keeps_the_znode_for_a_later_pass(h):
+    calls = []
+
+    def failing(path):
+        calls.append(path)
+        raise OSError("store unavailable")
+
+    h.registry._delete_files = failing
+    for s in (1, 2, 3):
+        h.snapshot(1, 0, s)
+    assert calls and h.store.snapshot(1, 0, 1) is not None
+    h.registry._delete_files = delete_path
+    assert h.registry.gc_all() == [(1, 0, 1)]
+    assert h.stored_ids(1, 0) == [2, 3]
+
+
+def test_delete_path_handles_files_directories_and_absent_paths(tmp_path):
+    d = tmp_path / "t" / "0"
+    d.mkdir(parents=True)
+    (d / "f").write_text("x")
+    delete_path(str(d / "f"))
+    assert not (d / "f").exists()
+    delete_path(join_path(str(tmp_path), "t"))
+    assert not (tmp_path / "t").exists()
+    delete_path(str(tmp_path / "absent"))
+    delete_path("file://" + str(tmp_path / "absent"))
