@@ -12,7 +12,6 @@ import decimal
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -816,7 +815,11 @@ def cmd_tier_run(args) -> int:
         doc_rows = run_job(spark, config, args.duration, out=open(os.devnull, "w"))["tables"]
     finally:
         spark.stop()
-    emit_json(doc_rows) if _json(args) else print_table(doc_rows, _TIER_COLUMNS)
+    if _json(args):
+        emit_json(doc_rows)
+    else:
+        print_table([{**r, "last_round": _fmt_ms(r.get("last_round_ms"))} for r in doc_rows],
+                    _TIER_COLUMNS)
     return 0
 
 

@@ -41,8 +41,8 @@ class RpcConnection:
                 sock = self._connect()
                 sock.settimeout(timeout_s or self.timeout_s)
                 sock.sendall(frame)
-                header = _recv_exact(sock, framing.HEADER.size)
-                payload = _recv_exact(sock, framing.decode_length(header))
+                header = _recv_or_eof(sock, framing.HEADER.size)
+                payload = _recv_or_eof(sock, framing.decode_length(header))
             except (OSError, EOFError) as e:
                 self._close_locked()
                 raise NetworkError(f"request {api_key.name} to {self.address} failed: "
@@ -85,18 +85,12 @@ class RpcConnection:
             self._sock = None
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    """Read exactly ``n`` bytes into one preallocated buffer (no chunk joins: 4x faster)."""
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        read = sock.recv_into(view[got:], min(n - got, 16 * 1024 * 1024))
-        if not read:
-            raise EOFError("connection closed by the server")
-        got += read
-    return buf
 
+def _recv_or_eof(sock: socket.socket, n: int) -> bytearray:
+    data = framing.recv_exact(sock, n)
+    if data is None:
+        raise EOFError("connection closed by the server")
+    return data
 
 
 def parse_address(address: str) -> tuple[str, int]:

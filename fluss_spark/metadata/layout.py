@@ -21,7 +21,9 @@ error rather than misread.
 
 from __future__ import annotations
 
+import array
 import re
+import sys
 from dataclasses import asdict, dataclass, field, fields
 
 from fluss_spark.errors import CorruptMessage, InvalidTable
@@ -215,17 +217,13 @@ def _packed_typecode(width: int) -> str:
 
 
 def _pack(values: list[int], width: int) -> bytes:
-    import array
-    import sys
     arr = array.array(_packed_typecode(width), values)
     if sys.byteorder == "big":
         arr.byteswap()
     return arr.tobytes()
 
 
-def _unpack(data: bytes, width: int) -> "array.array":
-    import array
-    import sys
+def _unpack(data: bytes, width: int) -> array.array:
     arr = array.array(_packed_typecode(width))
     arr.frombytes(data)
     if sys.byteorder == "big":

@@ -68,7 +68,7 @@ class RpcServer:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             while True:
-                header = _recv_exact(sock, framing.HEADER.size)
+                header = framing.recv_exact(sock, framing.HEADER.size)
                 if header is None:
                     return
                 try:
@@ -76,7 +76,7 @@ class RpcServer:
                 except CorruptMessage as e:
                     log.warning("closing connection: %s", e)
                     return
-                payload = _recv_exact(sock, length)
+                payload = framing.recv_exact(sock, length)
                 if payload is None:
                     return
                 reply, keep = self._dispatch(payload)
@@ -125,19 +125,6 @@ def _api_name(key: int) -> str:
         return ApiKey(key).name
     except ValueError:
         return f"api {key}"
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytearray | None:
-    """Read exactly ``n`` bytes into one preallocated buffer (no chunk joins: 4x faster)."""
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        read = sock.recv_into(view[got:], min(n - got, 16 * 1024 * 1024))
-        if not read:
-            return None
-        got += read
-    return buf
 
 
 
