@@ -16,30 +16,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import fluss_spark
 from fluss_spark.errors import FlussError
 from fluss_spark.testing.ports import free_port
+from fluss_spark.testing.server_process import ServerProcess, signal_pid, stop_all, wait_dead
+from fluss_spark.testing.server_process import pid_alive as _pid_alive
 from fluss_spark.testing.zookeeper import ZooKeeperProcess, four_letter_word
 
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1
 _ROLES = ("zookeeper", "coordinator", "tablet")
-
-
-@dataclass
-class _Server:
-    """One server process of the cluster (mutable: pid and port change on restart)."""
-
-    role: str
-    id: int
-    port: int | None = None
-    pid: int | None = None
-    proc: subprocess.Popen | None = None
 
 
 class LocalCluster:
@@ -74,9 +62,9 @@ class LocalCluster:
         self._zk_port: int | None = None
         self._zk_pid: int | None = None
         self._zk_proc: subprocess.Popen | None = None
-        self.servers: dict[tuple[str, int], _Server] = {("coordinator", 0): _Server("coordinator", 0)}
-        for i in range(tablets):
-            self.servers[("tablet", i)] = _Server("tablet", i)
+        self.servers: dict[tuple[str, int], ServerProcess] = {}
+        for key in [("coordinator", 0)] + [("tablet", i) for i in range(tablets)]:
+            self._add_server(*key)
         self._merge_state()
 
     # -- state file -----------------------------------------------------------------------------
@@ -112,7 +100,7 @@ class LocalCluster:
         for s in state.get("servers") or ():
             key = (s["role"], int(s["id"]))
             if key not in self.servers:
-                self.servers[key] = _Server(*key)   # keep servers a previous start added
+                self._add_server(*key)   # keep servers a previous start added
             self.servers[key].port, self.servers[key].pid = s.get("port"), s.get("pid")
 
     def _save_state(self) -> None:
@@ -123,7 +111,7 @@ class LocalCluster:
                           "port": self._zk_port, "pid": self._zk_pid},
             "snapshot_dir": str(self.snapshot_dir),
             "server_options": self.server_options, "disabled_apis": self.disabled_apis,
-            "servers": [{"role": s.role, "id": s.id, "port": s.port, "pid": s.pid}
+            "servers": [{"role": s.role, "id": s.server_id, "port": s.port, "pid": s.pid}
                         for s in self.servers.values()],
         }
         tmp = self.state_path.with_suffix(".tmp")
@@ -167,7 +155,7 @@ class LocalCluster:
         self.snapshot_dir.mkdir(exist_ok=True)
         self._ensure_zookeeper()
         self._save_state()
-        missing = [s for s in self.servers.values() if not self._server_alive(s)]
+        missing = [s for s in self.servers.values() if not s.alive]
         # The coordinator first: tablets register with it through ZooKeeper either way, but a
         # coordinator that is up early assigns buckets sooner.
         for group in ([s for s in missing if s.role == "coordinator"],
@@ -185,15 +173,12 @@ class LocalCluster:
         those still running after ``timeout_s``."""
         order = ([s for s in self.servers.values() if s.role == "tablet"]
                  + [s for s in self.servers.values() if s.role == "coordinator"])
-        live = [s for s in order if self._server_alive(s)]
-        for s in live:
-            _signal(s.pid, signal.SIGTERM)
-        self._wait_dead([(s.pid, s.proc) for s in live], timeout_s)
+        stop_all(order, timeout_s)
         for s in order:
             s.pid, s.proc = None, None
         if self._external_zk is None and self._zk_alive_pid():
-            _signal(self._zk_pid, signal.SIGTERM)
-            self._wait_dead([(self._zk_pid, self._zk_proc)], timeout_s)
+            signal_pid(self._zk_pid, signal.SIGTERM)
+            wait_dead([(self._zk_pid, self._zk_proc)], timeout_s)
         self._zk_pid, self._zk_proc = None, None
         if self.base_dir.exists():
             self._save_state()
@@ -203,13 +188,12 @@ class LocalCluster:
         if role == "zookeeper":
             if self._external_zk is not None:
                 raise FlussError("the cluster uses an external ZooKeeper; it cannot kill it")
-            pid, proc = self._zk_alive_pid(), self._zk_proc
+            pid = self._zk_alive_pid()
+            if pid:
+                signal_pid(pid, signal.SIGKILL)
+                wait_dead([(pid, self._zk_proc)], 10.0)
         else:
-            s = self._server(role, server_id)
-            pid, proc = (s.pid if self._server_alive(s) else None), s.proc
-        if pid:
-            _signal(pid, signal.SIGKILL)
-            self._wait_dead([(pid, proc)], 10.0)
+            self._server(role, server_id).kill()
 
     def restart(self, role: str, server_id: int = 0) -> None:
         """Stop (if running) and start one process again on the same port and data dir."""
@@ -219,9 +203,7 @@ class LocalCluster:
             self._save_state()
             return
         s = self._server(role, server_id)
-        if self._server_alive(s):
-            _signal(s.pid, signal.SIGTERM)
-            self._wait_dead([(s.pid, s.proc)], 10.0)
+        s.stop(10.0)
         self._spawn(s)
         self._save_state()
         self._wait_ready([s])
@@ -236,16 +218,16 @@ class LocalCluster:
             rows.append({"role": "zookeeper", "id": 0, "pid": pid or self._zk_pid,
                          "address": self.zookeeper_address, "alive": bool(pid)})
         for s in self.servers.values():
-            rows.append({"role": s.role, "id": s.id, "pid": s.pid,
+            rows.append({"role": s.role, "id": s.server_id, "pid": s.pid,
                          "address": f"{self.host}:{s.port}" if s.port else None,
-                         "alive": self._server_alive(s)})
+                         "alive": s.alive})
         return rows
 
     def wait_registered(self, timeout_s: float | None = None) -> None:
         """Wait until GET_METADATA lists a coordinator and every tablet server."""
         from fluss_spark.client.rpc import RpcConnection
         from fluss_spark.protocol.api import ApiKey
-        want = {s.id for s in self.servers.values() if s.role == "tablet"}
+        want = {s.server_id for s in self.servers.values() if s.role == "tablet"}
         coord = self._server("coordinator", 0)
         rpc = RpcConnection(self.host, coord.port, timeout_s=5.0)
         deadline = time.monotonic() + (timeout_s or self.startup_timeout_s)
@@ -259,7 +241,8 @@ class LocalCluster:
                         return
                 except FlussError as e:
                     last_error = e
-                self._check_running(list(self.servers.values()))
+                for s in self.servers.values():
+                    s.check_running()
                 time.sleep(0.1)
         finally:
             rpc.close()
@@ -285,7 +268,7 @@ class LocalCluster:
         self.stop()
 
     # -- internals ------------------------------------------------------------------------------
-    def _server(self, role: str, server_id: int) -> _Server:
+    def _server(self, role: str, server_id: int) -> ServerProcess:
         s = self.servers.get((role, int(server_id)))
         if s is None:
             known = ", ".join(f"{r} {i}" for r, i in self.servers)
@@ -299,8 +282,8 @@ class LocalCluster:
         if self._zk_port and four_letter_word(self.host, self._zk_port) == "imok":
             return
         if self._zk_alive_pid():   # running but not answering: replace it
-            _signal(self._zk_pid, signal.SIGKILL)
-            self._wait_dead([(self._zk_pid, self._zk_proc)], 10.0)
+            signal_pid(self._zk_pid, signal.SIGKILL)
+            wait_dead([(self._zk_pid, self._zk_proc)], 10.0)
         zk = ZooKeeperProcess(zk_dir, port=self._zk_port, host=self.host)
         zk.start(timeout_s=self.startup_timeout_s)
         self._zk_port, self._zk_pid, self._zk_proc = zk.port, zk.proc.pid, zk.proc
@@ -311,75 +294,34 @@ class LocalCluster:
             return self._zk_pid
         return None
 
-    def _data_dir(self, s: _Server) -> Path:
-        return self.base_dir / f"{s.role}-{s.id}"
+    def _add_server(self, role: str, server_id: int) -> None:
+        # ZooKeeper address and options are filled in by _spawn, when they are final.
+        self.servers[(role, server_id)] = ServerProcess(
+            role, None, server_id=server_id, host=self.host, port=None,
+            data_dir=self.base_dir / f"{role}-{server_id}", remote_data_dir=self.snapshot_dir,
+            ready_file=self.base_dir / "run" / f"{role}-{server_id}.ready",
+            log_path=self.log_path(role, server_id))
 
-    def _ready_file(self, s: _Server) -> Path:
-        return self.base_dir / "run" / f"{s.role}-{s.id}.ready"
-
-    def _server_alive(self, s: _Server) -> bool:
-        return bool(s.pid) and _pid_alive(s.pid, s.proc, str(self._data_dir(s)))
-
-    def _spawn(self, s: _Server) -> None:
+    def _spawn(self, s: ServerProcess) -> None:
         if s.port is None:
             s.port = free_port(self.host)
-        ready = self._ready_file(s)
-        ready.parent.mkdir(parents=True, exist_ok=True)
-        ready.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "fluss_spark.server", s.role, "--id", str(s.id),
-               "--zookeeper", self.zookeeper_address, "--host", self.host, "--port", str(s.port),
-               "--data-dir", str(self._data_dir(s)), "--remote-data-dir", str(self.snapshot_dir),
-               "--ready-file", str(ready)]
-        for opt in self.server_options:
-            cmd += ["--option", opt]
-        for api in self.disabled_apis:
-            cmd += ["--disable-api", api]
-        env = dict(os.environ)
-        # Servers import the same package as this process, installed or not.
-        src = str(Path(fluss_spark.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        log_path = self.log_path(s.role, s.id)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {s.role} {s.id} on "
-                      f"port {s.port} ===\n".encode())
-            log.flush()
-            s.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        s.pid = s.proc.pid
+        # Known only now: an embedded ZooKeeper's port, options merged from the state file.
+        s.zk_address = self.zookeeper_address
+        s.options, s.disabled_apis = list(self.server_options), list(self.disabled_apis)
+        s.spawn()
 
-    def _wait_ready(self, servers: list[_Server]) -> None:
+    def _wait_ready(self, servers: list[ServerProcess]) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         pending = list(servers)
         while pending:
-            self._check_running(pending)
-            pending = [s for s in pending if not self._ready_file(s).exists()]
+            pending = [s for s in pending if not s.ready()]
             if not pending:
                 return
             if time.monotonic() > deadline:
-                names = ", ".join(f"{s.role} {s.id}" for s in pending)
+                names = ", ".join(s.name for s in pending)
                 raise FlussError(f"{names} did not start within {self.startup_timeout_s:.0f}s"
                                  f"\n{self.log_tails()}")
             time.sleep(0.05)
-
-    def _check_running(self, servers: list[_Server]) -> None:
-        for s in servers:
-            if s.pid and not self._server_alive(s):
-                code = s.proc.returncode if s.proc is not None else None
-                raise FlussError(f"{s.role} {s.id} exited (status {code}) while starting; "
-                                 f"log {self.log_path(s.role, s.id)}\n{self.log_tails()}")
-
-    @staticmethod
-    def _wait_dead(procs: list[tuple[int | None, subprocess.Popen | None]], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        for pid, proc in procs:
-            if not pid:
-                continue
-            while _pid_alive(pid, proc, None):
-                if time.monotonic() > deadline:
-                    _signal(pid, signal.SIGKILL)
-                    deadline = time.monotonic() + 5.0
-                time.sleep(0.05)
 
 
 def read_state(base_dir: Path) -> dict | None:
@@ -396,48 +338,3 @@ def read_state(base_dir: Path) -> dict | None:
         raise FlussError(f"{path} has version {version!r}; this fluss-spark reads version "
                          f"{STATE_VERSION}")
     return state
-
-
-def _signal(pid: int | None, sig: int) -> None:
-    if pid:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _pid_alive(pid: int, proc: subprocess.Popen | None, marker: str | None) -> bool:
-    """Whether ``pid`` runs and is still our process (its command line contains ``marker``)."""
-    if proc is not None:
-        return proc.poll() is None
-    try:
-        # Reap a child of ours that a previous call in this process started and lost track of.
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    except ChildProcessError:
-        pass
-    proc_dir = Path(f"/proc/{pid}")
-    if Path("/proc/self").exists():
-        for _ in range(50):
-            try:
-                cmdline = (proc_dir / "cmdline").read_bytes()
-                status = (proc_dir / "stat").read_text()
-            except OSError:
-                return False
-            if ") Z" in status:
-                return False
-            if cmdline:
-                break
-            time.sleep(0.01)   # a process that has just exec'd shows no command line briefly
-        else:
-            return False
-        # Arguments end with NUL, so ".../tablet-1" does not match ".../tablet-10".
-        return marker is None or marker.encode() + b"\0" in cmdline
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 from fluss_spark.client.rpc import RpcConnection
-from fluss_spark.errors import FlussError
 from fluss_spark.metadata.layout import SnapshotRecord
 from fluss_spark.metadata.store import MetadataStore
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.testing.server_process import ServerProcess
 
 
 class FakeClock:
@@ -97,69 +91,28 @@ class LeaseHarness:
         self.store.close()
 
 
-class CoordinatorProcess:
+class CoordinatorProcess(ServerProcess):
     """``python -m fluss_spark.server coordinator ...`` as a child process."""
 
     def __init__(self, zk_address: str, base_dir: str | Path, *, port: int = 0,
                  options: list[str] = (), disable_apis: list[str] = ()):
-        self.zk_address = zk_address
         self.base_dir = Path(base_dir)
-        self.port = port
-        self.options = list(options)
-        self.disable_apis = list(disable_apis)
-        self.proc: subprocess.Popen | None = None
-        self.host = "127.0.0.1"
+        super().__init__("coordinator", zk_address, port=port, options=options,
+                         disabled_apis=disable_apis, data_dir=self.base_dir / "data",
+                         remote_data_dir=self.base_dir / "remote",
+                         ready_file=self.base_dir / "coordinator.ready",
+                         log_path=self.base_dir / "coordinator.log")
 
     @property
-    def log_path(self) -> Path:
-        return self.base_dir / "coordinator.log"
+    def disable_apis(self) -> list[str]:
+        return self.disabled_apis
 
     def start(self, timeout_s: float = 30.0) -> "CoordinatorProcess":
-        ready = self.base_dir / "coordinator.ready"
-        ready.unlink(missing_ok=True)
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "fluss_spark.server", "coordinator",
-               "--zookeeper", self.zk_address, "--port", str(self.port),
-               "--data-dir", str(self.base_dir / "data"),
-               "--remote-data-dir", str(self.base_dir / "remote"), "--ready-file", str(ready)]
-        for o in self.options:
-            cmd += ["--option", o]
-        for a in self.disable_apis:
-            cmd += ["--disable-api", a]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
-
-        def is_ready():
-            if self.proc.poll() is not None:
-                raise FlussError(f"coordinator exited with {self.proc.returncode}:\n{self.log()}")
-            return ready.exists()
-
-        wait_until(is_ready, timeout_s, "the coordinator's ready file")
-        info = json.loads(ready.read_text())
-        self.host, self.port = info["host"], info["port"]
+        super().start(timeout_s)
         return self
 
     def connection(self) -> RpcConnection:
         return RpcConnection(self.host, self.port, timeout_s=30)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
-
-    def kill(self) -> None:
-        """kill -9: no shutdown code runs."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
 
 
 def call_until_leader(conn: RpcConnection, api_key, body: dict, timeout_s: float = 30.0):

@@ -28,6 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from fluss_spark.errors import LogStorageError
+from fluss_spark.server.tablet.files import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class Changelog:
         f.write(FILE_HEADER.pack(MAGIC, FORMAT_VERSION))
         f.flush()
         os.fsync(f.fileno())
-        _fsync_dir(self.dir)
+        fsync_path(self.dir, best_effort=True)
         self._file = f
         return Segment(path, base)
 
@@ -370,16 +371,3 @@ def _scan_segment(path: Path, base: int) -> tuple[Segment | None, int, bool]:
         expected = b + count
         pos = start + length
     return seg, pos, True
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fluss_spark.errors import KvSnapshotNotExist, StorageError
+from fluss_spark.server.tablet.files import fsync_path
 
 FORMAT_VERSION = 1
 BATCH_ROWS = 65536
@@ -82,10 +83,10 @@ def write_snapshot(batches, schema: pa.Schema, row_count: int, location: str, *,
             raise StorageError(f"snapshot {snapshot_id} of table {table_id} bucket {bucket}: "
                                f"wrote {written} rows, expected {row_count}")
         if isinstance(fs, pafs.LocalFileSystem):
-            _fsync(tmp)
+            fsync_path(tmp)
         fs.move(tmp, path)
         if isinstance(fs, pafs.LocalFileSystem):
-            _fsync(parent)
+            fsync_path(parent)
         size = fs.get_file_info(path).size
     except BaseException as e:
         try:
@@ -105,16 +106,6 @@ def delete_snapshot_file(location: str) -> None:
         fs.delete_file(path)
     except FileNotFoundError:
         pass
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class SnapshotFile:
