@@ -784,7 +784,7 @@ def cmd_log(args) -> int:
 
 # -- tiering and spark-submit packaging ---------------------------------------------------------
 def _add_tier_commands(sub, cmd) -> None:
-    from fluss_spark.tiering.job import add_run_args
+    from fluss_spark.tiering.run import add_run_args
     tier = sub.add_parser("tier", help="keep lake copies of tables (a Spark job) and show progress")
     tsub = tier.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = cmd(tsub, "run", "run the tiering Spark job in this process (see examples/tier_tables.py "
@@ -803,7 +803,7 @@ def _add_tier_commands(sub, cmd) -> None:
 
 
 def cmd_tier_run(args) -> int:
-    from fluss_spark.tiering.job import config_from_args, run_job
+    from fluss_spark.tiering.run import config_from_args, run_job
     config = config_from_args(args, bootstrap_servers(args))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

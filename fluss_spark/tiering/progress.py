@@ -1,0 +1,103 @@
+"""Per-table tiering progress: rows tiered, lag and last round time, from manifests and the job.
+
+Two sources are merged: the lake tables' manifests (authoritative: what is committed, and the
+Fluss offsets it corresponds to) and ``_tiering/status.json``, which the running job rewrites
+after every poll (whether each table's query is active, its lag from query progress, errors).
+
+``status.json`` versions: **1** ``{version: 1, job_id, lease_id, pid, updated_ms,
+tables: {name: {active, lag, error}}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+from fluss_spark.tiering.lake import LakeError, Manifest, list_lake_tables
+
+TIERING_DIR = "_tiering"
+STATUS_FILE = "status.json"
+STATUS_VERSION = 1
+
+
+def lag_from_manifest(manifest: Manifest, latest: Mapping[int, int]) -> int:
+    """Snapshot rows not yet tiered plus changelog records between the lake's offsets and
+    ``latest`` (the table's latest offset per bucket)."""
+    offsets = manifest.fluss_offsets or {}
+    log = {int(b): int(o) for b, o in (offsets.get("log") or {}).items()}
+    lag = 0
+    for b, entry in (offsets.get("snapshot") or {}).items():
+        _, row_count, next_row = entry[:3]
+        lag += max(0, int(row_count) - int(next_row))
+    for b, end in latest.items():
+        lag += max(0, int(end) - log.get(int(b), 0))
+    return lag
+
+
+def write_status(lake_root: str | Path, doc: dict) -> None:
+    """Replace ``status.json`` atomically (readers never see half a document)."""
+    d = Path(lake_root) / TIERING_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{STATUS_FILE}.{uuid.uuid4().hex[:8]}"
+    tmp.write_text(json.dumps({"version": STATUS_VERSION, **doc}, sort_keys=True))
+    os.replace(tmp, d / STATUS_FILE)
+
+
+def read_status(lake_root: str | Path) -> dict:
+    """The job's last status document, or {} when no job has run (or it is unreadable)."""
+    p = Path(lake_root) / TIERING_DIR / STATUS_FILE
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("version") == STATUS_VERSION else {}
+
+
+def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None
+                   ) -> list[dict]:
+    """One row per lake table: ``table, kind, rows_tiered, lake_rows, lag, last_round_ms,
+    batch_id, version, snapshot_complete, active, error``.
+
+    ``latest`` (table name -> bucket -> latest offset, from the cluster) gives an exact lag;
+    without it the lag is the job's last reported one (None when unknown).
+    """
+    status = read_status(lake_root)
+    per_table = status.get("tables") or {}
+    rows = []
+    for lake in list_lake_tables(lake_root):
+        try:
+            m = lake.manifest()
+        except LakeError as e:
+            rows.append({"table": str(lake.path), "error": str(e)})
+            continue
+        s = per_table.get(m.table) or {}
+        if latest is not None and m.table in latest:
+            lag = lag_from_manifest(m, latest[m.table])
+        else:
+            lag = s.get("lag")
+        rows.append({
+            "table": m.table, "kind": m.kind, "rows_tiered": m.rows_tiered,
+            "lake_rows": m.rows, "lag": lag,
+            "last_round_ms": m.commit.committed_ms if m.commit else None,
+            "batch_id": m.commit.batch_id if m.commit else None,
+            "version": m.table_version, "snapshot_complete": m.snapshot_complete,
+            "active": bool(s.get("active")), "error": s.get("error"),
+        })
+    return rows
+
+
+def job_status(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None
+               ) -> dict[str, Any]:
+    """The whole picture for ``fluss-spark tier status``: the job and its tables."""
+    status = read_status(lake_root)
+    return {"lake": str(lake_root), "job_id": status.get("job_id"),
+            "lease_id": status.get("lease_id"), "pid": status.get("pid"),
+            "updated_ms": status.get("updated_ms"),
+            "tables": table_progress(lake_root, latest)}
+
+
+__all__ = ["lag_from_manifest", "write_status", "read_status", "table_progress", "job_status",
+           "TIERING_DIR"]

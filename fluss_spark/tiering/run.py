@@ -1,0 +1,96 @@
+"""The tiering job's command line: ``spark-submit examples/tier_tables.py`` and ``fluss-spark tier run``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from fluss_spark.errors import ConfigError, FlussError
+from fluss_spark.tiering.job import TieringConfig, TieringJob, error_summary
+
+
+def build_arg_parser(prog: str = "tier_tables.py") -> argparse.ArgumentParser:
+    """The parser of ``examples/tier_tables.py`` (spark-submit)."""
+    p = argparse.ArgumentParser(prog=prog, description="Keep lake copies (Parquet + manifest) "
+                                "of every Fluss table matching a pattern.")
+    add_run_args(p)
+    return p
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """The job's options, shared by the spark-submit script and ``fluss-spark tier run``."""
+    p.add_argument("--lake", required=True, type=Path, help="lake directory (tables, checkpoints)")
+    p.add_argument("--pattern", required=True, help="regex (full match) over db.table names")
+    if not any(a.dest == "bootstrap_servers" for a in p._actions):
+        p.add_argument("--bootstrap-servers", default=None,
+                       help="Fluss servers (default: $FLUSS_BOOTSTRAP_SERVERS)")
+    p.add_argument("--trigger-interval", default="5 seconds", help="time between rounds")
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None,
+                   help="most snapshot rows + changelog records per table per round")
+    p.add_argument("--lease-duration", default="10min",
+                   help="expiry of the job's KV snapshot lease after its last renewal")
+    p.add_argument("--duration", type=float, default=None,
+                   help="stop after this many seconds (default: run until killed)")
+    p.add_argument("--once", action="store_true",
+                   help="catch up to the tables' current end (AvailableNow) and exit")
+    p.add_argument("--discover-interval", type=float, default=30.0,
+                   help="seconds between looks for new tables matching the pattern")
+
+
+def config_from_args(args: argparse.Namespace, bootstrap_servers: str | None = None) -> TieringConfig:
+    """Parsed arguments -> ``TieringConfig`` (ConfigError naming the bad argument)."""
+    from fluss_spark.config import parse_duration_ms
+    servers = (bootstrap_servers or getattr(args, "bootstrap_servers", None)
+               or os.environ.get("FLUSS_BOOTSTRAP_SERVERS"))
+    if not servers:
+        raise ConfigError("pass --bootstrap-servers or set FLUSS_BOOTSTRAP_SERVERS")
+    return TieringConfig(lake=args.lake, bootstrap_servers=servers, table_pattern=args.pattern,
+                         trigger_interval=args.trigger_interval, available_now=args.once,
+                         max_offsets_per_trigger=args.max_offsets_per_trigger,
+                         lease_duration_ms=parse_duration_ms(args.lease_duration,
+                                                             "--lease-duration"),
+                         discover_interval_s=args.discover_interval)
+
+
+def run_job(spark: Any, config: TieringConfig, duration_s: float | None = None,
+            out=None) -> dict:
+    """Start the job, run it, stop it; prints one JSON status line per table at the end."""
+    out = out or sys.stdout
+    job = TieringJob(spark, config)
+    try:
+        job.start()
+        job.run(duration_s)
+    finally:
+        job.stop()
+    from fluss_spark.tiering.progress import job_status
+    doc = job_status(config.lake)
+    for row in doc["tables"]:
+        out.write(json.dumps(row, sort_keys=True) + "\n")
+    out.flush()
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_arg_parser().parse_args(argv)
+    config = config_from_args(args)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    spark = SparkSession.builder.appName(f"fluss-tiering {config.table_pattern}").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        run_job(spark, config, args.duration)
+    except FlussError as e:
+        print(f"error: {error_summary(e)}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    return 0
+
+
+__all__ = ["build_arg_parser", "add_run_args", "config_from_args", "run_job", "main"]

@@ -1,0 +1,141 @@
+"""End to end: the tiering job keeps lake copies of a PK and a log table equal to the tables."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+
+from fluss_spark.testing.ports import wait_until
+from fluss_spark.tiering.job import TieringConfig, TieringJob
+from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.progress import job_status
+
+pytestmark = pytest.mark.spark
+
+
+def pk_state(conn, table: str) -> pa.Table:
+    """The PK table's current rows, through live scans of every bucket."""
+    info = conn.admin().get_table(table)
+    parts = [batch for b in range(info.num_buckets) for batch in
+             conn.kv_scanner(table).scan(b, live=True)]
+    return pa.Table.from_batches(parts, schema=info.schema) if parts else info.schema.empty_table()
+
+
+def log_rows(conn, table: str) -> pa.Table:
+    """Every record of a log table, read bucket by bucket from the changelog."""
+    admin = conn.admin()
+    info = admin.get_table(table)
+    latest = admin.list_offsets(table, spec="latest")
+    scanner = conn.log_scanner(table)
+    parts = [scanner.read(b, 0, latest[b]) for b in info.buckets if latest[b]]
+    batches = [rb for p in parts for rb in (p if isinstance(p, list) else list(p))]
+    t = pa.Table.from_batches(batches)
+    return t.select(info.schema.names)
+
+
+def assert_equal_tables(spark, lake: pa.Table, expected: pa.Table):
+    assert_df_equality(spark.createDataFrame(lake.to_pandas()),
+                       spark.createDataFrame(expected.select(lake.column_names).to_pandas()),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+def create_tables(conn, prefix: str, pk_rows: int = 6_000, log_rows_n: int = 1_500):
+    admin = conn.admin()
+    pk, lg = f"{prefix}_pk", f"{prefix}_log"
+    admin.create_table(pk, "id BIGINT NOT NULL, v STRING, n INT", primary_key=["id"],
+                       num_buckets=3)
+    admin.create_table(lg, "k BIGINT, msg STRING", num_buckets=2)
+    pw, lw = conn.writer(pk), conn.writer(lg)
+    pw.upsert(pa.table({"id": pa.array(range(pk_rows), pa.int64()),
+                        "v": [f"v{i}" for i in range(pk_rows)],
+                        "n": pa.array([i % 7 for i in range(pk_rows)], pa.int32())}))
+    admin.trigger_kv_snapshot(pk)
+    lw.append(pa.table({"k": pa.array(range(log_rows_n), pa.int64()),
+                        "msg": [f"m{i}" for i in range(log_rows_n)]}))
+    return pk, lg, pw, lw
+
+
+def churn(pw, lw, stop: threading.Event, rounds: int = 30):
+    """Concurrent upserts, deletes and appends while the job tiers."""
+    for i in range(rounds):
+        if stop.is_set():
+            return
+        pw.upsert([{"id": k, "v": f"u{i}", "n": i} for k in range(i * 40, i * 40 + 40)])
+        pw.delete([{"id": 5_999 - i}])
+        pw.upsert([{"id": 100_000 + i, "v": "new", "n": -1}])
+        lw.append([{"k": 10_000 + i * 10 + j, "msg": f"late{i}"} for j in range(10)])
+        time.sleep(0.05)
+
+
+def test_tiering_keeps_pk_and_log_lake_copies_equal_under_concurrent_writes(
+        spark, cluster, conn, table_name, tmp_path):
+    pk, lg, pw, lw = create_tables(conn, table_name)
+    lake_root = tmp_path / "lake"
+    config = TieringConfig(lake=lake_root, bootstrap_servers=cluster.bootstrap_servers,
+                           table_pattern=re.escape(table_name) + "_(pk|log|new)",
+                           trigger_interval="300 milliseconds", max_offsets_per_trigger=2_500,
+                           poll_interval_s=0.3, discover_interval_s=1.0)
+    job = TieringJob(spark, config).start()
+    stop = threading.Event()
+    writer = threading.Thread(target=churn, args=(pw, lw, stop))
+    admin = conn.admin()
+    pk_id = admin.get_table(pk).table_id
+    pinning = set()   # leases seen pinning the PK table's snapshot
+    new = f"{table_name}_new"
+    try:
+        assert sorted(job.queries) == sorted([pk, lg])
+        writer.start()
+        def observe():
+            pinning.update(x.lease_id for x in admin.list_kv_snapshot_leases()
+                           if pk_id in x.tables)
+            job.poll()
+
+        while writer.is_alive():
+            observe()
+            time.sleep(0.3)
+        writer.join()
+        # A table created while the job runs is picked up by the next discovery.
+        admin.create_table(new, "k BIGINT, msg STRING", num_buckets=1)
+        conn.writer(new).append([{"k": i, "msg": "n"} for i in range(50)])
+        wait_until(lambda: observe() or new in job.queries, 30, "the new table to be tiered")
+
+        def caught_up():
+            observe()
+            return job.caught_up()
+        wait_until(caught_up, 120, "the lake copies to catch up with the tables")
+        lease_id = job.record.lease_id
+        assert pinning == {lease_id}   # one job-scoped lease, the job's own
+
+        def lease_gone():
+            job.poll()
+            return lease_id not in {x.lease_id for x in admin.list_kv_snapshot_leases()}
+        wait_until(lease_gone, 30, "the job's lease to be gone after the snapshot phase")
+        status = {r["table"]: r for r in job_status(lake_root)["tables"]}
+        # Dropping a table stops its query; the job goes on and keeps the lake copy.
+        admin.drop_table(new)
+        wait_until(lambda: observe() or new in job.errors, 60, "the dropped table's query to stop")
+        assert "dropped" in job.errors[new] and job.queries[pk].isActive
+    finally:
+        stop.set()
+        job.stop()
+
+    pk_lake = LakeTable(table_dir(lake_root, pk))
+    log_lake = LakeTable(table_dir(lake_root, lg))
+    assert_equal_tables(spark, pk_lake.read(), pk_state(conn, pk))
+    expected_log = log_rows(conn, lg)
+    assert expected_log.num_rows == 1_500 + 30 * 10
+    assert_equal_tables(spark, log_lake.read(), expected_log)
+    assert sorted(LakeTable(table_dir(lake_root, new)).read().column("k").to_pylist()) == \
+        list(range(50))
+    # Several rounds, the snapshot phase among them, and progress visible per table.
+    m = pk_lake.manifest()
+    assert m.table_version >= 3 and m.snapshot_complete
+    assert status[pk]["rows_tiered"] >= 6_000 and status[pk]["lake_rows"] == pk_lake.read().num_rows
+    assert status[lg]["rows_tiered"] == status[lg]["lake_rows"] == 1_800
+    assert status[pk]["last_round_ms"] and status[lg]["batch_id"] is not None
+    assert not status[pk]["error"]

@@ -1,0 +1,128 @@
+"""kill -9 of a tiering job (spark-submit) in the middle of a round, then restart: still exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+
+from fluss_spark.testing.ports import wait_until
+from fluss_spark.tiering.job import MARKER_ENV, PAUSE_ENV, PAUSE_POINT_ENV
+from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.submit import python_env, spark_submit_command
+
+pytestmark = pytest.mark.spark
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "tier_tables.py"
+
+
+def table_rows(spark, cluster, table: str):
+    """The table's content through a batch read of format("fluss") (table columns only)."""
+    df = (spark.read.format("fluss").option("bootstrap.servers", cluster.bootstrap_servers)
+          .option("table", table).load())
+    return df.select([c for c in df.columns if not c.startswith("_")])
+
+
+def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
+        spark, cluster, conn, table_name, tmp_path):
+    admin = conn.admin()
+    pk, lg = f"{table_name}_pk", f"{table_name}_log"
+    admin.create_table(pk, "id BIGINT NOT NULL, v STRING", primary_key=["id"], num_buckets=2)
+    admin.create_table(lg, "k BIGINT, msg STRING", num_buckets=2)
+    pw, lw = conn.writer(pk), conn.writer(lg)
+    pw.upsert(pa.table({"id": pa.array(range(3_000), pa.int64()),
+                        "v": [f"v{i}" for i in range(3_000)]}))
+    admin.trigger_kv_snapshot(pk)
+    lw.append(pa.table({"k": pa.array(range(800), pa.int64()), "msg": ["m"] * 800}))
+
+    lake = tmp_path / "lake"
+    marker = tmp_path / "in-round"
+    args = ["--bootstrap-servers", cluster.bootstrap_servers, "--lake", lake,
+            "--pattern", re.escape(table_name) + "_(pk|log)", "--trigger-interval", "300 milliseconds",
+            "--lease-duration", "2min"]
+    env = python_env()
+    # Pause (and be killed) after a round is in the lake but before Spark marks the batch done:
+    # the restarted query replays that batch, which the lake must not apply again.
+    env[PAUSE_ENV], env[MARKER_ENV], env[PAUSE_POINT_ENV] = "120", str(marker), "after-commit"
+    log1 = open(tmp_path / "run1.log", "w")
+    first = subprocess.Popen(spark_submit_command(SCRIPT, args + ["--max-offsets-per-trigger",
+                                                                  "1000"]), cwd=tmp_path, env=env,
+                             stdout=log1, stderr=subprocess.STDOUT, start_new_session=True)
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set() and i < 200:
+            pw.upsert([{"id": k, "v": f"u{i}"} for k in range(i * 10, i * 10 + 10)])
+            pw.delete([{"id": 2_999 - i}])
+            lw.append([{"k": 10_000 + i, "msg": "late"}])
+            i += 1
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=churn)
+    writer.start()
+    try:
+        wait_until(lambda: marker.exists() or first.poll() is not None, 180,
+                   "the tiering job to be inside a round")
+        assert first.poll() is None, (tmp_path / "run1.log").read_text()[-4000:]
+        lease_id = "tier-" + json.loads((lake / "_tiering" / "job.json").read_text())["job_id"]
+        # Each table has its own query: the PK one takes the lease even if the other is paused.
+        wait_until(lambda: lease_id in {x.lease_id for x in admin.list_kv_snapshot_leases()}, 60,
+                   "the job's lease")
+        os.killpg(first.pid, signal.SIGKILL)   # driver JVM, Python driver and workers at once
+        first.wait(30)
+    finally:
+        stop.set()
+        writer.join(30)
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        log1.close()
+
+    # The killed round is in the lake but not in Spark's commit log: it will be replayed.
+    pk_lake, log_lake = LakeTable(table_dir(lake, pk)), LakeTable(table_dir(lake, lg))
+    replayed = []
+    for name, t in ((pk, pk_lake), (lg, log_lake)):
+        commits = lake / "_tiering" / "checkpoints" / name / "commits"
+        c = t.manifest().commit
+        if c is not None and not (commits / str(c.batch_id)).exists():
+            replayed.append((name, c.batch_id, t.manifest().table_version))
+    assert replayed, "the job was not killed between a lake commit and Spark's commit"
+    assert not pk_lake.manifest().snapshot_complete   # killed inside the snapshot phase
+    assert lease_id in {x.lease_id for x in admin.list_kv_snapshot_leases()}
+
+    # Restart with the same command (no fault injection); --once catches up and exits.
+    # A restart may change the rate limit: catch up in fewer, larger rounds.
+    second = subprocess.run(spark_submit_command(SCRIPT, args + ["--max-offsets-per-trigger",
+                                                                 "50000", "--once"]),
+                            cwd=tmp_path,
+                            env=python_env(), capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-5000:]
+    status = {d["table"]: d for d in (json.loads(ln) for ln in second.stdout.splitlines()
+                                      if ln.startswith("{"))}
+    assert status[pk]["lag"] == 0 and status[lg]["lag"] == 0, status
+
+    assert_df_equality(spark.createDataFrame(pk_lake.read().to_pandas()),
+                       table_rows(spark, cluster, pk), ignore_row_order=True,
+                       ignore_nullable=True, ignore_column_order=True)
+    log_copy = log_lake.read()
+    expected_log = table_rows(spark, cluster, lg)
+    assert log_copy.num_rows == expected_log.count()     # no duplicates, nothing lost
+    assert_df_equality(spark.createDataFrame(log_copy.to_pandas()), expected_log,
+                       ignore_row_order=True, ignore_nullable=True, ignore_column_order=True)
+    # The replayed round was applied once: its batch id is committed in exactly one version.
+    for name, batch_id, version in replayed:
+        t = LakeTable(table_dir(lake, name))
+        holders = [v for v in t.versions()[1:] if t.manifest(v).commit.batch_id == batch_id]
+        assert holders == [version], (name, batch_id, holders)
+    assert len({pk_lake.manifest(v).commit.query_id for v in pk_lake.versions()[1:]}) == 1
+    # No lease left behind once the snapshot phases are over.
+    assert lease_id not in {x.lease_id for x in admin.list_kv_snapshot_leases()}

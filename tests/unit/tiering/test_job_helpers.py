@@ -1,0 +1,95 @@
+"""The tiering job's checkpoint readers, job record, lock and packaging (no Spark)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from fluss_spark.cli import main as cli_main
+from fluss_spark.errors import ConfigError
+from fluss_spark.tiering.job import (JobRecord, TieringConfig, TieringError, TieringJob,
+                                     batch_end_offset, checkpoint_query_id, lake_offsets)
+from fluss_spark.tiering.submit import build_pyfiles_zip, python_env, spark_submit_command
+
+OFFSET = {"version": 1, "lease_id": "tier-x", "tables": {
+    "3": {"name": "db.pk", "snapshot": {"0": [7, 100, 40, 100], "1": [8, 50, 50, 60]},
+          "log": {"0": 100, "1": 61}},
+    "4": {"name": "db.log", "snapshot": {}, "log": {"0": 9}}}}
+
+
+def write_checkpoint(d, batch_id=3):
+    (d / "offsets").mkdir(parents=True)
+    (d / "metadata").write_text(json.dumps({"id": "query-1"}) + "\n")
+    (d / "offsets" / str(batch_id)).write_text(
+        "v1\n" + json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1}) + "\n" +
+        json.dumps(OFFSET))
+
+
+def test_checkpoint_readers_take_the_query_id_and_the_batch_end_offset(tmp_path):
+    write_checkpoint(tmp_path)
+    assert checkpoint_query_id(tmp_path) == "query-1"
+    assert batch_end_offset(tmp_path, 3) == OFFSET
+    with pytest.raises(TieringError, match="batch 4"):
+        batch_end_offset(tmp_path, 4)
+    with pytest.raises(TieringError, match="query id"):
+        checkpoint_query_id(tmp_path / "none")
+
+
+def test_lake_offsets_keep_a_tables_positions_and_tell_if_its_snapshot_is_done():
+    offsets, done = lake_offsets(OFFSET, "db.pk")
+    assert offsets == {"log": {"0": 100, "1": 61}, "snapshot": {"0": [7, 100, 40], "1": [8, 50, 50]}}
+    assert not done
+    assert lake_offsets(OFFSET, "db.log") == ({"log": {"0": 9}, "snapshot": {}}, True)
+    with pytest.raises(TieringError, match="db.other"):
+        lake_offsets(OFFSET, "db.other")
+
+
+def test_job_record_is_created_once_and_reused(tmp_path):
+    cfg = TieringConfig(lake=tmp_path, bootstrap_servers="h:1", table_pattern="db\\..*")
+    a = JobRecord.load_or_create(tmp_path, cfg)
+    b = JobRecord.load_or_create(tmp_path, cfg)
+    assert a == b and a.lease_id == f"tier-{a.job_id}"
+    with pytest.raises(ConfigError, match="not a valid regex"):
+        TieringConfig(lake=tmp_path, bootstrap_servers="h:1", table_pattern="(")
+
+
+def test_one_job_per_lake(tmp_path):
+    cfg = TieringConfig(lake=tmp_path, bootstrap_servers="h:1", table_pattern=".*")
+    first = TieringJob(None, cfg)
+    first._lock()
+    try:
+        with pytest.raises(TieringError, match="another tiering job"):
+            TieringJob(None, cfg)._lock()
+    finally:
+        first._lock_fh.close()
+    TieringJob(None, cfg)._lock()  # free again once the holder is gone
+
+
+def test_py_files_zip_holds_the_client_side_package_and_is_reproducible(tmp_path, capsys):
+    a = build_pyfiles_zip(tmp_path / "a.zip")
+    b = build_pyfiles_zip(tmp_path / "b.zip")
+    assert a.read_bytes() == b.read_bytes()
+    names = zipfile.ZipFile(a).namelist()
+    assert "fluss_spark/connector/source.py" in names and "fluss_spark/tiering/job.py" in names
+    assert not any(n.startswith(("fluss_spark/server/", "fluss_spark/metadata/")) for n in names)
+    assert cli_main(["package", "--out", str(tmp_path / "c.zip"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files"] == len(names)
+
+
+def test_spark_submit_command_and_env():
+    cmd = spark_submit_command("job.py", ["--x", 1], py_files=["a.zip"])
+    assert cmd[0].endswith("spark-submit") and cmd[-3:] == ["job.py", "--x", "1"]
+    assert cmd[cmd.index("--py-files") + 1] == "a.zip"
+    env = python_env("/usr/bin/python9", base={})
+    assert env == {"PYSPARK_PYTHON": "/usr/bin/python9", "PYSPARK_DRIVER_PYTHON": "/usr/bin/python9"}
+
+
+def test_error_summary_names_the_fluss_error_inside_a_spark_failure():
+    from fluss_spark.tiering.job import error_summary
+    wrapped = Exception("[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] failed\nTraceback:\n"
+                        "  File \"x.py\"\nfluss_spark.errors.TableNotExist: table db.t does not "
+                        "exist\n\tat org.apache.spark...")
+    assert error_summary(wrapped) == "fluss_spark.errors.TableNotExist: table db.t does not exist"
+    assert error_summary(Exception("plain\nmore")) == "plain"
