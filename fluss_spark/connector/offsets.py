@@ -1,0 +1,202 @@
+"""The source offset: where every bucket of every table stands, as versioned JSON in the checkpoint.
+
+Version evolution (every version listed here must keep decoding):
+
+- **1** ``{"version": 1, "lease_id": str, "tables": {"<table_id>": {"name": str,
+  "snapshot": {"<bucket>": [snapshot_id, row_count, next_row, log_offset]},
+  "log": {"<bucket>": next_offset}}}}``
+
+A bucket with a ``snapshot`` entry first reads rows ``[0, row_count)`` of that KV snapshot; while
+``next_row < row_count`` its ``log`` entry stays at the snapshot's ``log_offset`` (the first
+changelog record the snapshot does not contain). Once the snapshot is consumed, ``log`` advances.
+Snapshot rows and changelog records are one measure ("offsets") for admission control.
+
+Spark stores offsets verbatim and compares them as JSON text, so keys are always written in the
+same (numeric) order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from fluss_spark.errors import ConfigError
+
+VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+_WHAT_TO_DO = ("The checkpoint (checkpointLocation) belongs to another source or is corrupt; "
+               "restart the query with a new checkpointLocation.")
+
+
+class OffsetError(ConfigError):
+    """A checkpointed source offset is malformed, foreign, or from a newer version."""
+
+
+@dataclass(frozen=True)
+class SnapshotPos:
+    """How far one bucket's KV snapshot has been read."""
+
+    snapshot_id: int
+    row_count: int
+    next_row: int
+    log_offset: int
+
+    @property
+    def complete(self) -> bool:
+        return self.next_row >= self.row_count
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.row_count - self.next_row)
+
+
+@dataclass(frozen=True)
+class TablePos:
+    """One table's buckets: snapshot progress (PK tables in full mode) and changelog positions."""
+
+    name: str
+    snapshot: Mapping[int, SnapshotPos] = field(default_factory=dict)
+    log: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def snapshot_complete(self) -> bool:
+        return all(s.complete for s in self.snapshot.values())
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """The whole source position; ``tables`` is keyed by table id."""
+
+    lease_id: str
+    tables: Mapping[int, TablePos]
+    version: int = VERSION
+
+    def to_json(self) -> dict:
+        """The JSON-ready dict Spark checkpoints (string keys, numeric key order)."""
+        tables = {}
+        for tid in sorted(self.tables):
+            t = self.tables[tid]
+            tables[str(tid)] = {
+                "name": t.name,
+                "snapshot": {str(b): [s.snapshot_id, s.row_count, s.next_row, s.log_offset]
+                             for b, s in sorted(t.snapshot.items())},
+                "log": {str(b): int(o) for b, o in sorted(t.log.items())},
+            }
+        return {"version": VERSION, "lease_id": self.lease_id, "tables": tables}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json())
+
+    def table_by_name(self, name: str) -> tuple[int, TablePos] | None:
+        for tid, t in self.tables.items():
+            if t.name == name:
+                return tid, t
+        return None
+
+
+def decode(value: Any) -> SourceOffset:
+    """Parse a checkpointed offset (dict or JSON text); raise ``OffsetError`` saying what to do."""
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise OffsetError(f"the fluss source offset is not JSON ({e}). {_WHAT_TO_DO}") from None
+    if not isinstance(value, dict) or "version" not in value:
+        raise OffsetError(f"the offset {_preview(value)} is not a fluss source offset (no "
+                          f"'version'). {_WHAT_TO_DO}")
+    version = value["version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise OffsetError(f"the fluss source offset has version {version!r}, not a number. "
+                          f"{_WHAT_TO_DO}")
+    if version not in SUPPORTED_VERSIONS:
+        raise OffsetError(f"the fluss source offset has version {version}, this fluss_spark reads "
+                          f"versions {list(SUPPORTED_VERSIONS)}; upgrade fluss_spark or restart "
+                          f"with a new checkpointLocation")
+    return _decode_v1(value)
+
+
+def _decode_v1(value: dict) -> SourceOffset:
+    lease_id = value.get("lease_id")
+    if not isinstance(lease_id, str) or not lease_id:
+        raise OffsetError(f"the fluss source offset has no 'lease_id'. {_WHAT_TO_DO}")
+    raw_tables = value.get("tables")
+    if not isinstance(raw_tables, dict):
+        raise OffsetError(f"the fluss source offset has no 'tables' map. {_WHAT_TO_DO}")
+    tables: dict[int, TablePos] = {}
+    for tid_text, t in raw_tables.items():
+        tid = _int_key(tid_text, "table id")
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise OffsetError(f"table {tid_text} of the fluss source offset has no name. "
+                              f"{_WHAT_TO_DO}")
+        snap_raw, log_raw = t.get("snapshot", {}), t.get("log", {})
+        if not isinstance(snap_raw, dict) or not isinstance(log_raw, dict):
+            raise OffsetError(f"table {t['name']!r} of the fluss source offset has a malformed "
+                              f"'snapshot' or 'log' map. {_WHAT_TO_DO}")
+        snapshot = {}
+        for b_text, entry in snap_raw.items():
+            b = _int_key(b_text, "bucket")
+            if (not isinstance(entry, list) or len(entry) != 4
+                    or not all(_is_int(x) for x in entry)):
+                raise OffsetError(f"table {t['name']!r} bucket {b}: snapshot position {entry!r} "
+                                  f"is not [snapshot_id, row_count, next_row, log_offset]. "
+                                  f"{_WHAT_TO_DO}")
+            snapshot[b] = SnapshotPos(*entry)
+        log = {}
+        for b_text, off in log_raw.items():
+            b = _int_key(b_text, "bucket")
+            if not _is_int(off) or off < 0:
+                raise OffsetError(f"table {t['name']!r} bucket {b}: log offset {off!r} is not a "
+                                  f"non-negative integer. {_WHAT_TO_DO}")
+            log[b] = off
+        tables[tid] = TablePos(t["name"], dict(sorted(snapshot.items())), dict(sorted(log.items())))
+    return SourceOffset(lease_id, dict(sorted(tables.items())))
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _int_key(text: Any, what: str) -> int:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise OffsetError(f"the fluss source offset has {what} key {text!r}, not a number. "
+                          f"{_WHAT_TO_DO}") from None
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def rows_between(start: SourceOffset, end: SourceOffset) -> dict[int, int]:
+    """Snapshot rows + changelog records in ``(start, end]``, per table id."""
+    out = {}
+    for tid, e in end.tables.items():
+        s = start.tables.get(tid)
+        total = 0
+        for b, es in e.snapshot.items():
+            ss = s.snapshot.get(b) if s else None
+            base = ss.next_row if ss and ss.snapshot_id == es.snapshot_id else 0
+            total += max(0, es.next_row - base)
+        for b, eo in e.log.items():
+            total += max(0, eo - log_start(s, e, b))
+        out[tid] = total
+    return out
+
+
+def log_start(start: TablePos | None, end: TablePos, bucket: int) -> int:
+    """Where the changelog of ``bucket`` is read from in a batch ``start -> end``.
+
+    If the bucket's snapshot changed between them (a lost snapshot replaced by a newer one), its
+    changelog restarts at the new snapshot's ``log_offset``.
+    """
+    es = end.snapshot.get(bucket)
+    ss = start.snapshot.get(bucket) if start else None
+    if es is not None and (ss is None or ss.snapshot_id != es.snapshot_id):
+        return es.log_offset
+    if start is None or bucket not in start.log:
+        return es.log_offset if es is not None else end.log.get(bucket, 0)
+    return start.log[bucket]

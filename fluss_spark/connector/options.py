@@ -1,0 +1,275 @@
+"""The Spark source's options: declared once, parsed on the driver into a frozen ``SourceOptions``.
+
+Spark hands a data source its options as a case-insensitive map with lower-cased keys
+(``maxOffsetsPerTrigger`` arrives as ``maxoffsetspertrigger``), so keys are matched
+case-insensitively here and reported back in their declared spelling.
+"""
+
+from __future__ import annotations
+
+import calendar
+import difflib
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from fluss_spark.config import (Option, boolean, duration, integer, parse_duration_ms,
+                                parse_size_bytes, size)
+from fluss_spark.errors import ConfigError
+
+#: Lease ids become znode names on the coordinator; the same rule is checked here, before any I/O.
+LEASE_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+STARTUP_MODES = ("full", "earliest", "latest", "timestamp")
+
+
+def _text(value: Any, key: str) -> str:
+    text = str(value).strip()
+    if not text:
+        raise ConfigError(f"option {key!r} must not be empty")
+    return text
+
+
+def _choice(*choices: str):
+    def parse(value: Any, key: str) -> str:
+        text = str(value).strip().lower()
+        if text not in choices:
+            raise ConfigError(f"option {key!r}: {value!r} is not one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def parse_timestamp_ms(value: Any, key: str = "timestamp") -> int:
+    """Epoch milliseconds, or ``yyyy-MM-dd HH:mm:ss`` (UTC) -> epoch milliseconds."""
+    text = str(value).strip()
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"):
+        try:
+            return calendar.timegm(time.strptime(text, fmt)) * 1000
+        except ValueError:
+            continue
+    raise ConfigError(f"option {key!r}: cannot parse {value!r}; use epoch milliseconds or "
+                      "'yyyy-MM-dd HH:mm:ss' (UTC)")
+
+
+def _string(key: str, doc: str, default: str | None = None) -> Option:
+    return Option(key, _text, default, doc)
+
+
+BOOTSTRAP_SERVERS = _string("bootstrap.servers",
+                            "Coordinator address(es), host:port[,host:port] (required).")
+TABLE = _string("table", "The table to read (single-table layout: the table's columns).")
+TABLES = _string("tables", "Comma-separated tables to read in one query (multi-table layout).")
+TABLE_PATTERN = _string("table.pattern",
+                        "Regex (full match) over table names, resolved when the query starts "
+                        "(multi-table layout).")
+STARTUP_MODE = Option("scan.startup.mode", _choice(*STARTUP_MODES), "full",
+                      "full: PK tables read their latest KV snapshot then the changelog from it "
+                      "(log tables from the earliest offset); earliest / latest / timestamp: "
+                      "changelog only, from that point.")
+STARTUP_TIMESTAMP = Option("scan.startup.timestamp", parse_timestamp_ms, None,
+                           "Start point for scan.startup.mode=timestamp: epoch ms or "
+                           "'yyyy-MM-dd HH:mm:ss' (UTC).")
+LEASE_ID = _string("scan.kv.snapshot.lease.id",
+                   "Id of the KV snapshot lease protecting the snapshot phase "
+                   "([A-Za-z0-9._-]{1,128}); default a new UUID, fixed in the initial offset.")
+LEASE_DURATION = duration("scan.kv.snapshot.lease.duration", "1d",
+                          "Lease expiry after the last renewal; the driver renews at a third of it.",
+                          minimum=1000)
+MAX_OFFSETS_PER_TRIGGER = integer("maxOffsetsPerTrigger", None,
+                                  "Most snapshot rows + changelog records per micro-batch.",
+                                  minimum=1)
+MIN_OFFSETS_PER_TRIGGER = integer("minOffsetsPerTrigger", None,
+                                  "Fewest snapshot rows + changelog records to start a "
+                                  "micro-batch (waits at most maxTriggerDelay).", minimum=1)
+MAX_TRIGGER_DELAY = duration("maxTriggerDelay", "15min",
+                             "Longest wait for minOffsetsPerTrigger before a batch runs anyway.")
+FAIL_ON_DATA_LOSS = boolean("failOnDataLoss", True,
+                            "Fail when a needed snapshot or changelog range is gone; false: warn "
+                            "and continue from what still exists.")
+SCAN_BATCH_BYTES = size("scan.batch.bytes", "4mb",
+                        "Batch size requested from a scan session per round trip.")
+SPLIT_MAX_ROWS = integer("scan.split.max-rows", 0,
+                         "Cut a bucket's snapshot rows of one micro-batch into splits of at most "
+                         "this many rows (0: one split per bucket).", minimum=0)
+REQUEST_TIMEOUT = duration("client.request.timeout", "60s",
+                           "Timeout of one request to a Fluss server.", minimum=1)
+LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
+                                "How often list -> acquire is retried for snapshots that vanished "
+                                "before they could be leased.", minimum=0)
+
+SOURCE_OPTIONS: list[Option] = [
+    BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
+    LEASE_DURATION, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
+    FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, REQUEST_TIMEOUT, LEASE_ACQUIRE_RETRIES,
+]
+
+#: ``load("name")`` puts the argument under ``path``; it is accepted as a synonym of ``table``.
+_PATH = "path"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated source options (driver-side parse; pickled into readers and splits)."""
+
+    bootstrap_servers: str
+    tables: tuple[str, ...] = ()
+    table_pattern: str | None = None
+    multi_table: bool = False
+    startup_mode: str = "full"
+    startup_timestamp_ms: int | None = None
+    lease_id: str | None = None
+    lease_duration_ms: int = 86_400_000
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 900_000
+    fail_on_data_loss: bool = True
+    scan_batch_bytes: int = 4 << 20
+    split_max_rows: int = 0
+    request_timeout_ms: int = 60_000
+    lease_acquire_retries: int = 5
+
+    @property
+    def request_timeout_s(self) -> float:
+        return self.request_timeout_ms / 1000.0
+
+
+def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
+    """Check and parse the options a user passed to ``format("fluss")``.
+
+    Raises ``ConfigError`` naming the option and what to do; unknown keys list the known ones.
+    """
+    by_lower = {o.key.lower(): o for o in SOURCE_OPTIONS}
+    values: dict[str, Any] = {}
+    unknown = []
+    for key, value in raw.items():
+        lowered = str(key).lower()
+        if lowered == _PATH:
+            if value not in (None, ""):
+                values.setdefault(TABLE.key, value)
+            continue
+        opt = by_lower.get(lowered)
+        if opt is None:
+            unknown.append(str(key))
+        elif value is not None:
+            values[opt.key] = value
+    if unknown:
+        hints = []
+        for key in sorted(unknown):
+            close = difflib.get_close_matches(key.lower(), list(by_lower), n=1)
+            if close:
+                hints.append(f"{key!r} -> did you mean {by_lower[close[0]].key!r}?")
+        # Spark shortens long tracebacks in the middle: the names that matter come last.
+        raise ConfigError(f"known options: {', '.join(o.key for o in SOURCE_OPTIONS)}. Unknown "
+                          f"option(s) for format('fluss'): {', '.join(map(repr, sorted(unknown)))}"
+                          + (f" ({'; '.join(hints)})" if hints else ""))
+
+    servers = BOOTSTRAP_SERVERS.get(values)
+    if servers is None:
+        raise ConfigError("option 'bootstrap.servers' is required, e.g. "
+                          ".option('bootstrap.servers', 'localhost:9123')")
+
+    given = [o.key for o in (TABLE, TABLES, TABLE_PATTERN) if o.key in values]
+    if len(given) != 1:
+        raise ConfigError("set exactly one of 'table', 'tables' or 'table.pattern'"
+                          + (f" (got {', '.join(given)})" if given else ""))
+    tables: tuple[str, ...] = ()
+    pattern = None
+    multi = False
+    if TABLE.key in values:
+        tables = (TABLE.get(values),)
+        if "," in tables[0]:
+            raise ConfigError(f"option 'table' names one table, got {tables[0]!r}; use 'tables' "
+                              "for a comma-separated list")
+    elif TABLES.key in values:
+        tables = tuple(t.strip() for t in TABLES.get(values).split(",") if t.strip())
+        if not tables:
+            raise ConfigError("option 'tables' lists no table")
+        dupes = sorted({t for t in tables if tables.count(t) > 1})
+        if dupes:
+            raise ConfigError(f"option 'tables' lists {', '.join(dupes)} more than once")
+        multi = True
+    else:
+        pattern = TABLE_PATTERN.get(values)
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ConfigError(f"option 'table.pattern': {pattern!r} is not a valid regex: {e}") from None
+        multi = True
+
+    mode = STARTUP_MODE.get(values)
+    ts = STARTUP_TIMESTAMP.get(values)
+    if mode == "timestamp" and ts is None:
+        raise ConfigError("scan.startup.mode=timestamp needs option 'scan.startup.timestamp' "
+                          "(epoch ms or 'yyyy-MM-dd HH:mm:ss' UTC)")
+    if mode != "timestamp" and ts is not None:
+        raise ConfigError(f"option 'scan.startup.timestamp' is only used with "
+                          f"scan.startup.mode=timestamp (mode is {mode!r})")
+
+    lease_id = LEASE_ID.get(values)
+    if lease_id is not None:
+        check_lease_id(lease_id)
+
+    max_rows = MAX_OFFSETS_PER_TRIGGER.get(values)
+    min_rows = MIN_OFFSETS_PER_TRIGGER.get(values)
+    if max_rows is not None and min_rows is not None and min_rows > max_rows:
+        raise ConfigError(f"minOffsetsPerTrigger ({min_rows}) must not exceed "
+                          f"maxOffsetsPerTrigger ({max_rows})")
+
+    return SourceOptions(
+        bootstrap_servers=servers,
+        tables=tables,
+        table_pattern=pattern,
+        multi_table=multi,
+        startup_mode=mode,
+        startup_timestamp_ms=ts,
+        lease_id=lease_id,
+        lease_duration_ms=LEASE_DURATION.get(values),
+        max_offsets_per_trigger=max_rows,
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_ms=MAX_TRIGGER_DELAY.get(values),
+        fail_on_data_loss=FAIL_ON_DATA_LOSS.get(values),
+        scan_batch_bytes=SCAN_BATCH_BYTES.get(values),
+        split_max_rows=SPLIT_MAX_ROWS.get(values),
+        request_timeout_ms=REQUEST_TIMEOUT.get(values),
+        lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
+    )
+
+
+def check_lease_id(lease_id: str) -> str:
+    """Refuse a lease id the coordinator would refuse, before any I/O."""
+    if not isinstance(lease_id, str) or not LEASE_ID_PATTERN.match(lease_id):
+        raise ConfigError(f"lease id {lease_id!r} is not allowed: use 1 to 128 characters from "
+                          "A-Z a-z 0-9 . _ - (option 'scan.kv.snapshot.lease.id')")
+    return lease_id
+
+
+def _show(o: Option) -> str:
+    """A default as a user would write it (``1d``, ``4mb``, ``true``)."""
+    if isinstance(o.default, bool):
+        return str(o.default).lower()
+    if o.parse is parse_duration_ms:
+        for unit, ms in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+            if o.default and o.default % ms == 0:
+                return f"{o.default // ms}{unit}"
+        return f"{o.default}ms"
+    if o.parse is parse_size_bytes:
+        for unit, n in (("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10)):
+            if o.default and o.default % n == 0:
+                return f"{o.default // n}{unit}"
+    return str(o.default)
+
+
+def options_table_markdown() -> str:
+    """The option table for docs/spark_source.md, generated from the declarations."""
+    lines = ["| Option | Default | Description |", "|---|---|---|"]
+    for o in SOURCE_OPTIONS:
+        default = "—" if o.default is None else f"`{_show(o)}`"
+        lines.append(f"| `{o.key}` | {default} | {o.doc} |")
+    return "\n".join(lines)
+
+
+__all__ = ["SourceOptions", "parse_options", "check_lease_id", "SOURCE_OPTIONS", "STARTUP_MODES",
+           "parse_timestamp_ms", "options_table_markdown"]

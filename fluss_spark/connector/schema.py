@@ -1,0 +1,158 @@
+"""Output schema of the source and the shaping of Arrow batches into it.
+
+Single-table layout (option ``table``)::
+
+    <table columns...>, _change_type, _log_offset, _commit_timestamp
+
+Multi-table layout (options ``tables`` / ``table.pattern``): typed and lossless, one struct column
+per table named by the table, null on the rows of every other table::
+
+    _table, <table 1> struct<...>, <table 2> struct<...>, ..., _change_type, _log_offset,
+    _commit_timestamp
+
+Spark checks every yielded ``pyarrow.RecordBatch`` against ``to_arrow_schema(schema)`` exactly
+(types and nullability), so ``Layout.shape`` casts every column to that schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType,
+                               DoubleType, FloatType, IntegerType, LongType, ShortType,
+                               StringType, StructField, StructType, TimestampNTZType,
+                               TimestampType)
+
+from fluss_spark.errors import ConfigError
+
+CHANGE_TYPE = "_change_type"
+LOG_OFFSET = "_log_offset"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+TABLE_COLUMN = "_table"
+META_COLUMNS = (CHANGE_TYPE, LOG_OFFSET, COMMIT_TIMESTAMP)
+
+#: Snapshot rows are ``+I`` with no commit timestamp. Their ``_log_offset`` is the snapshot's
+#: ``log_offset - 1``: the last changelog offset the snapshot includes, so ordering a bucket's rows
+#: by ``_log_offset`` is ordering them in time, even across a snapshot replaced after data loss.
+SNAPSHOT_CHANGE_TYPE = "+I"
+
+_META_FIELDS = [StructField(CHANGE_TYPE, StringType(), True),
+                StructField(LOG_OFFSET, LongType(), True),
+                StructField(COMMIT_TIMESTAMP, TimestampType(), True)]
+
+
+def spark_type(t: pa.DataType, column: str = "?") -> DataType:
+    """Map a table column's Arrow type to the Spark type it is read as."""
+    simple = [
+        (pa.types.is_int8, ByteType), (pa.types.is_int16, ShortType),
+        (pa.types.is_int32, IntegerType), (pa.types.is_int64, LongType),
+        (pa.types.is_float32, FloatType), (pa.types.is_float64, DoubleType),
+        (pa.types.is_boolean, BooleanType), (pa.types.is_date32, DateType),
+    ]
+    for check, cls in simple:
+        if check(t):
+            return cls()
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return StringType()
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return BinaryType()
+    if pa.types.is_decimal(t):
+        return DecimalType(t.precision, t.scale)
+    if pa.types.is_timestamp(t):
+        # A zone-aware timestamp is an instant (Spark TIMESTAMP); a naive one is wall-clock time.
+        return TimestampType() if t.tz else TimestampNTZType()
+    raise ConfigError(f"column {column!r} has type {t}, which the Spark source cannot read")
+
+
+def table_struct(schema: pa.Schema) -> StructType:
+    """A table's columns as a Spark struct (every field nullable, as Spark checks nullability)."""
+    return StructType([StructField(f.name, spark_type(f.type, f.name), True) for f in schema])
+
+
+def output_schema(tables: list[tuple[str, pa.Schema]], multi_table: bool) -> StructType:
+    """The source's Spark schema for the given ``(table name, Arrow schema)`` list."""
+    if not multi_table:
+        if len(tables) != 1:
+            raise ConfigError(f"the single-table layout needs exactly one table, got {len(tables)}")
+        return StructType(list(table_struct(tables[0][1]).fields) + _META_FIELDS)
+    names = [name for name, _ in tables]
+    clash = [n for n in names if n in META_COLUMNS or n == TABLE_COLUMN]
+    if clash:
+        raise ConfigError(f"table name(s) {clash} clash with the source's metadata columns")
+    fields = [StructField(TABLE_COLUMN, StringType(), True)]
+    fields += [StructField(name, table_struct(schema), True) for name, schema in tables]
+    return StructType(fields + _META_FIELDS)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How raw batches (table columns + metadata) become batches of the output schema; picklable."""
+
+    schema: StructType
+    multi_table: bool
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return to_arrow_schema(self.schema, timezone="UTC")
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        """Tables of a multi-table layout, in column order (empty for the single-table layout)."""
+        if not self.multi_table:
+            return ()
+        return tuple(f.name for f in self.schema.fields
+                     if f.name != TABLE_COLUMN and f.name not in META_COLUMNS)
+
+    def table_columns(self, table: str) -> list[str]:
+        """The table columns this query reads (the user may have given a narrower schema)."""
+        if self.multi_table:
+            field = self.schema[table]
+            if not isinstance(field.dataType, StructType):
+                raise ConfigError(f"column {table!r} of the multi-table schema must be a struct")
+            return field.dataType.fieldNames()
+        return [n for n in self.schema.fieldNames() if n not in META_COLUMNS]
+
+    def shape(self, table: str, batch: pa.RecordBatch, target: pa.Schema | None = None
+              ) -> pa.RecordBatch:
+        """Cast ``batch`` (table columns + the three metadata columns) to the output schema."""
+        target = target or self.arrow_schema
+        n = batch.num_rows
+        meta = [_column(batch, name, target.field(name).type) for name in META_COLUMNS]
+        if not self.multi_table:
+            cols = [_column(batch, f.name, f.type) for f in target if f.name not in META_COLUMNS]
+            return pa.RecordBatch.from_arrays(cols + meta, schema=target)
+        arrays = [pa.array([table] * n, pa.string())]
+        for f in target:
+            if f.name == TABLE_COLUMN or f.name in META_COLUMNS:
+                continue
+            if f.name == table:
+                children = [_column(batch, c.name, c.type) for c in f.type]
+                arrays.append(pa.StructArray.from_arrays(children, fields=list(f.type)))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        return pa.RecordBatch.from_arrays(arrays + meta, schema=target)
+
+
+def _column(batch: pa.RecordBatch, name: str, t: pa.DataType) -> pa.Array:
+    idx = batch.schema.get_field_index(name)
+    if idx < 0:
+        raise ConfigError(f"column {name!r} is not in the table any more (columns: "
+                          f"{', '.join(batch.schema.names)}); restart the query with a new schema")
+    col = batch.column(idx)
+    return col if col.type == t else col.cast(t)
+
+
+def with_snapshot_metadata(batch: pa.RecordBatch, log_offset: int = 0) -> pa.RecordBatch:
+    """Add the metadata columns of rows of a snapshot covering offsets ``[0, log_offset)``:
+    ``+I``, ``_log_offset = log_offset - 1``, no commit timestamp."""
+    n = batch.num_rows
+    arrays = list(batch.columns) + [
+        pa.array([SNAPSHOT_CHANGE_TYPE] * n, pa.string()),
+        pa.array(np.full(n, log_offset - 1, dtype=np.int64)),
+        pa.nulls(n, pa.timestamp("ms", tz="UTC")),
+    ]
+    names = list(batch.schema.names) + list(META_COLUMNS)
+    return pa.RecordBatch.from_arrays(arrays, names=names)

@@ -1,0 +1,180 @@
+"""The Python data source ``fluss``: schema, streaming reader and batch reader.
+
+Where each piece runs (SPARK_NOTES.md): ``FlussDataSource.schema()`` in a driver-side planner
+worker; the stream reader's offset methods in one long-lived driver-side process per query run
+(the ``Enumerator``); ``read()`` in executor workers on a pickled copy of the reader, which
+therefore carries only options and the output layout, never a connection or the enumerator.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    InputPartition)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from fluss_spark.connector.enumerator import Enumerator
+from fluss_spark.connector.options import SourceOptions, parse_options
+from fluss_spark.connector.readers import SplitReader
+from fluss_spark.connector.schema import Layout, output_schema
+from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
+from fluss_spark.errors import ConfigError, TableNotExist
+
+
+def _connect(options: SourceOptions):
+    from fluss_spark.client import FlussConnection
+    return FlussConnection(options.bootstrap_servers, request_timeout_s=options.request_timeout_s)
+
+
+def resolve_table_names(admin: Any, options: SourceOptions) -> list[str]:
+    """The tables the query reads: as listed, or every table matching ``table.pattern``."""
+    if options.table_pattern is None:
+        return list(options.tables)
+    pattern = re.compile(options.table_pattern)
+    names = sorted(n for n in admin.list_tables() if pattern.fullmatch(n))
+    if not names:
+        raise ConfigError(f"option 'table.pattern' {options.table_pattern!r} matches no table on "
+                          f"{options.bootstrap_servers}")
+    return names
+
+
+def infer_schema(admin: Any, options: SourceOptions) -> StructType:
+    infos = []
+    for name in resolve_table_names(admin, options):
+        try:
+            infos.append(admin.get_table(name))
+        except TableNotExist:
+            raise TableNotExist(f"table {name!r} does not exist on {options.bootstrap_servers}; "
+                                "create it or fix option 'table'/'tables'") from None
+    return output_schema([(i.name, i.schema) for i in infos], options.multi_table)
+
+
+def table_names(options: SourceOptions, layout: Layout) -> list[str]:
+    """Tables of a reader: from the options (single table) or the schema's struct columns."""
+    return list(layout.table_names) if options.multi_table else list(options.tables)
+
+
+class FlussDataSource(DataSource):
+    """``format("fluss")``: Fluss tables as a stream (snapshot + changelog) or a batch."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "fluss"
+
+    def _options(self) -> SourceOptions:
+        return parse_options(dict(self.options))
+
+    def schema(self) -> StructType:
+        options = self._options()
+        with _connect(options) as conn:
+            return infer_schema(conn.admin(), options)
+
+    def streamReader(self, schema: StructType) -> "FlussStreamReader":
+        return FlussStreamReader(self._options(), schema)
+
+    def reader(self, schema: StructType) -> "FlussBatchReader":
+        return FlussBatchReader(self._options(), schema)
+
+
+class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reader: driver methods delegate to an ``Enumerator``; ``read`` to ``SplitReader``."""
+
+    def __init__(self, options: SourceOptions, schema: StructType):
+        self.options = options
+        self.layout = Layout(schema, options.multi_table)
+        self._enumerator: Enumerator | None = None
+
+    def __getstate__(self) -> dict:
+        # Executors get a copy of the reader: never ship the driver's enumerator (sockets, threads).
+        state = dict(self.__dict__)
+        state["_enumerator"] = None
+        return state
+
+    @property
+    def enumerator(self) -> Enumerator:
+        if self._enumerator is None:
+            self._enumerator = Enumerator(self.options, table_names(self.options, self.layout),
+                                          lambda: _connect(self.options))
+        return self._enumerator
+
+    def initialOffset(self) -> dict:
+        return self.enumerator.initial_offset()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return self.enumerator.latest_offset(start, limit)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return self.enumerator.default_read_limit()
+
+    def reportLatestOffset(self) -> dict | None:
+        return self.enumerator.report_latest_offset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.enumerator.prepare_for_available_now()
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return self.enumerator.partitions(start, end)
+
+    def commit(self, end: dict) -> None:
+        self.enumerator.commit(end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return SplitReader(self.options, self.layout).read(partition)
+
+    def stop(self) -> None:
+        if self._enumerator is not None:
+            self._enumerator.stop()
+
+
+class FlussBatchReader(DataSourceReader):
+    """Batch reader: a PK table as of its latest offsets (snapshot + changelog folded by key),
+    a log table from its start point (earliest, or ``scan.startup.timestamp``) to its latest offset.
+
+    It takes no lease, so nothing is left behind: a snapshot removed before a task reads it is
+    replaced by the bucket's newest one (see ``SplitReader.merged_rows``).
+    """
+
+    def __init__(self, options: SourceOptions, schema: StructType):
+        self.options = options
+        self.layout = Layout(schema, options.multi_table)
+
+    def partitions(self) -> list[InputPartition]:
+        with _connect(self.options) as conn:
+            return plan_batch(conn.admin(), self.options, table_names(self.options, self.layout))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return SplitReader(self.options, self.layout).read(partition)
+
+
+def plan_batch(admin: Any, options: SourceOptions, names: list[str]) -> list[InputPartition]:
+    """One split per bucket: fixed end offsets taken now, so the read is a consistent cut."""
+    splits: list[InputPartition] = []
+    for name in names:
+        info = admin.get_table(name)
+        latest = admin.list_offsets(name, spec="latest")
+        if info.has_primary_key:
+            snaps = admin.latest_kv_snapshots(name)
+            earliest = admin.list_offsets(name, spec="earliest")
+            for b in range(info.num_buckets):
+                s = snaps.get(b)
+                start = s.log_offset if s is not None else earliest.get(b, 0)
+                splits.append(MergedBucketSplit(info.table_id, name, b,
+                                                s.snapshot_id if s is not None else None,
+                                                start, latest.get(b, start), info.primary_key))
+        else:
+            if options.startup_mode == "timestamp":
+                first = admin.list_offsets(name, spec="timestamp",
+                                           timestamp_ms=options.startup_timestamp_ms)
+            elif options.startup_mode == "latest":
+                first = latest
+            else:
+                first = admin.list_offsets(name, spec="earliest")
+            for b in range(info.num_buckets):
+                lo, hi = first.get(b, 0), latest.get(b, 0)
+                if hi > lo:
+                    splits.append(LogSplit(info.table_id, name, b, lo, hi))
+    return splits

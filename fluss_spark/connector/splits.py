@@ -1,0 +1,80 @@
+"""Splits: immutable, picklable descriptions of one Spark task's rows (progress lives in offsets).
+
+Every split carries all its reader needs, because ``read()`` runs on a different reader instance
+in an executor and sees nothing the driver learned after planning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from fluss_spark.connector.offsets import SourceOffset, log_start
+
+
+@dataclass(frozen=True)
+class SnapshotSplit(InputPartition):
+    """Rows ``[row_start, row_end)`` of one bucket's KV snapshot (key order, so deterministic)."""
+
+    table_id: int
+    table: str
+    bucket: int
+    snapshot_id: int
+    row_start: int
+    row_end: int
+    lease_id: str = ""
+    log_offset: int = 0  # the snapshot's log_offset (its rows get _log_offset = log_offset - 1)
+
+    @property
+    def rows(self) -> int:
+        return self.row_end - self.row_start
+
+
+@dataclass(frozen=True)
+class LogSplit(InputPartition):
+    """Changelog records ``[start, end)`` of one bucket."""
+
+    table_id: int
+    table: str
+    bucket: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class MergedBucketSplit(InputPartition):
+    """Batch read of one PK bucket: a snapshot plus its changelog up to ``log_end``, folded by key.
+
+    ``snapshot_id`` is None for a bucket without a snapshot (its whole changelog is folded).
+    ``snapshot_log_offset`` is where the snapshot's changelog starts.
+    """
+
+    table_id: int
+    table: str
+    bucket: int
+    snapshot_id: int | None
+    snapshot_log_offset: int
+    log_end: int
+    primary_key: tuple[str, ...]
+
+
+def plan_splits(start: SourceOffset, end: SourceOffset, split_max_rows: int = 0
+                ) -> list[InputPartition]:
+    """The splits of the micro-batch ``(start, end]``: same offsets, same splits, in a fixed order."""
+    splits: list[InputPartition] = []
+    for tid, e in sorted(end.tables.items()):
+        s = start.tables.get(tid)
+        for b, es in sorted(e.snapshot.items()):
+            ss = s.snapshot.get(b) if s else None
+            first = ss.next_row if ss and ss.snapshot_id == es.snapshot_id else 0
+            step = split_max_rows or max(1, es.next_row - first)
+            for lo in range(first, es.next_row, step):
+                splits.append(SnapshotSplit(tid, e.name, b, es.snapshot_id, lo,
+                                            min(lo + step, es.next_row), end.lease_id,
+                                            es.log_offset))
+        for b, eo in sorted(e.log.items()):
+            lo = log_start(s, e, b)
+            if eo > lo:
+                splits.append(LogSplit(tid, e.name, b, lo, eo))
+    return splits

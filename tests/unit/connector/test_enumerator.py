@@ -1,0 +1,335 @@
+"""The driver-side enumerator with a fake admin and a fake clock (no Spark, no cluster)."""
+
+import logging
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+from fluss_spark.connector.enumerator import Enumerator, spread
+from fluss_spark.connector.offsets import decode, rows_between
+from fluss_spark.connector.options import parse_options
+from fluss_spark.connector.splits import LogSplit, SnapshotSplit
+from fluss_spark.errors import KvSnapshotNotExist
+
+
+def rows(n, start=0):
+    return [{"id": i, "v": f"r{i}"} for i in range(start, start + n)]
+
+
+@pytest.fixture
+def pk(admin):
+    """db.pk: bucket 0 has snapshot 3 (10 rows, log offset 12), bucket 1 has no snapshot."""
+    admin.add_table("db.pk", buckets=2)
+    admin.add_snapshot("db.pk", 0, 3, rows(10), 12)
+    admin.append_log("db.pk", 0, [("+I", {"id": 100 + i, "v": "x"}) for i in range(15)])
+    admin.append_log("db.pk", 1, [("+I", {"id": 200 + i, "v": "y"}) for i in range(4)])
+    return admin
+
+
+def make(admin, clock, fake_connection, tables=("db.pk",), **opts):
+    options = parse_options({"bootstrap.servers": "h:1",
+                             **({"table": tables[0]} if len(tables) == 1
+                                else {"tables": ",".join(tables)}), **opts})
+    conns = []
+
+    def connect():
+        conns.append(fake_connection(admin))
+        return conns[-1]
+    e = Enumerator(options, list(tables), connect, clock=clock, renew_in_thread=False)
+    e.connections = conns
+    return e
+
+
+def test_full_mode_acquires_one_lease_before_the_offset_exists(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection)
+    first = e.initial_offset()
+    assert e.initial_offset() == first  # Spark calls it twice on a fresh start
+    assert len(pk.calls_of("acquire")) == 1
+    lease_id = first["lease_id"]
+    assert list(pk.leases) == [lease_id]
+    tid = pk.tables["db.pk"].info.table_id
+    assert pk.leases[lease_id]["pins"] == {tid: {0: 3}}
+    t = first["tables"][str(tid)]
+    assert t["name"] == "db.pk"
+    assert t["snapshot"] == {"0": [3, 10, 0, 12]}
+    assert t["log"] == {"0": 12, "1": 0}  # no snapshot: bucket 1 reads its log from earliest
+
+
+def test_configured_lease_id_is_used(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "my-job"})
+    assert e.initial_offset()["lease_id"] == "my-job"
+    assert list(pk.leases) == ["my-job"]
+
+
+def test_snapshot_phase_then_changelog(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection)
+    start = e.initial_offset()
+    end = e.latest_offset(start, ReadAllAvailable())
+    tid = pk.tables["db.pk"].info.table_id
+    # Snapshot rows of bucket 0 all go out; its log waits until the snapshot phase committed.
+    assert end["tables"][str(tid)]["snapshot"]["0"] == [3, 10, 10, 12]
+    assert end["tables"][str(tid)]["log"] == {"0": 12, "1": 4}
+    splits = e.partitions(start, end)
+    assert splits == [SnapshotSplit(tid, "db.pk", 0, 3, 0, 10, start["lease_id"], 12),
+                      LogSplit(tid, "db.pk", 1, 0, 4)]
+    end2 = e.latest_offset(end, ReadAllAvailable())
+    assert end2["tables"][str(tid)]["log"] == {"0": 15, "1": 4}
+    assert e.partitions(end, end2) == [LogSplit(tid, "db.pk", 0, 12, 15)]
+    assert e.latest_offset(end2, ReadAllAvailable()) == end2  # nothing new: start comes back
+
+
+def test_commit_releases_each_table_once_and_lease_goes(admin, clock, fake_connection):
+    for name in ("db.a", "db.b"):
+        admin.add_table(name, buckets=2)
+        admin.add_snapshot(name, 0, 1, rows(4), 0)
+        admin.add_snapshot(name, 1, 1, rows(40), 0)
+    e = make(admin, clock, fake_connection, tables=("db.a", "db.b"), maxOffsetsPerTrigger="30")
+    start = e.initial_offset()
+    lease_id = start["lease_id"]
+    assert len(admin.calls_of("acquire")) == 1
+    a, b = (admin.tables[n].info.table_id for n in ("db.a", "db.b"))
+    assert set(admin.leases[lease_id]["pins"]) == {a, b}
+    offsets = [start]
+    while True:
+        nxt = e.latest_offset(offsets[-1], ReadMaxRows(30))
+        if nxt == offsets[-1]:
+            break
+        total = sum(rows_between(decode(offsets[-1]), decode(nxt)).values())
+        assert total <= 30
+        e.partitions(offsets[-1], nxt)
+        e.commit(nxt)
+        offsets.append(nxt)
+        if lease_id not in admin.leases:
+            break
+    releases = admin.calls_of("release")
+    assert [list(r[2]) for r in releases] == [[a], [b]] or [list(r[2]) for r in releases] == [[b], [a]]
+    assert all(len(r[2]) == 1 for r in releases)  # one call per table
+    assert lease_id not in admin.leases
+    assert e.keeper.stopped
+    assert sum(sum(rows_between(decode(x), decode(y)).values())
+               for x, y in zip(offsets, offsets[1:])) == 88
+
+
+def test_max_rows_spread_fairly():
+    alloc = spread({(1, 0): 100, (1, 1): 3, (1, 2): 100}, 50)
+    assert alloc == {(1, 0): 24, (1, 1): 3, (1, 2): 23} or alloc == {(1, 0): 23, (1, 1): 3, (1, 2): 24}
+    assert sum(alloc.values()) == 50
+    assert spread({(1, 0): 5, (1, 1): 5}, 100) == {(1, 0): 5, (1, 1): 5}
+    small = spread({(1, b): 10 for b in range(5)}, 3)
+    assert sum(small.values()) == 3 and max(small.values()) == 1
+    assert spread({(1, 0): 0}, 10) == {(1, 0): 0}
+
+
+def test_unavailable_snapshot_is_listed_again_and_reacquired(pk, clock, fake_connection):
+    real_acquire = pk.acquire_kv_snapshot_lease
+    state = {"n": 0}
+
+    def flaky(lease_id, duration_ms, tables):
+        state["n"] += 1
+        if state["n"] == 1:  # snapshot 3 removed by retention; 5 is the new latest
+            pk.remove_snapshot("db.pk", 0, 3)
+            pk.add_snapshot("db.pk", 0, 5, rows(11), 14)
+        return real_acquire(lease_id, duration_ms, tables)
+    pk.acquire_kv_snapshot_lease = flaky
+    e = make(pk, clock, fake_connection)
+    start = e.initial_offset()
+    tid = str(pk.tables["db.pk"].info.table_id)
+    assert start["tables"][tid]["snapshot"] == {"0": [5, 11, 0, 14]}
+    assert start["tables"][tid]["log"]["0"] == 14
+    assert state["n"] == 2
+
+
+def test_acquire_retries_are_bounded(pk, clock, fake_connection):
+    real_acquire = pk.acquire_kv_snapshot_lease
+    counter = iter(range(10, 100))
+
+    def always_gone(lease_id, duration_ms, tables):
+        for sid in list(pk.tables["db.pk"].snapshots[0]):
+            pk.remove_snapshot("db.pk", 0, sid)
+        pk.add_snapshot("db.pk", 0, next(counter), rows(2), 1)
+        return real_acquire(lease_id, duration_ms, {t: {b: -1 for b in p} for t, p in tables.items()})
+    pk.acquire_kv_snapshot_lease = always_gone
+    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.acquire-retries": "2"})
+    with pytest.raises(KvSnapshotNotExist) as err:
+        e.initial_offset()
+    msg = str(err.value)
+    assert "after 3 attempts" in msg and "'db.pk' bucket 0" in msg and "kv.snapshot.num-retained" in msg
+
+
+def test_log_only_modes_take_no_lease(pk, clock, fake_connection):
+    for mode, expect in (("earliest", {"0": 0, "1": 0}), ("latest", {"0": 15, "1": 4})):
+        e = make(pk, clock, fake_connection, **{"scan.startup.mode": mode})
+        t = next(iter(e.initial_offset()["tables"].values()))
+        assert t["snapshot"] == {} and t["log"] == expect
+    assert pk.calls_of("acquire") == [] and pk.leases == {}
+    e = make(pk, clock, fake_connection, **{"scan.startup.mode": "timestamp",
+                                            "scan.startup.timestamp": "3"})
+    assert next(iter(e.initial_offset()["tables"].values()))["log"] == {"0": 3, "1": 3}
+
+
+def test_log_table_in_full_mode_reads_from_earliest(admin, clock, fake_connection):
+    admin.add_table("db.log", pk=(), buckets=1)
+    admin.tables["db.log"].log_start[0] = 2
+    admin.append_log("db.log", 0, [("+A", {"id": i, "v": "z"}) for i in range(6)])
+    e = make(admin, clock, fake_connection, tables=("db.log",))
+    start = e.initial_offset()
+    assert next(iter(start["tables"].values()))["log"] == {"0": 2}
+    end = e.latest_offset(start, ReadAllAvailable())
+    assert next(iter(end["tables"].values()))["log"] == {"0": 6}
+    assert admin.calls_of("acquire") == []
+
+
+def test_old_server_warns_once_and_reads_unprotected(pk, clock, fake_connection, caplog):
+    pk.leases_supported = False
+    e = make(pk, clock, fake_connection)
+    with caplog.at_level(logging.WARNING):
+        start = e.initial_offset()
+        end = e.latest_offset(start, ReadAllAvailable())
+        e.commit(end)
+        e.latest_offset(end, ReadAllAvailable())
+    warnings = [r for r in caplog.records if "UNPROTECTED" in r.getMessage()]
+    assert len(warnings) == 1
+    assert pk.calls_of("acquire") == [] and pk.calls_of("release") == []
+    assert len(e.partitions(start, end)) == 2
+
+
+def test_restart_reuses_lease_and_reasserts_pins(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection, maxOffsetsPerTrigger="4")
+    start = e.initial_offset()
+    lease_id = start["lease_id"]
+    mid = e.latest_offset(start, ReadMaxRows(4))
+    e.stop()
+    pk.leases.clear()  # the pins expired while the query was down
+    e2 = make(pk, clock, fake_connection, maxOffsetsPerTrigger="4")
+    nxt = e2.latest_offset(mid, ReadMaxRows(4))  # first call of the new run
+    acquires = pk.calls_of("acquire")
+    assert acquires[-1][1] == lease_id and len(acquires) == 2
+    assert list(pk.leases) == [lease_id]
+    assert nxt["lease_id"] == lease_id
+
+
+def test_restart_with_lost_snapshot_fails_by_default(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "L1"})
+    start = e.initial_offset()
+    mid = e.latest_offset(start, ReadMaxRows(2))
+    pk.leases.clear()
+    pk.remove_snapshot("db.pk", 0, 3)
+    e2 = make(pk, clock, fake_connection)
+    with pytest.raises(KvSnapshotNotExist) as err:
+        e2.partitions(mid, mid)
+    msg = str(err.value)
+    assert "'db.pk'" in msg and "bucket 0" in msg and "snapshot 3" in msg and "'L1'" in msg
+    assert "failOnDataLoss=false" in msg
+
+
+def test_restart_with_lost_snapshot_continues_when_allowed(pk, clock, fake_connection, caplog):
+    e = make(pk, clock, fake_connection)
+    start = e.initial_offset()
+    mid = e.latest_offset(start, ReadMaxRows(2))
+    pk.leases.clear()
+    pk.remove_snapshot("db.pk", 0, 3)
+    pk.add_snapshot("db.pk", 0, 7, rows(12), 15)
+    e2 = make(pk, clock, fake_connection, failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING):
+        end = e2.latest_offset(mid, ReadAllAvailable())
+    assert any("continuing from snapshot 7" in r.getMessage() for r in caplog.records)
+    tid = pk.tables["db.pk"].info.table_id
+    assert end["tables"][str(tid)]["snapshot"]["0"] == [7, 12, 12, 15]
+    splits = e2.partitions(mid, end)
+    assert SnapshotSplit(tid, "db.pk", 0, 7, 0, 12, mid["lease_id"], 15) in splits
+    assert not any(isinstance(s, LogSplit) and s.bucket == 0 for s in splits)
+
+
+def test_restart_releases_tables_finished_before_the_stop(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection)
+    start = e.initial_offset()
+    done = e.latest_offset(start, ReadAllAvailable())  # snapshot read, never committed
+    lease_id = start["lease_id"]
+    assert lease_id in pk.leases
+    e2 = make(pk, clock, fake_connection)
+    e2.latest_offset(done, ReadAllAvailable())
+    assert lease_id not in pk.leases
+
+
+def test_min_rows_waits_up_to_max_trigger_delay(admin, clock, fake_connection):
+    admin.add_table("db.log", pk=(), buckets=1)
+    e = make(admin, clock, fake_connection, tables=("db.log",), minOffsetsPerTrigger="5",
+             maxTriggerDelay="10s")
+    assert isinstance(e.default_read_limit(), ReadMinRows)
+    start = e.initial_offset()
+    admin.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 3)
+    assert e.latest_offset(start, ReadMinRows(5)) == start
+    clock.advance(11)
+    end = e.latest_offset(start, ReadMinRows(5))
+    assert next(iter(end["tables"].values()))["log"] == {"0": 3}
+
+
+def test_available_now_stops_at_the_target(admin, clock, fake_connection):
+    admin.add_table("db.log", pk=(), buckets=1)
+    admin.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 3)
+    e = make(admin, clock, fake_connection, tables=("db.log",))
+    start = e.initial_offset()
+    e.prepare_for_available_now()
+    admin.append_log("db.log", 0, [("+A", {"id": 2, "v": "b"})] * 4)
+    end = e.latest_offset(start, ReadAllAvailable())
+    assert next(iter(end["tables"].values()))["log"] == {"0": 3}
+    assert e.latest_offset(end, ReadAllAvailable()) == end
+
+
+def test_report_latest_offset(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection)
+    assert e.report_latest_offset() is None
+    start = e.initial_offset()
+    e.latest_offset(start, ReadMaxRows(1))
+    latest = decode(e.report_latest_offset())
+    tid = pk.tables["db.pk"].info.table_id
+    assert latest.tables[tid].snapshot[0].complete and latest.tables[tid].log[1] == 4
+
+
+def test_lease_is_renewed_from_latest_offset(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.duration": "90s"})
+    start = e.initial_offset()
+    e.latest_offset(start, ReadMaxRows(1))
+    assert pk.calls_of("renew") == []
+    clock.advance(31)
+    e.latest_offset(start, ReadMaxRows(1))
+    assert len(pk.calls_of("renew")) == 1
+
+
+def test_expired_lease_is_reacquired(pk, clock, fake_connection):
+    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.duration": "90s"})
+    start = e.initial_offset()
+    clock.advance(200)  # missed renewals: the coordinator expired the lease
+    pk._expire()
+    assert start["lease_id"] not in pk.leases
+    e.latest_offset(start, ReadMaxRows(1))  # the renewal finds it gone and re-pins at once
+    assert len(pk.calls_of("renew")) == 1 and len(pk.calls_of("acquire")) == 2
+    assert start["lease_id"] in pk.leases and not e.keeper.lost
+
+
+def test_restart_with_other_tables_is_refused(pk, clock, fake_connection):
+    from fluss_spark.errors import ConfigError
+    pk.add_table("db.other", buckets=1)
+    start = make(pk, clock, fake_connection).initial_offset()
+    e2 = make(pk, clock, fake_connection, tables=("db.other",))
+    with pytest.raises(ConfigError, match="new checkpointLocation"):
+        e2.latest_offset(start, ReadAllAvailable())
+
+
+def test_recreated_table_is_refused(pk, clock, fake_connection):
+    from fluss_spark.errors import ConfigError
+    start = make(pk, clock, fake_connection).initial_offset()
+    del pk.tables["db.pk"]
+    pk.add_table("db.pk", buckets=2)
+    with pytest.raises(ConfigError, match="dropped and recreated"):
+        make(pk, clock, fake_connection).latest_offset(start, ReadAllAvailable())
+
+
+def test_min_rows_does_not_stall_available_now(admin, clock, fake_connection):
+    admin.add_table("db.log", pk=(), buckets=1)
+    admin.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 2)
+    e = make(admin, clock, fake_connection, tables=("db.log",), minOffsetsPerTrigger="5")
+    start = e.initial_offset()
+    e.prepare_for_available_now()
+    end = e.latest_offset(start, ReadMinRows(5))
+    assert next(iter(end["tables"].values()))["log"] == {"0": 2}

@@ -1,0 +1,122 @@
+"""Source options: case-insensitive keys, clear errors, exactly one table option."""
+
+import pytest
+
+from fluss_spark.connector.options import (SOURCE_OPTIONS, options_table_markdown, parse_options,
+                                           parse_timestamp_ms)
+from fluss_spark.errors import ConfigError
+
+BASE = {"bootstrap.servers": "localhost:9123", "table": "db.orders"}
+
+
+def test_defaults():
+    o = parse_options(BASE)
+    assert o.bootstrap_servers == "localhost:9123"
+    assert o.tables == ("db.orders",) and not o.multi_table
+    assert o.startup_mode == "full" and o.fail_on_data_loss is True
+    assert o.lease_id is None and o.lease_duration_ms == 86_400_000
+    assert o.scan_batch_bytes == 4 << 20 and o.max_offsets_per_trigger is None
+
+
+def test_spark_lowercased_keys_are_accepted():
+    o = parse_options({**BASE, "maxoffsetspertrigger": "100", "failondataloss": "false",
+                       "maxtriggerdelay": "30s",
+                       "scan.kv.snapshot.lease.duration": "1h"})
+    assert o.max_offsets_per_trigger == 100
+    assert o.fail_on_data_loss is False
+    assert o.max_trigger_delay_ms == 30_000
+    assert o.lease_duration_ms == 3_600_000
+
+
+def test_unknown_option_lists_known_ones():
+    with pytest.raises(ConfigError) as e:
+        parse_options({**BASE, "maxOffsetPerTrigger": "5"})
+    msg = str(e.value)
+    assert "maxOffsetPerTrigger" in msg and "maxOffsetsPerTrigger" in msg and "bootstrap.servers" in msg
+
+
+def test_bootstrap_servers_required():
+    with pytest.raises(ConfigError, match="bootstrap.servers"):
+        parse_options({"table": "t"})
+
+
+@pytest.mark.parametrize("extra", [{}, {"tables": "a,b"}, {"table.pattern": "a.*"}])
+def test_exactly_one_table_option(extra):
+    opts = {"bootstrap.servers": "h:1", **extra}
+    if not extra:
+        with pytest.raises(ConfigError, match="exactly one of 'table', 'tables'"):
+            parse_options(opts)
+    else:
+        assert parse_options(opts).multi_table
+        with pytest.raises(ConfigError, match="exactly one"):
+            parse_options({**opts, "table": "x"})
+
+
+def test_tables_list_and_duplicates():
+    assert parse_options({"bootstrap.servers": "h:1", "tables": " a , b "}).tables == ("a", "b")
+    with pytest.raises(ConfigError, match="more than once"):
+        parse_options({"bootstrap.servers": "h:1", "tables": "a,a"})
+    with pytest.raises(ConfigError, match="use 'tables'"):
+        parse_options({"bootstrap.servers": "h:1", "table": "a,b"})
+
+
+def test_bad_pattern():
+    with pytest.raises(ConfigError, match="not a valid regex"):
+        parse_options({"bootstrap.servers": "h:1", "table.pattern": "("})
+
+
+def test_path_is_table():
+    assert parse_options({"bootstrap.servers": "h:1", "path": "t1"}).tables == ("t1",)
+
+
+def test_startup_modes():
+    assert parse_options({**BASE, "scan.startup.mode": "LATEST"}).startup_mode == "latest"
+    with pytest.raises(ConfigError, match="not one of full, earliest, latest, timestamp"):
+        parse_options({**BASE, "scan.startup.mode": "newest"})
+    with pytest.raises(ConfigError, match="needs option 'scan.startup.timestamp'"):
+        parse_options({**BASE, "scan.startup.mode": "timestamp"})
+    with pytest.raises(ConfigError, match="only used with"):
+        parse_options({**BASE, "scan.startup.timestamp": "5"})
+    o = parse_options({**BASE, "scan.startup.mode": "timestamp",
+                       "scan.startup.timestamp": "2024-01-02 03:04:05"})
+    assert o.startup_timestamp_ms == 1704164645000
+
+
+def test_timestamp_formats():
+    assert parse_timestamp_ms("1700000000000") == 1700000000000
+    assert parse_timestamp_ms("1970-01-01 00:00:01") == 1000
+    with pytest.raises(ConfigError, match="epoch milliseconds"):
+        parse_timestamp_ms("yesterday")
+
+
+@pytest.mark.parametrize("bad", ["has space", "a/b", "x" * 129, "ü"])
+def test_unsafe_lease_id_refused(bad):
+    with pytest.raises(ConfigError, match="lease id"):
+        parse_options({**BASE, "scan.kv.snapshot.lease.id": bad})
+
+
+def test_safe_lease_id():
+    assert parse_options({**BASE, "scan.kv.snapshot.lease.id": "job-1.a_b"}).lease_id == "job-1.a_b"
+
+
+def test_numbers_validated():
+    with pytest.raises(ConfigError, match="maxOffsetsPerTrigger must be at least 1"):
+        parse_options({**BASE, "maxoffsetspertrigger": "0"})
+    with pytest.raises(ConfigError, match="expected an integer"):
+        parse_options({**BASE, "maxoffsetspertrigger": "ten"})
+    with pytest.raises(ConfigError, match="must not exceed"):
+        parse_options({**BASE, "maxOffsetsPerTrigger": "10", "minOffsetsPerTrigger": "20"})
+    assert parse_options({**BASE, "scan.batch.bytes": "64kb"}).scan_batch_bytes == 65536
+
+
+def test_every_option_documented():
+    table = options_table_markdown()
+    for o in SOURCE_OPTIONS:
+        assert o.doc and f"`{o.key}`" in table
+
+
+def test_docs_option_table_is_current():
+    from pathlib import Path
+    docs = Path(__file__).resolve().parents[3] / "docs" / "spark_source.md"
+    assert options_table_markdown() in docs.read_text(), \
+        "regenerate the table in docs/spark_source.md from options_table_markdown()"

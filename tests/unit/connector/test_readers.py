@@ -1,0 +1,109 @@
+"""Split readers with a fake client: exact rows, snapshot metadata, data-loss handling, folding."""
+
+import logging
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from fluss_spark.connector.options import parse_options
+from fluss_spark.connector.readers import SplitReader, fold_latest
+from fluss_spark.connector.schema import Layout, output_schema
+from fluss_spark.connector.splits import LogSplit, MergedBucketSplit, SnapshotSplit
+from fluss_spark.errors import KvSnapshotNotExist, LogOffsetOutOfRange
+
+
+@pytest.fixture
+def table(admin):
+    t = admin.add_table("db.pk", buckets=1)
+    admin.add_snapshot("db.pk", 0, 4, [{"id": i, "v": f"s{i}"} for i in range(10)], 3)
+    admin.append_log("db.pk", 0, [
+        ("+I", {"id": 0, "v": "s0"}), ("+I", {"id": 1, "v": "s1"}), ("+I", {"id": 2, "v": "s2"}),
+        ("-U", {"id": 1, "v": "s1"}), ("+U", {"id": 1, "v": "new"}),
+        ("-D", {"id": 2, "v": "s2"}), ("+I", {"id": 42, "v": "n"})])
+    return t
+
+
+def reader(admin, fake_connection, **opts):
+    options = parse_options({"bootstrap.servers": "h:1", "table": "db.pk", **opts})
+    layout = Layout(output_schema([("db.pk", admin.tables["db.pk"].info.schema)], False), False)
+    conn = fake_connection(admin)
+    return SplitReader(options, layout, conn_factory=lambda _: conn), layout
+
+
+def collect(r, split):
+    return [row for b in r.read(split) for row in b.to_pylist()]
+
+
+def test_snapshot_split_reads_exactly_its_rows(admin, table, fake_connection):
+    r, layout = reader(admin, fake_connection)
+    batches = list(r.read(SnapshotSplit(table.info.table_id, "db.pk", 0, 4, 2, 7, "L", 3)))
+    target = to_arrow_schema(layout.schema, timezone="UTC")
+    assert all(b.schema.equals(target) for b in batches)
+    got = pa.Table.from_batches(batches).to_pylist()
+    assert [g["id"] for g in got] == [2, 3, 4, 5, 6]
+    assert {g["_change_type"] for g in got} == {"+I"} and {g["_log_offset"] for g in got} == {2}
+
+
+def test_lost_snapshot_fails_with_names(admin, table, fake_connection):
+    r, _ = reader(admin, fake_connection)
+    with pytest.raises(KvSnapshotNotExist) as e:
+        collect(r, SnapshotSplit(table.info.table_id, "db.pk", 0, 99, 0, 5, "lease-x"))
+    assert "'db.pk' bucket 0" in str(e.value) and "99" in str(e.value) and "lease-x" in str(e.value)
+
+
+def test_lost_snapshot_skipped_when_allowed(admin, table, fake_connection, caplog):
+    r, _ = reader(admin, fake_connection, failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING):
+        assert collect(r, SnapshotSplit(table.info.table_id, "db.pk", 0, 99, 0, 5, "L")) == []
+    assert any("skipped" in rec.getMessage() for rec in caplog.records)
+
+
+def test_log_split(admin, table, fake_connection):
+    r, _ = reader(admin, fake_connection)
+    got = collect(r, LogSplit(table.info.table_id, "db.pk", 0, 3, 6))
+    assert [(g["_change_type"], g["id"], g["_log_offset"]) for g in got] == [
+        ("-U", 1, 3), ("+U", 1, 4), ("-D", 2, 5)]
+
+
+def test_deleted_log_range(admin, table, fake_connection):
+    admin.tables["db.pk"].log_start[0] = 5
+    r, _ = reader(admin, fake_connection)
+    with pytest.raises(LogOffsetOutOfRange, match="failOnDataLoss=false"):
+        collect(r, LogSplit(table.info.table_id, "db.pk", 0, 3, 7))
+    r, _ = reader(admin, fake_connection, failOnDataLoss="false")
+    got = collect(r, LogSplit(table.info.table_id, "db.pk", 0, 3, 7))
+    assert [g["_log_offset"] for g in got] == [5, 6]
+
+
+def test_merged_bucket_is_the_state_at_log_end(admin, table, fake_connection):
+    r, _ = reader(admin, fake_connection)
+    got = collect(r, MergedBucketSplit(table.info.table_id, "db.pk", 0, 4, 3, 7, ("id",)))
+    state = {g["id"]: g["v"] for g in got}
+    expected = {i: f"s{i}" for i in range(10)}
+    expected.update({1: "new", 42: "n"})
+    del expected[2]
+    assert state == expected and len(got) == len(expected)
+
+
+def test_merged_bucket_survives_a_removed_snapshot(admin, table, fake_connection):
+    admin.remove_snapshot("db.pk", 0, 4)
+    admin.add_snapshot("db.pk", 0, 6, [{"id": i, "v": "z"} for i in range(3)], 6)
+    r, _ = reader(admin, fake_connection)
+    got = collect(r, MergedBucketSplit(table.info.table_id, "db.pk", 0, 4, 3, 7, ("id",)))
+    assert {g["id"]: g["v"] for g in got} == {0: "z", 1: "z", 2: "z", 42: "n"}
+
+
+def test_fold_latest_keeps_last_write_and_drops_deletes():
+    snap = pa.table({"k": [1, 2, 3], "v": ["a", "b", "c"], "_change_type": ["+I"] * 3})
+    log = pa.table({"k": [2, 2, 3, 4, 4], "v": ["b", "B", "c", "d", "d"],
+                    "_change_type": ["-U", "+U", "-D", "+I", "-D"]})
+    out = fold_latest([snap, log], ["k"]).to_pylist()
+    assert sorted((r["k"], r["v"], r["_change_type"]) for r in out) == [(1, "a", "+I"),
+                                                                        (2, "B", "+U")]
+
+
+def test_spark_stand_in_partition_reads_nothing(admin, table, fake_connection):
+    from pyspark.sql.datasource import InputPartition
+    r, _ = reader(admin, fake_connection)
+    assert list(r.read(InputPartition(None))) == []

@@ -1,0 +1,69 @@
+"""Source wiring without Spark: table resolution, inferred schema, batch planning, pickling."""
+
+import pickle
+
+import pytest
+
+from fluss_spark.connector.options import parse_options
+from fluss_spark.connector.source import (FlussStreamReader, infer_schema, plan_batch,
+                                          resolve_table_names, table_names)
+from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
+from fluss_spark.errors import ConfigError, TableNotExist
+
+
+def opts(**kw):
+    return parse_options({"bootstrap.servers": "h:1", **kw})
+
+
+def test_pattern_resolves_sorted_full_matches(admin):
+    for name in ("shop.orders", "shop.items", "shop.orders_archive", "crm.users"):
+        admin.add_table(name)
+    o = opts(**{"table.pattern": r"shop\.(orders|items)"})
+    assert resolve_table_names(admin, o) == ["shop.items", "shop.orders"]
+    schema = infer_schema(admin, o)
+    assert schema.fieldNames()[:3] == ["_table", "shop.items", "shop.orders"]
+    with pytest.raises(ConfigError, match="matches no table"):
+        resolve_table_names(admin, opts(**{"table.pattern": "nope"}))
+
+
+def test_missing_table_is_named(admin):
+    with pytest.raises(TableNotExist, match="'db.missing'"):
+        infer_schema(admin, opts(table="db.missing"))
+
+
+def test_stream_reader_pickles_without_its_enumerator(admin):
+    admin.add_table("db.t")
+    o = opts(table="db.t")
+    reader = FlussStreamReader(o, infer_schema(admin, o))
+    reader._enumerator = object()  # stands for sockets and threads
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._enumerator is None and copy.options == o
+    assert table_names(o, reader.layout) == ["db.t"]
+
+
+def test_batch_plan_one_split_per_bucket(admin):
+    admin.add_table("db.pk", buckets=2)
+    admin.add_snapshot("db.pk", 0, 4, [{"id": 1, "v": "a"}], 1)
+    admin.append_log("db.pk", 0, [("+I", {"id": 1, "v": "a"}), ("+I", {"id": 2, "v": "b"})])
+    admin.add_table("db.log", pk=(), buckets=2)
+    admin.append_log("db.log", 1, [("+A", {"id": 1, "v": "a"})] * 3)
+    tid_pk = admin.tables["db.pk"].info.table_id
+    tid_log = admin.tables["db.log"].info.table_id
+    splits = plan_batch(admin, opts(tables="db.pk,db.log"), ["db.pk", "db.log"])
+    assert splits == [MergedBucketSplit(tid_pk, "db.pk", 0, 4, 1, 2, ("id",)),
+                      MergedBucketSplit(tid_pk, "db.pk", 1, None, 0, 0, ("id",)),
+                      LogSplit(tid_log, "db.log", 1, 0, 3)]
+    assert admin.calls_of("acquire") == []
+
+
+def test_register_adds_the_fluss_source():
+    from fluss_spark.connector import register
+    from fluss_spark.connector.source import FlussDataSource
+
+    registered = []
+
+    class Spark:
+        class dataSource:
+            register = staticmethod(registered.append)
+    register(Spark())
+    assert registered == [FlussDataSource] and FlussDataSource.name() == "fluss"
