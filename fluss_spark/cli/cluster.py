@@ -1,0 +1,102 @@
+"""``fluss-spark cluster``: start, inspect and stop a local cluster."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fluss_spark.cli.common import _json, default_cluster_dir
+from fluss_spark.cli.output import _print_metrics, emit_json, print_table
+from fluss_spark.errors import ConfigError, FlussError
+
+
+def add_commands(sub, cmd) -> None:
+    """Register `cluster start|status|stop`."""
+    cluster = sub.add_parser("cluster", help="start, inspect and stop a local cluster")
+    csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = cmd(csub, "start", "start a local cluster in the background (idempotent)", cmd_cluster_start)
+    _dir_arg(c)
+    c.add_argument("--tablets", type=int, help="number of tablet servers (default 1)")
+    c.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                   help="use this ZooKeeper instead of starting one")
+    c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="server option, e.g. kv.scanner.ttl=1min (repeatable)")
+    c.add_argument("--disable-api", action="append", default=[], metavar="GROUP",
+                   help="leave out an API group (kv_snapshot_lease, scan_kv) to emulate an old server")
+    _dir_arg(cmd(csub, "status", "every process of the local cluster, and metrics", cmd_cluster_status))
+    _dir_arg(cmd(csub, "stop", "stop the local cluster", cmd_cluster_stop))
+
+
+def _dir_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", type=Path, default=None,
+                   help="cluster directory (default: $FLUSS_SPARK_HOME or ~/.fluss-spark/cluster)")
+
+
+def _cluster_dir(args) -> Path:
+    return args.dir or default_cluster_dir()
+
+
+def cmd_cluster_start(args) -> int:
+    from fluss_spark.config import parse_server_options
+    from fluss_spark.protocol.api import API_GROUPS
+    from fluss_spark.testing.cluster import LocalCluster, read_state
+    d = _cluster_dir(args)
+    parse_server_options(args.option)   # refuse a bad option before starting anything
+    for g in args.disable_api:
+        if g not in API_GROUPS:
+            raise ConfigError(f"unknown API group {g!r}; known: {', '.join(sorted(API_GROUPS))}")
+    if args.tablets is not None and args.tablets < 1:
+        raise ConfigError(f"--tablets must be at least 1, got {args.tablets}")
+    if read_state(d) is not None and args.tablets is None and not args.zookeeper:
+        cluster = LocalCluster.load(d)
+        cluster.server_options = args.option or cluster.server_options
+        cluster.disabled_apis = args.disable_api or cluster.disabled_apis
+    else:
+        cluster = LocalCluster(d, tablets=args.tablets or 1, zookeeper=args.zookeeper,
+                               server_options=args.option, disabled_apis=args.disable_api)
+    cluster.start()
+    if _json(args):
+        emit_json({"dir": str(d), "bootstrap_servers": cluster.bootstrap_servers,
+                   "zookeeper": cluster.zookeeper_address, "processes": cluster.processes()})
+    else:
+        print(cluster.bootstrap_servers)
+    return 0
+
+
+def cmd_cluster_status(args) -> int:
+    from fluss_spark.testing.cluster import LocalCluster
+    d = _cluster_dir(args)
+    cluster = LocalCluster.load(d)
+    procs = cluster.processes()
+    metrics = None
+    coord_up = any(p["role"] == "coordinator" and p["alive"] for p in procs)
+    if coord_up:
+        from fluss_spark.client import FlussConnection
+        try:
+            with FlussConnection(cluster.bootstrap_servers, request_timeout_s=5.0) as conn:
+                metrics = conn.admin().metrics()
+        except FlussError:
+            metrics = None   # coordinator still starting or not the active one: status only
+    if _json(args):
+        emit_json({"dir": str(d), "bootstrap_servers": cluster.bootstrap_servers,
+                   "zookeeper": cluster.zookeeper_address, "processes": procs,
+                   "metrics": metrics})
+        return 0
+    print(f"cluster {d}  bootstrap {cluster.bootstrap_servers}  zookeeper {cluster.zookeeper_address}")
+    print_table(procs, ["role", "id", "pid", "address", "alive"])
+    if metrics is not None:
+        print()
+        _print_metrics(metrics)
+    return 0
+
+
+def cmd_cluster_stop(args) -> int:
+    from fluss_spark.testing.cluster import LocalCluster
+    d = _cluster_dir(args)
+    cluster = LocalCluster.load(d)
+    cluster.stop()
+    if _json(args):
+        emit_json({"dir": str(d), "processes": cluster.processes()})
+    else:
+        print(f"stopped the cluster in {d}")
+    return 0

@@ -1,0 +1,68 @@
+"""Shared by every ``fluss-spark`` subcommand: bootstrap servers, connections, argument parsing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from fluss_spark.errors import ConfigError, FlussError
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def default_cluster_dir() -> Path:
+    """``$FLUSS_SPARK_HOME`` or ``~/.fluss-spark/cluster``."""
+    home = os.environ.get("FLUSS_SPARK_HOME")
+    return Path(home) if home else Path.home() / ".fluss-spark" / "cluster"
+
+
+def _json(args) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def bootstrap_servers(args) -> str:
+    explicit = getattr(args, "bootstrap_servers", None) or os.environ.get("FLUSS_BOOTSTRAP_SERVERS")
+    if explicit:
+        return explicit
+    from fluss_spark.testing.cluster import read_state
+    d = default_cluster_dir()
+    state = read_state(d)
+    if state is None:
+        raise ConfigError("no cluster to talk to: pass --bootstrap-servers, set "
+                          f"FLUSS_BOOTSTRAP_SERVERS, or start one with `fluss-spark cluster start` "
+                          f"(looked for {d / 'cluster.json'})")
+    host = state.get("host", "127.0.0.1")
+    return ",".join(f"{host}:{s['port']}" for s in state["servers"] if s.get("port"))
+
+
+def connect(args):
+    """A FlussConnection, after checking that some bootstrap server accepts connections (a
+    cluster that is down is reported at once instead of after the retry timeout)."""
+    from fluss_spark.client import FlussConnection
+    from fluss_spark.client.connection import parse_bootstrap
+    from fluss_spark.testing.ports import port_open
+    servers = bootstrap_servers(args)
+    if not any(port_open(h, p, timeout_s=2.0) for h, p in parse_bootstrap(servers)):
+        raise FlussError(f"no server is reachable at {servers}; is the cluster running? "
+                         "(`fluss-spark cluster status`)")
+    return FlussConnection(servers, request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S))
+
+
+def _columns_arg(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    cols = [c.strip() for c in text.split(",") if c.strip()]
+    if not cols:
+        raise ConfigError("--columns is empty")
+    return cols
+
+
+def _pairs(items: Iterable[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} {item!r} must be key=value")
+        out[key.strip()] = value.strip()
+    return out

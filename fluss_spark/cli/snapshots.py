@@ -1,0 +1,59 @@
+"""``fluss-spark snapshot``: trigger and list KV snapshots."""
+
+from __future__ import annotations
+
+from fluss_spark.cli.common import _json, connect
+from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
+from fluss_spark.errors import ConfigError
+
+
+def add_commands(sub, cmd) -> None:
+    """Register `snapshot trigger|list`."""
+    snap = sub.add_parser("snapshot", help="trigger and list KV snapshots")
+    ssub = snap.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = cmd(ssub, "trigger", "take a KV snapshot of every bucket now", cmd_snapshot_trigger)
+    c.add_argument("table")
+    c.add_argument("--bucket", type=int, action="append", help="only these buckets (repeatable)")
+    c = cmd(ssub, "list", "registered KV snapshots and the leases pinning them", cmd_snapshot_list)
+    c.add_argument("table")
+    c.add_argument("--bucket", type=int)
+
+
+def _snapshot_row(name: str, s) -> dict:
+    return {"table": name, "bucket": s.bucket, "snapshot_id": s.snapshot_id,
+            "log_offset": s.log_offset, "row_count": s.row_count, "size_bytes": s.size_bytes,
+            "created_ms": s.created_ms, "created": _fmt_ms(s.created_ms), "path": s.path,
+            "pinned_by": list(s.pinned_by)}
+
+
+def cmd_snapshot_trigger(args) -> int:
+    with connect(args) as conn:
+        info = conn.table(args.table)
+        if not info.has_primary_key:
+            raise ConfigError(f"{info.name} is a log table: KV snapshots exist only for "
+                              "primary-key tables")
+        snaps = conn.admin().trigger_kv_snapshot(info, args.bucket)
+    rows = []
+    for b, s in snaps.items():
+        rows.append(_snapshot_row(info.name, s) if s else
+                    {"table": info.name, "bucket": b, "snapshot_id": None, "log_offset": None,
+                     "row_count": None, "size_bytes": None, "created_ms": None, "created": None,
+                     "path": None, "pinned_by": []})
+    if _json(args):
+        emit_json(rows)
+    else:
+        print_table(rows, ["bucket", "snapshot_id", "log_offset", "row_count", "created"])
+    return 0
+
+
+def cmd_snapshot_list(args) -> int:
+    with connect(args) as conn:
+        info = conn.table(args.table)
+        snaps = conn.admin().list_kv_snapshots(info, args.bucket)
+    rows = [_snapshot_row(info.name, s) for s in snaps]
+    if _json(args):
+        emit_json(rows)
+    else:
+        print_table(rows, ["bucket", "snapshot_id", "log_offset", "row_count", "created",
+                           "pinned_by"])
+    return 0

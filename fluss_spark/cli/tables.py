@@ -1,0 +1,154 @@
+"""``fluss-spark table`` and ``produce``: create, list, describe, drop tables; write demo rows."""
+
+from __future__ import annotations
+
+from fluss_spark.cli.common import _columns_arg, _json, _pairs, connect
+from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
+from fluss_spark.errors import ConfigError
+
+
+def add_commands(sub, cmd) -> None:
+    """Register `table create|list|describe|drop` and `produce`."""
+    table = sub.add_parser("table", help="create, list, describe and drop tables")
+    tsub = table.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = cmd(tsub, "create", "create a table", cmd_table_create)
+    c.add_argument("table", help="db.table")
+    c.add_argument("--schema", required=True, help='columns, e.g. "id BIGINT, name STRING"')
+    c.add_argument("--primary-key", help="primary key column(s), comma separated")
+    c.add_argument("--bucket-key", help="bucket key column(s) (default: the primary key)")
+    c.add_argument("--buckets", type=int, default=1, help="number of buckets (default 1)")
+    c.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="table property, e.g. kv.snapshot.interval=1min (repeatable)")
+    c.add_argument("--if-not-exists", action="store_true", help="succeed if the table exists")
+    cmd(tsub, "list", "list tables", cmd_table_list)
+    cmd(tsub, "describe", "show a table's schema, keys, buckets and properties",
+        cmd_table_describe).add_argument("table")
+    c = cmd(tsub, "drop", "drop a table", cmd_table_drop)
+    c.add_argument("table")
+    c.add_argument("--if-exists", action="store_true", help="succeed if the table does not exist")
+
+    c = cmd(sub, "produce", "write generated demo rows to a table", cmd_produce)
+    c.add_argument("table")
+    c.add_argument("--rows", type=int, required=True, help="rows to insert (PK) or append (log)")
+    c.add_argument("--updates", type=int, default=0, help="upserts of random existing keys (PK)")
+    c.add_argument("--deletes", type=int, default=0, help="deletes of random existing keys (PK)")
+    c.add_argument("--seed", type=int, default=0, help="random seed (same seed, same data)")
+    c.add_argument("--batch-size", type=int, default=10_000, help="rows per write call")
+
+
+def _describe(info) -> dict:
+    from fluss_spark.protocol.types import format_schema, format_type
+    return {
+        "table": info.name, "table_id": info.table_id, "schema": format_schema(info.schema),
+        "columns": [{"name": f.name, "type": format_type(f.type), "nullable": f.nullable}
+                    for f in info.schema],
+        "primary_key": list(info.primary_key), "bucket_key": list(info.bucket_key),
+        "num_buckets": info.num_buckets, "properties": dict(info.properties),
+        "created_ms": info.created_ms,
+        "assignment": [{"bucket": b, "tablet": t} for b, t in sorted(info.assignment.items())],
+    }
+
+
+def _print_description(d: dict) -> None:
+    print(f"table        {d['table']} (id {d['table_id']})")
+    print(f"kind         {'primary-key table' if d['primary_key'] else 'log table'}")
+    print(f"primary key  {', '.join(d['primary_key']) or '-'}")
+    print(f"bucket key   {', '.join(d['bucket_key']) or '-'}")
+    print(f"buckets      {d['num_buckets']}")
+    print(f"created      {_fmt_ms(d['created_ms'])}")
+    props = ", ".join(f"{k}={v}" for k, v in sorted(d["properties"].items()))
+    print(f"properties   {props or '-'}")
+    print("columns:")
+    print_table(d["columns"], ["name", "type", "nullable"])
+    print("assignment:")
+    print_table(d["assignment"], ["bucket", "tablet"])
+
+
+def cmd_table_create(args) -> int:
+    pk = _columns_arg(args.primary_key) or []
+    bk = _columns_arg(args.bucket_key)
+    with connect(args) as conn:
+        info = conn.admin().create_table(args.table, args.schema, primary_key=pk, bucket_key=bk,
+                                         num_buckets=args.buckets,
+                                         properties=_pairs(args.property, "--property"),
+                                         ignore_if_exists=args.if_not_exists)
+    d = _describe(info)
+    if _json(args):
+        emit_json(d)
+    else:
+        print(f"created {info.name} (id {info.table_id}, {info.num_buckets} bucket(s))")
+    return 0
+
+
+def cmd_table_list(args) -> int:
+    with connect(args) as conn:
+        names = conn.admin().list_tables()
+    if _json(args):
+        emit_json([{"table": n} for n in names])
+    else:
+        print_table([{"table": n} for n in names])
+    return 0
+
+
+def cmd_table_describe(args) -> int:
+    with connect(args) as conn:
+        d = _describe(conn.admin().get_table(args.table))
+    emit_json(d) if _json(args) else _print_description(d)
+    return 0
+
+
+def cmd_table_drop(args) -> int:
+    with connect(args) as conn:
+        conn.admin().drop_table(args.table, ignore_if_not_exists=args.if_exists)
+    if _json(args):
+        emit_json({"table": args.table, "dropped": True})
+    else:
+        print(f"dropped {args.table}")
+    return 0
+
+
+def cmd_produce(args) -> int:
+    from fluss_spark.testing.demo_data import DemoData
+    for name in ("rows", "updates", "deletes"):
+        if getattr(args, name) < 0:
+            raise ConfigError(f"--{name} must not be negative")
+    if args.batch_size < 1:
+        raise ConfigError("--batch-size must be at least 1")
+    with connect(args) as conn:
+        info = conn.table(args.table)
+        if not info.has_primary_key and (args.updates or args.deletes):
+            raise ConfigError(f"{info.name} is a log table: --updates and --deletes need a "
+                              "primary-key table")
+        gen = DemoData(info.schema, info.primary_key, seed=args.seed)
+        writer = conn.writer(info)
+        total = args.rows + args.updates + min(args.deletes, args.rows)
+        progress = _Progress(f"produce {info.name}", total, enabled=not _json(args))
+        counts = {"inserts" if info.has_primary_key else "appends": 0}
+        if info.has_primary_key:
+            counts.update(updates=0, deletes=0)
+        for start in range(0, args.rows, args.batch_size):
+            batch = gen.rows(start, min(start + args.batch_size, args.rows))
+            (writer.upsert if info.has_primary_key else writer.append)(batch)
+            counts["inserts" if info.has_primary_key else "appends"] += batch.num_rows
+            progress.add(batch.num_rows)
+        if info.has_primary_key and args.rows:
+            for start in range(0, args.updates, args.batch_size):
+                n = min(args.batch_size, args.updates - start)
+                batch = gen.updates(n, args.rows)
+                writer.upsert(batch)
+                counts["updates"] += n
+                progress.add(n)
+            deleted = gen.deletes(min(args.deletes, args.rows), args.rows)
+            for start in range(0, deleted.num_rows, args.batch_size):
+                part = deleted.slice(start, args.batch_size)
+                writer.delete(part)
+                counts["deletes"] += part.num_rows
+                progress.add(part.num_rows)
+        progress.close()
+    written = sum(counts.values())
+    if _json(args):
+        emit_json({"table": info.name, "rows": written, **counts})
+    else:
+        detail = ", ".join(f"{v} {k}" for k, v in counts.items())
+        print(f"wrote {written} rows to {info.name} ({detail})")
+    return 0
