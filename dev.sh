@@ -25,10 +25,17 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa' >/dev/null 2>&1 \
    || [ setup.cfg -nt "$VENV/.installed" ]; then
-  echo "Installing Python packages into $VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-  "$VENV/bin/python" -m pip install -q -e ".[test]" 2>&1 | grep -v '^WARNING: Location' || true
-  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict'
+  echo "Installing Python packages into $VENV (log: $VENV/install.log)"
+  # compat mode puts the checkout on sys.path, where Spark's lookup of pyspark_* modules sees
+  # pyspark_fluss (the default editable mode hides top-level modules from that lookup).
+  if ! { "$VENV/bin/python" -m pip install --upgrade pip \
+         && "$VENV/bin/python" -m pip install -e ".[test]" --config-settings editable_mode=compat; \
+       } >"$VENV/install.log" 2>&1; then
+    tail -n 30 "$VENV/install.log" >&2
+    echo "error: installing the Python packages failed; see $VENV/install.log" >&2
+    exit 1
+  fi
+  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss'
   touch "$VENV/.installed"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"

@@ -143,7 +143,8 @@ class FlussConnection:
                 last = e
                 continue
             return self._meta.update(answer, complete=complete)
-        raise NetworkError(f"no server answered GET_METADATA (tried {', '.join(tried)}): {last}")
+        raise NetworkError(f"cannot reach any Fluss server (tried {', '.join(tried)}): {last}; "
+                           "check bootstrap.servers and that the cluster is running")
 
     # -- routing --------------------------------------------------------------------------------
     def _rpc(self, addr: tuple[str, int]):
