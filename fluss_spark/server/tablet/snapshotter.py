@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 
+# Registering a snapshot makes the tablet a caller of the coordinator: it uses the bare
+# transport (client.rpc, which depends only on protocol), never the client facade.
 from fluss_spark.client.rpc import RpcConnection
 from fluss_spark.errors import ApiError, FlussError, RequestTimeout
 from fluss_spark.metadata.layout import SnapshotRecord
