@@ -6,16 +6,8 @@ import pytest
 
 from fluss_spark.errors import InvalidLeaseId, InvalidRequest, LeaseNotFound
 from fluss_spark.metadata import layout
-from fluss_spark.testing.coordinator import LeaseHarness
 
 HOUR = 3_600_000
-
-
-@pytest.fixture
-def h(zk_address, tmp_path):
-    harness = LeaseHarness(zk_address, tmp_path / "remote")
-    yield harness
-    harness.close()
 
 
 def test_acquire_then_release_removes_the_lease(h):

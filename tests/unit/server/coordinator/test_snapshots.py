@@ -1,18 +1,8 @@
 """SnapshotRegistry: retention depth, lease-aware GC, list, table drop, failed deletions."""
 
-import pytest
-
-from fluss_spark.testing.coordinator import LeaseHarness
 from fluss_spark.server.coordinator.snapshots import delete_path, join_path
 
 HOUR = 3_600_000
-
-
-@pytest.fixture
-def h(zk_address, tmp_path):
-    harness = LeaseHarness(zk_address, tmp_path / "remote")
-    yield harness
-    harness.close()
 
 
 def test_retention_keeps_the_newest_n_per_bucket(h):
