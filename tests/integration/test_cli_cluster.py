@@ -10,7 +10,6 @@ import sys
 import time
 import uuid
 
-import pytest
 
 from fluss_spark.testing.cluster import LocalCluster
 
