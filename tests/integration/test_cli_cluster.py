@@ -10,7 +10,6 @@ import sys
 import time
 import uuid
 
-
 from fluss_spark.testing.cluster import LocalCluster
 
 
