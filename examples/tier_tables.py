@@ -9,7 +9,7 @@ See docs/tiering.md.
 
 Run (until killed; ``--once`` catches up and exits, ``--duration S`` stops after S seconds)::
 
-    PYSPARK_PYTHON=$(which python) spark-submit --master "local[2]" examples/tier_tables.py \\
+    PYSPARK_PYTHON=$(which python) spark-submit --master "local[2,4]" examples/tier_tables.py \\
         --bootstrap-servers 127.0.0.1:9123 --lake /tmp/lake --pattern 'demo\\..*'
 
 Restart it with the same command after a crash: it continues from its checkpoints in

@@ -20,7 +20,9 @@ def add_commands(sub, cmd) -> None:
     c = cmd(tsub, "run", "run the tiering Spark job in this process (see examples/tier_tables.py "
             "for spark-submit)", cmd_tier_run)
     add_run_args(c)
-    c.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    c.add_argument("--master", default="local[2,4]",
+                   help="Spark master (default local[2,4]: 2 cores, 4 attempts per task as on a "
+                        "cluster)")
     c = cmd(tsub, "status", "per-table progress of a lake: rows tiered, lag, last round",
             cmd_tier_status)
     c.add_argument("--lake", required=True, type=Path, help="the lake directory")
@@ -54,7 +56,7 @@ def cmd_tier_run(args) -> int:
 
 
 _TIER_COLUMNS = ["table", "kind", "rows_tiered", "lake_rows", "lag", "last_round", "batch_id",
-                 "snapshot_complete", "active", "error"]
+                 "snapshot_complete", "active", "restarts", "error"]
 
 
 def cmd_tier_status(args) -> int:

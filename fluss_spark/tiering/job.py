@@ -69,6 +69,12 @@ class TieringConfig:
     poll_interval_s: float = 1.0
     retain_versions: int = 10
     compact_max_files: int = 32
+    #: A table query that fails with a transient error (see ``restartable``) is started again
+    #: from its checkpoint after ``restart_backoff_s`` (doubling per restart), at most
+    #: ``max_restarts`` times within ``restart_window_s``; then the job fails.
+    max_restarts: int = 3
+    restart_backoff_s: float = 5.0
+    restart_window_s: float = 600.0
     source_options: dict = field(default_factory=dict, hash=False)
 
     def __post_init__(self):
@@ -77,6 +83,9 @@ class TieringConfig:
         except re.error as e:
             raise ConfigError(f"table pattern {self.table_pattern!r} is not a valid regex: {e}"
                               ) from None
+        if self.max_restarts < 0 or self.restart_backoff_s < 0:
+            raise ConfigError(f"max_restarts ({self.max_restarts}) and restart_backoff_s "
+                              f"({self.restart_backoff_s}) cannot be negative")
 
 
 @dataclass(frozen=True)
@@ -197,8 +206,8 @@ class TieringJob:
     """Keeps the lake copies of every table matching ``config.table_pattern`` up to date.
 
     ``start()`` takes the lake's job lock, starts one query per table; ``poll()`` discovers new
-    tables, releases finished snapshot phases from the lease, checks for failed queries and
-    writes the status file; ``run()`` does that until told to stop (or, with ``available_now``,
+    tables, releases finished snapshot phases from the lease, restarts queries failed by a
+    transient error (or fails the job), and writes the status file; ``run()`` does that until told to stop (or, with ``available_now``,
     until every query has caught up).
     """
 
@@ -211,6 +220,9 @@ class TieringJob:
         self.infos: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
         self.released: set[str] = set()
+        #: Per table: clock times of its query's restarts; when the pending one is due.
+        self.restarts: dict[str, list[float]] = {}
+        self._restart_due: dict[str, float] = {}
         self._lock_fh = None
         self._conn = None
         self._last_discover = 0.0
@@ -327,17 +339,23 @@ class TieringJob:
                 self.clock() - self._last_discover >= self.config.discover_interval_s:
             self.discover()
         failed = {}
-        for name, q in self.queries.items():
+        for name, q in list(self.queries.items()):
             exc = q.exception() if not q.isActive else None
             if exc is not None and name not in self.errors:
                 self.errors[name] = error_summary(exc)
+                log.error("the tiering query of table %s failed:\n%s", name,
+                          failure_text(exc)[-20_000:])
                 if self._dropped(name):
                     # The lake copy stays as the table's last tiered state; nothing to retry.
                     self.errors[name] = "the table was dropped; its lake copy is kept as it was"
                     log.warning("table %s was dropped: its tiering query stopped (%s)", name,
                                 error_summary(exc))
+                elif check and self._schedule_restart(name):
+                    continue
                 else:
                     failed[name] = self.errors[name]
+            if name in self._restart_due and self.clock() >= self._restart_due[name]:
+                self._restart(name)
         self.release_finished_snapshots()
         doc = self.status()
         write_status(self.lake_root, doc)
@@ -345,6 +363,39 @@ class TieringJob:
             raise TieringError("tiering failed for " + "; ".join(
                 f"table {t!r}: {e}" for t, e in sorted(failed.items())))
         return doc
+
+    def _schedule_restart(self, name: str) -> bool:
+        """Plan a restart of a failed table query if its error may pass and the budget allows."""
+        cfg = self.config
+        now = self.clock()
+        recent = [t for t in self.restarts.get(name, []) if now - t < cfg.restart_window_s]
+        self.restarts[name] = recent
+        if not restartable(self.errors[name]) or len(recent) >= cfg.max_restarts:
+            return False
+        delay = cfg.restart_backoff_s * (2 ** len(recent))
+        self._restart_due[name] = now + delay
+        log.warning("table %s: restarting its tiering query from its checkpoint in %.1fs "
+                    "(restart %d of at most %d within %.0fs)", name, delay, len(recent) + 1,
+                    cfg.max_restarts, cfg.restart_window_s)
+        return True
+
+    def _restart(self, name: str) -> None:
+        del self._restart_due[name]
+        self.restarts.setdefault(name, []).append(self.clock())
+        try:
+            self._start_query(self.infos[name])
+        except Exception as e:  # noqa: BLE001 - a failed start counts as a failed run
+            self.errors[name] = error_summary(e)
+            if not self._schedule_restart(name):
+                raise TieringError(f"tiering failed for table {name!r}: restarting its query "
+                                   f"failed: {self.errors[name]}") from None
+            return
+        del self.errors[name]
+
+    @property
+    def restarting(self) -> bool:
+        """Whether a failed query is waiting for its restart."""
+        return bool(self._restart_due)
 
     def _dropped(self, name: str) -> bool:
         """Whether the table a query read is gone (or was recreated under a new id)."""
@@ -408,7 +459,8 @@ class TieringJob:
                     lag = table_lag(q.lastProgress).get(name)
                 except Exception:  # noqa: BLE001 - progress from another source version
                     lag = None
-            tables[name] = {"active": q.isActive, "lag": lag, "error": self.errors.get(name)}
+            tables[name] = {"active": q.isActive, "lag": lag, "error": self.errors.get(name),
+                            "restarts": len(self.restarts.get(name, ()))}
         return {"job_id": self.record.job_id if self.record else None,
                 "lease_id": self.record.lease_id if self.record else None,
                 "pid": os.getpid(), "updated_ms": int(self.clock() * 1000), "tables": tables}
@@ -422,20 +474,50 @@ class TieringJob:
         deadline = None if duration_s is None else self.clock() + duration_s
         while True:
             doc = self.poll()
-            if self.config.available_now and not any(q.isActive for q in self.queries.values()):
+            if self.config.available_now and not self.restarting and \
+                    not any(q.isActive for q in self.queries.values()):
                 return self.poll(discover=False)
             if deadline is not None and self.clock() >= deadline:
                 return doc
             time.sleep(self.config.poll_interval_s)
 
 
+#: The line of a Spark job failure that names the task's error, e.g. "... most recent failure:
+#: Lost task 0.0 in stage 3.0 (TID 5) (host executor driver): java.io.IOException: ...".
+_TASK_FAILURE = re.compile(r"most recent failure: Lost task [^:]*?\): (.+)$")
+_EXCEPTION_LINE = re.compile(r"^(Caused by: )?[\w.$]+(Exception|Error)\b.*$")
+
+
+def restartable(summary: str) -> bool:
+    """Whether a query failure (its ``error_summary``) may pass on a restart: a retriable Fluss
+    error (a server down longer than the client's timeout) or a Spark/JVM error, but not a
+    configuration, data-loss or lake error, which needs an operator."""
+    m = re.match(r"^fluss_spark\.([\w.]+)\.(\w+): ", summary)
+    if m is None:
+        return True
+    from fluss_spark import errors
+    cls = getattr(errors, m.group(2), None) if m.group(1) == "errors" else None
+    return isinstance(cls, type) and issubclass(cls, errors.ApiError) and cls.retriable
+
+
 def error_summary(exc: Any) -> str:
-    """One line for a (Spark-wrapped) failure: the fluss_spark error raised inside, if any."""
-    text = str(getattr(exc, "desc", None) or exc).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    """One line for a (Spark-wrapped) failure: the fluss_spark error raised inside, else the
+    error the failed task raised, else the first exception line."""
+    lines = [ln.strip() for ln in failure_text(exc).splitlines() if ln.strip()]
     ours = [ln for ln in lines if re.match(r"^fluss_spark\.[\w.]+: ", ln)]
-    return (ours[-1] if ours else lines[0] if lines else type(exc).__name__)[:500]
+    task = [m.group(1) for ln in lines if (m := _TASK_FAILURE.search(ln))]
+    named = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
+    best = ours[-1:] or task[-1:] or named[-1:] or lines[:1] or [type(exc).__name__]
+    return best[0][:500]
+
+
+def failure_text(exc: Any) -> str:
+    """A (Spark-wrapped) failure's full message without JVM stack frames."""
+    text = str(getattr(exc, "desc", None) or exc).strip()
+    return "\n".join(ln for ln in text.splitlines()
+                     if not re.match(r"^\s+(at |\.\.\. \d+ more)", ln))
 
 
 __all__ = ["TieringJob", "TieringConfig", "TableSink", "TieringError", "JobRecord", "error_summary",
+           "restartable",
            "batch_end_offset", "checkpoint_query_id", "lake_offsets"]

@@ -5,7 +5,7 @@ Fluss offsets it corresponds to) and ``_tiering/status.json``, which the running
 after every poll (whether each table's query is active, its lag from query progress, errors).
 
 ``status.json`` versions: **1** ``{version: 1, job_id, lease_id, pid, updated_ms,
-tables: {name: {active, lag, error}}}``.
+tables: {name: {active, lag, error, restarts}}}``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def read_status(lake_root: str | Path) -> dict:
 def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None
                    ) -> list[dict]:
     """One row per lake table: ``table, kind, rows_tiered, lake_rows, lag, last_round_ms,
-    batch_id, version, snapshot_complete, active, error``.
+    batch_id, version, snapshot_complete, active, error, restarts``.
 
     ``latest`` (table name -> bucket -> latest offset, from the cluster) gives an exact lag;
     without it the lag is the job's last reported one (None when unknown).
@@ -85,6 +85,7 @@ def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]
             "batch_id": m.commit.batch_id if m.commit else None,
             "version": m.table_version, "snapshot_complete": m.snapshot_complete,
             "active": bool(s.get("active")), "error": s.get("error"),
+            "restarts": int(s.get("restarts") or 0),
         })
     return rows
 

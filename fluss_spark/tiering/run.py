@@ -40,6 +40,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="catch up to the tables' current end (AvailableNow) and exit")
     p.add_argument("--discover-interval", type=float, default=30.0,
                    help="seconds between looks for new tables matching the pattern")
+    p.add_argument("--max-restarts", type=int, default=3,
+                   help="restarts of a table's query after a transient failure within 10 "
+                        "minutes before the job fails (0: fail at once)")
 
 
 def config_from_args(args: argparse.Namespace, bootstrap_servers: str | None = None) -> TieringConfig:
@@ -54,7 +57,8 @@ def config_from_args(args: argparse.Namespace, bootstrap_servers: str | None = N
                          max_offsets_per_trigger=args.max_offsets_per_trigger,
                          lease_duration_ms=parse_duration_ms(args.lease_duration,
                                                              "--lease-duration"),
-                         discover_interval_s=args.discover_interval)
+                         discover_interval_s=args.discover_interval,
+                         max_restarts=args.max_restarts)
 
 
 def run_job(spark: Any, config: TieringConfig, duration_s: float | None = None,

@@ -50,11 +50,15 @@ def build_pyfiles_zip(out: str | Path, include_server: bool = False) -> Path:
 
 
 def spark_submit_command(script: str | Path, args: Sequence[str] = (), *,
-                         master: str = "local[2]", py_files: Sequence[str | Path] = (),
+                         master: str = "local[2,4]", py_files: Sequence[str | Path] = (),
                          conf: dict[str, str] | None = None,
                          spark_submit: str | Path | None = None) -> list[str]:
     """The ``spark-submit`` command line for a job script (the venv's ``spark-submit`` by
-    default: pyspark installs one beside the interpreter)."""
+    default: pyspark installs one beside the interpreter).
+
+    The default master retries a failed task up to 4 times, as Spark does on a cluster
+    (``local[N]`` alone gives each task one attempt); the source's reads are replayable.
+    """
     exe = str(spark_submit or Path(sys.executable).parent / "spark-submit")
     cmd = [exe, "--master", master]
     settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",

@@ -139,3 +139,43 @@ def test_tiering_keeps_pk_and_log_lake_copies_equal_under_concurrent_writes(
     assert status[lg]["rows_tiered"] == status[lg]["lake_rows"] == 1_800
     assert status[pk]["last_round_ms"] and status[lg]["batch_id"] is not None
     assert not status[pk]["error"]
+
+
+def test_a_query_failed_by_a_tablet_outage_is_restarted_and_the_lake_stays_exact(
+        spark, cluster, conn, table_name, tmp_path):
+    pk, lg, pw, lw = create_tables(conn, table_name, pk_rows=6_000, log_rows_n=1_500)
+    lake_root = tmp_path / "lake"
+    # A short client timeout so the outage outlasts the source's own retries and fails a query.
+    config = TieringConfig(lake=lake_root, bootstrap_servers=cluster.bootstrap_servers,
+                           table_pattern=re.escape(table_name) + "_(pk|log)",
+                           trigger_interval="300 milliseconds", max_offsets_per_trigger=1_000,
+                           poll_interval_s=0.3, restart_backoff_s=1.0, max_restarts=5,
+                           source_options={"client.request.timeout": "2s"})
+    job = TieringJob(spark, config).start()
+    pk_lake = LakeTable(table_dir(lake_root, pk))
+    try:
+        wait_until(lambda: job.poll() and pk_lake.manifest().commit is not None, 120,
+                   "the first PK round in the lake")
+        cluster.kill("tablet", 0)
+        try:
+            wait_until(lambda: [q for q in job.queries.values() if not q.isActive], 60,
+                       "a table query to fail while tablet 0 is down")
+        finally:
+            cluster.restart("tablet", 0)
+            cluster.wait_registered()
+        churn(pw, lw, threading.Event(), rounds=5)
+
+        def caught_up():
+            job.poll()
+            return job.caught_up() and not job.restarting
+        wait_until(caught_up, 180, "the restarted queries to catch up")
+        assert sum(map(len, job.restarts.values())) >= 1 and not job.errors
+        assert all(q.isActive for q in job.queries.values())
+    finally:
+        job.stop()
+    assert_equal_tables(spark, pk_lake.read(), pk_state(conn, pk))
+    expected_log = log_rows(conn, lg)
+    assert expected_log.num_rows == 1_500 + 5 * 10
+    assert_equal_tables(spark, LakeTable(table_dir(lake_root, lg)).read(), expected_log)
+    restarted = {r["table"]: r["restarts"] for r in job_status(lake_root)["tables"]}
+    assert sum(restarted.values()) >= 1

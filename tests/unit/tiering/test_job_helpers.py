@@ -93,3 +93,17 @@ def test_error_summary_names_the_fluss_error_inside_a_spark_failure():
                         "exist\n\tat org.apache.spark...")
     assert error_summary(wrapped) == "fluss_spark.errors.TableNotExist: table db.t does not exist"
     assert error_summary(Exception("plain\nmore")) == "plain"
+
+
+def test_error_summary_names_the_task_error_of_a_failed_spark_job():
+    from fluss_spark.tiering.job import error_summary
+    wrapped = Exception(
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent "
+        "call last):\n  File \"job.py\", line 3, in __call__\npy4j.protocol.Py4JJavaError: An "
+        "error occurred while calling o99.collect.\n: org.apache.spark.SparkException: Job aborted "
+        "due to stage failure: Task 0 in stage 3.0 failed 1 times, most recent failure: Lost task "
+        "0.0 in stage 3.0 (TID 5) (192.0.2.2 executor driver): java.io.IOException: disk gone\n"
+        "\tat org.apache.spark.scheduler.ResultTask.runTask(ResultTask.scala:86)")
+    assert error_summary(wrapped) == "java.io.IOException: disk gone"
+    frames_only = Exception("header\njava.lang.IllegalStateException: bad\n\tat a.b(C.java:1)")
+    assert error_summary(frames_only) == "java.lang.IllegalStateException: bad"

@@ -1,0 +1,63 @@
+"""`fluss-spark tier run --once` tiers tables from the command line; `tier status` reports them."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from fluss_spark.testing.logs import failure_excerpt
+from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.submit import python_env
+
+pytestmark = pytest.mark.spark
+
+
+def fs(*argv, timeout=300):
+    return subprocess.run([sys.executable, "-m", "fluss_spark.cli", *map(str, argv)],
+                          capture_output=True, text=True, timeout=timeout, env=python_env())
+
+
+def test_tier_run_once_then_status(cluster, conn, table_name, tmp_path):
+    admin = conn.admin()
+    pk, lg = f"{table_name}_pk", f"{table_name}_log"
+    admin.create_table(pk, "id BIGINT NOT NULL, v STRING", primary_key=["id"], num_buckets=2)
+    admin.create_table(lg, "k BIGINT, msg STRING", num_buckets=1)
+    conn.writer(pk).upsert(pa.table({"id": pa.array(range(500), pa.int64()),
+                                     "v": [f"v{i}" for i in range(500)]}))
+    admin.trigger_kv_snapshot(pk)
+    conn.writer(pk).upsert([{"id": 0, "v": "changed"}])
+    conn.writer(pk).delete([{"id": 1}])
+    conn.writer(lg).append([{"k": i, "msg": "m"} for i in range(30)])
+    lake = tmp_path / "lake"
+
+    res = fs("--bootstrap-servers", cluster.bootstrap_servers, "tier", "run", "--lake", lake,
+             "--pattern", re.escape(table_name) + "_(pk|log)", "--once", "--json")
+    assert res.returncode == 0, failure_excerpt(res.stdout + res.stderr)
+    rows = {r["table"]: r for r in json.loads(res.stdout)}
+    assert rows[pk]["lake_rows"] == 499 and rows[lg]["lake_rows"] == 30
+    assert rows[pk]["snapshot_complete"] and rows[pk]["lag"] == 0 and not rows[pk]["error"]
+    state = LakeTable(table_dir(lake, pk)).read().sort_by("id").to_pylist()
+    assert state[0] == {"id": 0, "v": "changed"} and state[1]["id"] == 2
+    # The job's lease is gone with its snapshot phase.
+    assert not [x for x in admin.list_kv_snapshot_leases() if x.lease_id.startswith("tier-")
+                and x.tables.get(admin.get_table(pk).table_id)]
+
+    status = fs("--bootstrap-servers", cluster.bootstrap_servers, "tier", "status", "--lake", lake,
+                "--json")
+    assert status.returncode == 0, status.stderr
+    doc = json.loads(status.stdout)
+    assert doc["job_id"] and {r["table"]: r["lag"] for r in doc["tables"]} == {pk: 0, lg: 0}
+    human = fs("tier", "status", "--lake", lake)
+    assert human.returncode == 0 and pk in human.stdout and "RESTARTS" in human.stdout
+
+
+def test_tier_run_with_a_bad_pattern_is_a_one_line_error(cluster, tmp_path):
+    res = fs("--bootstrap-servers", cluster.bootstrap_servers, "tier", "run", "--lake",
+             tmp_path / "lake", "--pattern", "db.(", "--once", timeout=60)
+    assert res.returncode == 1 and res.stderr.startswith("error: ") and "regex" in res.stderr
+    assert "Traceback" not in res.stderr

@@ -1,0 +1,127 @@
+"""The tiering job restarts a table query after a transient failure, within a budget (no Spark)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from fluss_spark.tiering.job import TieringConfig, TieringError, TieringJob, restartable
+
+
+class FakeQuery:
+    """A stopped-or-running streaming query as the job sees it."""
+
+    def __init__(self, error: str | None = None):
+        self.isActive = error is None
+        self._error = error
+        self.lastProgress = None
+
+    def exception(self):
+        return None if self._error is None else Exception(self._error)
+
+
+class JobWithoutSpark(TieringJob):
+    """TieringJob whose queries are FakeQuery objects started from a script of failures."""
+
+    def __init__(self, config, clock, outcomes):
+        super().__init__(spark=None, config=config, clock=clock)
+        self.outcomes = list(outcomes)      # per start: None (runs) or an error text
+        self.starts = 0
+
+    def _start_query(self, info):
+        self.starts += 1
+        self.queries[info.name] = FakeQuery(self.outcomes.pop(0) if self.outcomes else None)
+        self.infos[info.name] = info
+
+    def discover(self):
+        return []
+
+    def _dropped(self, name):
+        return False
+
+    def release_finished_snapshots(self):
+        return []
+
+    def status(self):
+        return {"tables": {n: {"error": self.errors.get(n),
+                               "restarts": len(self.restarts.get(n, ()))} for n in self.queries}}
+
+
+def job(tmp_path, outcomes, **cfg):
+    now = [1000.0]
+    config = TieringConfig(lake=tmp_path, bootstrap_servers="x:1", table_pattern="db\\..*",
+                           restart_backoff_s=2.0, **cfg)
+    j = JobWithoutSpark(config, lambda: now[0], outcomes)
+    j._start_query(SimpleNamespace(name="db.t"))
+    return j, now
+
+
+TRANSIENT = "fluss_spark.errors.NetworkError: cannot reach tablet 0"
+
+
+def test_transient_failures_restart_the_query_after_a_doubling_backoff(tmp_path):
+    j, now = job(tmp_path, [TRANSIENT, TRANSIENT, None])
+    j.poll()                                   # failed: restart planned in 2 s
+    assert j.restarting and j.starts == 1 and j.errors["db.t"] == TRANSIENT
+    now[0] += 1.9
+    j.poll()
+    assert j.starts == 1
+    now[0] += 0.2
+    j.poll()                                   # restarted
+    assert j.starts == 2 and not j.restarting and not j.errors
+    j.poll()                                   # that run failed too: 4 s this time
+    assert j.restarting and j.errors["db.t"] == TRANSIENT
+    now[0] += 3.9
+    j.poll()
+    assert j.starts == 2
+    now[0] += 0.2
+    doc = j.poll()                             # restarted; this run keeps going
+    assert j.starts == 3 and not j.restarting and not j.errors
+    assert doc["tables"]["db.t"] == {"error": None, "restarts": 2}
+
+
+def test_the_job_fails_once_the_restart_budget_is_spent(tmp_path):
+    j, now = job(tmp_path, [TRANSIENT] * 3, max_restarts=2)
+    for _ in range(2):
+        j.poll()
+        now[0] += 60
+        j.poll()
+    with pytest.raises(TieringError, match="db.t.*NetworkError"):
+        j.poll()
+    assert j.starts == 3
+
+
+def test_restarts_older_than_the_window_do_not_count(tmp_path):
+    j, now = job(tmp_path, [TRANSIENT] * 3, max_restarts=1, restart_window_s=100)
+    j.poll()
+    now[0] += 5
+    j.poll()                                   # the one allowed restart
+    now[0] += 200                              # ... long ago when the next failure comes
+    j.poll()
+    assert j.restarting and j.starts == 2
+
+
+def test_permanent_failures_fail_the_job_at_once(tmp_path):
+    j, _ = job(tmp_path, ["fluss_spark.errors.KvSnapshotNotExist: snapshot 3 is gone"])
+    with pytest.raises(TieringError, match="KvSnapshotNotExist"):
+        j.poll()
+    assert j.starts == 1 and not j.restarting
+
+
+@pytest.mark.parametrize("summary, expected", [
+    ("fluss_spark.errors.NetworkError: connection refused", True),
+    ("fluss_spark.errors.LeaderNotAvailable: no live server", True),
+    ("java.io.IOException: Failed to get broadcast_7_piece0", True),
+    ("fluss_spark.errors.KvSnapshotNotExist: gone", False),
+    ("fluss_spark.errors.ConfigError: bad option", False),
+    ("fluss_spark.errors.TableNotExist: db.t", False),
+    ("fluss_spark.tiering.lake.LakeError: manifest is corrupt", False),
+])
+def test_restartable_errors(summary, expected):
+    assert restartable(summary) is expected
+
+
+def test_negative_restart_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="max_restarts"):
+        TieringConfig(lake=tmp_path, bootstrap_servers="x:1", table_pattern=".*", max_restarts=-1)
