@@ -1,0 +1,98 @@
+"""End to end: minOffsetsPerTrigger / maxTriggerDelay hold batches back; scan.split.max-rows cuts
+a snapshot into several Spark partitions."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+
+from fluss_spark.testing.ports import wait_until
+
+pytestmark = pytest.mark.spark
+
+
+def stream(spark, cluster, table: str, **options):
+    reader = (spark.readStream.format("fluss")
+              .option("bootstrap.servers", cluster.bootstrap_servers).option("table", table))
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load()
+
+
+class Batches:
+    """A foreachBatch sink that keeps (rows, partitions, ids) per non-empty micro-batch."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.seen: list[tuple[int, int, list]] = []
+
+    def __call__(self, df, batch_id):
+        ids = [r[0] for r in df.select(self.key).collect()]
+        if ids:
+            self.seen.append((len(ids), df.rdd.getNumPartitions(), ids))
+
+    def rows(self) -> int:
+        return sum(n for n, _, _ in self.seen)
+
+
+def append(conn, table: str, start: int, n: int) -> None:
+    conn.writer(table).append(pa.table({"k": pa.array(range(start, start + n), pa.int64()),
+                                        "msg": ["m"] * n}))
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records(spark, cluster, conn, table_name):
+    conn.admin().create_table(table_name, "k BIGINT, msg STRING", num_buckets=1)
+    sink = Batches("k")
+    q = (stream(spark, cluster, table_name, **{"scan.startup.mode": "earliest",
+                                                "minOffsetsPerTrigger": 100,
+                                                "maxTriggerDelay": "1h"})
+         .writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds").start())
+    try:
+        append(conn, table_name, 0, 10)
+        wait_until(lambda: len(q.recentProgress) >= 5, 60, "a few triggers")
+        time.sleep(1.0)
+        assert sink.seen == []                  # 10 < minOffsetsPerTrigger: held back
+        append(conn, table_name, 10, 95)
+        wait_until(lambda: sink.rows() >= 105, 60, "the batch once 100 records are there")
+        assert [n for n, _, _ in sink.seen] == [105]
+        assert sorted(sink.seen[0][2]) == list(range(105))
+    finally:
+        q.stop()
+
+
+def test_max_trigger_delay_lets_a_small_batch_through(spark, cluster, conn, table_name):
+    conn.admin().create_table(table_name, "k BIGINT, msg STRING", num_buckets=2)
+    sink = Batches("k")
+    q = (stream(spark, cluster, table_name, **{"scan.startup.mode": "earliest",
+                                                "minOffsetsPerTrigger": 1_000,
+                                                "maxTriggerDelay": "2s"})
+         .writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds").start())
+    try:
+        append(conn, table_name, 0, 10)
+        wait_until(lambda: sink.rows() >= 10, 60, "the small batch after maxTriggerDelay")
+        assert sorted(i for _, _, ids in sink.seen for i in ids) == list(range(10))
+    finally:
+        q.stop()
+
+
+def test_split_max_rows_cuts_the_snapshot_into_partitions(spark, cluster, conn, table_name):
+    admin = conn.admin()
+    admin.create_table(table_name, "id BIGINT NOT NULL, v STRING", primary_key=["id"],
+                       num_buckets=2)
+    conn.writer(table_name).upsert(pa.table({"id": pa.array(range(4_000), pa.int64()),
+                                             "v": [f"v{i}" for i in range(4_000)]}))
+    snaps = admin.trigger_kv_snapshot(table_name)
+    sink = Batches("id")
+    q = (stream(spark, cluster, table_name, **{"scan.split.max-rows": 500,
+                                                "scan.batch.bytes": "16kb"})
+         .writeStream.foreachBatch(sink).trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(120)
+    finally:
+        q.stop()
+    rows, partitions, ids = sink.seen[0]
+    # Each bucket's ~2000 snapshot rows in splits of at most 500 rows: at least 4 per bucket.
+    assert rows == 4_000 and partitions >= sum(-(-s.row_count // 500) for s in snaps.values())
+    assert sorted(ids) == list(range(4_000))
