@@ -14,6 +14,7 @@ from fluss_spark.errors import ConfigError, NonPrimaryKeyTable
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import table_to_bytes
 from fluss_spark.protocol.rows import split_by_bucket
+from fluss_spark.protocol.types import cast_columns
 
 #: Largest Arrow payload sent in one PRODUCE request; bigger batches go in several.
 MAX_REQUEST_BYTES = 8 << 20
@@ -68,16 +69,9 @@ def _conform_table(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
     _check_names(given, schema, what)
     if table.schema.names == schema.names and table.schema.equals(schema, check_metadata=False):
         return table.replace_schema_metadata(None) if table.schema.metadata else table
-    arrays = []
-    for f in schema:
-        col = table.column(f.name)
-        if col.type != f.type:
-            try:
-                col = col.cast(f.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                raise ConfigError(f"{what}: column {f.name!r} has type {col.type}, which does "
-                                  f"not convert to {f.type}: {_first_line(e)}") from None
-        arrays.append(col)
+    arrays = cast_columns(table, list(schema), lambda f, given, reason: ConfigError(
+        f"{what}: column {f.name!r} has type {given}, which does not convert to {f.type}: "
+        f"{reason}"))
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -1,8 +1,10 @@
-"""Table schemas: parse and print SQL-like column lists ("id BIGINT, name STRING") as Arrow."""
+"""Table schemas: parse and print SQL-like column lists ("id BIGINT, name STRING") as Arrow, and
+cast batches to them."""
 
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import pyarrow as pa
 
@@ -96,6 +98,24 @@ def validate_table_schema(schema: pa.Schema, primary_key: list[str], bucket_key:
                 raise ConfigError(f"{kind} column {c!r} is not in the schema ({', '.join(names)})")
     if primary_key and bucket_key and not set(bucket_key) <= set(primary_key):
         raise ConfigError("the bucket key of a primary-key table must be a subset of the primary key")
+
+
+def cast_columns(data: pa.Table, fields: list[pa.Field],
+                 refuse: Callable[[pa.Field, pa.DataType, str], Exception]
+                 ) -> list[pa.ChunkedArray]:
+    """``data``'s columns named by ``fields``, each cast losslessly to its field's type;
+    ``refuse(field, given type, reason)`` builds the error for a column that does not convert."""
+    out = []
+    for f in fields:
+        col = data.column(f.name)
+        if col.type != f.type:
+            try:
+                col = col.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                raise refuse(f, col.type, str(e).splitlines()[0] if str(e) else type(e).__name__
+                             ) from None
+        out.append(col)
+    return out
 
 
 def _split_columns(text: str) -> list[str]:

@@ -28,3 +28,15 @@ def spark():
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def fluss_stream(spark, cluster):
+    """``fluss_stream(table, **options)``: readStream.format("fluss") of a test-cluster table."""
+    def make(table: str, **options):
+        reader = (spark.readStream.format("fluss")
+                  .option("bootstrap.servers", cluster.bootstrap_servers).option("table", table))
+        for k, v in options.items():
+            reader = reader.option(k, str(v))
+        return reader.load()
+    return make

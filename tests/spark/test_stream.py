@@ -98,14 +98,6 @@ def leases_on(admin, table: str) -> list:
     return [x for x in admin.list_kv_snapshot_leases() if table_id in x.tables]
 
 
-def stream(spark, cluster, table: str, **options):
-    reader = (spark.readStream.format("fluss")
-              .option("bootstrap.servers", cluster.bootstrap_servers).option("table", table))
-    for k, v in options.items():
-        reader = reader.option(k, str(v))
-    return reader.load()
-
-
 def create_pk(conn, table: str, rows: int, buckets: int = 2, **props):
     admin = conn.admin()
     admin.create_table(table, "id BIGINT NOT NULL, v STRING", primary_key=["id"],
@@ -120,8 +112,8 @@ def create_pk(conn, table: str, rows: int, buckets: int = 2, **props):
 
 
 # -- tests ----------------------------------------------------------------------------------------
-def test_full_mode_snapshot_then_changelog_into_parquet(spark, cluster, conn, table_name,
-                                                        tmp_path):
+def test_full_mode_snapshot_then_changelog_into_parquet(spark, cluster, fluss_stream, conn,
+                                                        table_name, tmp_path):
     writer, snaps = create_pk(conn, table_name, 100_000, buckets=4)
     snapshot_rows = sum(s.row_count for s in snaps.values())
     assert snapshot_rows == 100_000
@@ -139,7 +131,7 @@ def test_full_mode_snapshot_then_changelog_into_parquet(spark, cluster, conn, ta
             time.sleep(0.05)
 
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    df = stream(spark, cluster, table_name, maxOffsetsPerTrigger=25_000)
+    df = fluss_stream(table_name, maxOffsetsPerTrigger=25_000)
     with LeaseWatcher(admin, cluster.zookeeper_address) as watcher:
         q = (df.writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", str(ckpt)).start())
@@ -205,8 +197,8 @@ register(spark)
 """
 
 
-def test_driver_killed_mid_snapshot_restarts_with_the_same_lease(spark, cluster, conn,
-                                                                  table_name, tmp_path):
+def test_driver_killed_mid_snapshot_restarts_with_the_same_lease(spark, cluster, fluss_stream,
+                                                                  conn, table_name, tmp_path):
     _, snaps = create_pk(conn, table_name, 20_000, buckets=2)
     admin = conn.admin()
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
@@ -240,7 +232,7 @@ def test_driver_killed_mid_snapshot_restarts_with_the_same_lease(spark, cluster,
         assert lease_id in {d["lease_id"] for d in json.loads(listed.stdout)}
 
         def start():
-            return (stream(spark, cluster, table_name, maxOffsetsPerTrigger=2_000)
+            return (fluss_stream(table_name, maxOffsetsPerTrigger=2_000)
                     .writeStream.format("parquet").option("path", str(out))
                     .option("checkpointLocation", str(ckpt)).start())
 
@@ -262,7 +254,8 @@ def test_driver_killed_mid_snapshot_restarts_with_the_same_lease(spark, cluster,
     assert fold(result) == table_state(conn, table_name)
 
 
-def test_log_table_startup_modes_and_available_now(spark, cluster, conn, table_name, tmp_path):
+def test_log_table_startup_modes_and_available_now(spark, cluster, fluss_stream, conn,
+                                                   table_name, tmp_path):
     admin = conn.admin()
     admin.create_table(table_name, "id BIGINT, v STRING", num_buckets=2)
     writer = conn.writer(table_name)
@@ -273,7 +266,7 @@ def test_log_table_startup_modes_and_available_now(spark, cluster, conn, table_n
     writer.append([{"id": i, "v": "late"} for i in range(30, 50)])
 
     def run(name, **opts):
-        q = (stream(spark, cluster, table_name, **opts).writeStream.format("memory")
+        q = (fluss_stream(table_name, **opts).writeStream.format("memory")
              .queryName(name).option("checkpointLocation", str(tmp_path / name))
              .trigger(availableNow=True).start())
         assert q.awaitTermination(120)
@@ -345,7 +338,7 @@ def test_several_tables_in_one_query(spark, cluster, conn, table_name, tmp_path)
     assert {small_id, big_id} in pin_sets and {big_id} in pin_sets
 
 
-def test_bad_options_and_foreign_checkpoint(spark, cluster, table_name, tmp_path):
+def test_bad_options_and_foreign_checkpoint(spark, cluster, fluss_stream, table_name, tmp_path):
     with pytest.raises(Exception) as e:
         (spark.readStream.format("fluss").option("bootstrap.servers", cluster.bootstrap_servers)
          .option("table", table_name).option("maxOffsetPerTrigger", "5").load())
@@ -363,7 +356,7 @@ def test_bad_options_and_foreign_checkpoint(spark, cluster, table_name, tmp_path
     from fluss_spark.client import FlussConnection
     with FlussConnection(cluster.bootstrap_servers) as c:
         c.admin().create_table(admin_table, "id BIGINT, v STRING", num_buckets=1)
-    q = (stream(spark, cluster, admin_table).writeStream.format("noop")
+    q = (fluss_stream(admin_table).writeStream.format("noop")
          .option("checkpointLocation", str(ckpt)).start())
     with pytest.raises(Exception) as e:
         q.processAllAvailable()

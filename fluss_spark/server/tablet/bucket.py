@@ -19,6 +19,7 @@ from fluss_spark.errors import (InvalidColumnProjection, InvalidRequest, LogOffs
 from fluss_spark.metadata.layout import TableRecord
 from fluss_spark.protocol.arrow_ipc import deserialize_schema, table_to_bytes
 from fluss_spark.protocol.rows import key_bytes, physical_columns
+from fluss_spark.protocol.types import cast_columns
 from fluss_spark.server.tablet.changelog import Changelog
 from fluss_spark.server.tablet.kv import KvStore, KvView, decode_values, rows_to_batch
 
@@ -186,22 +187,15 @@ class Bucket:
         if extra:
             raise InvalidRequest(f"{self.label}: the batch has unknown column(s) "
                                  f"{', '.join(extra)}; the table has {self._columns_text()}")
-        arrays = []
         fields = [self.schema.field(n) for n in wanted]
-        for f in fields:
-            col = data.column(f.name)
-            if col.type != f.type:
-                try:
-                    col = col.cast(f.type, safe=True)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                    raise InvalidRequest(f"{self.label}: column {f.name!r} has type "
-                                         f"{data.column(f.name).type}, which does not convert "
-                                         f"losslessly to {f.type}: {e}") from None
+        arrays = cast_columns(data, fields, lambda f, given, reason: InvalidRequest(
+            f"{self.label}: column {f.name!r} has type {given}, which does not convert "
+            f"losslessly to {f.type}: {reason}"))
+        for f, col in zip(fields, arrays):
             if col.null_count and (not f.nullable or f.name in self.primary_key):
                 what = "primary key column" if f.name in self.primary_key else "NOT NULL column"
                 raise InvalidRequest(f"{self.label}: {what} {f.name!r} has {col.null_count} "
                                      "null value(s)")
-            arrays.append(col)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields)).combine_chunks()
 
     def _columns_text(self) -> str:
