@@ -12,6 +12,8 @@ it, and times, side by side in one SparkSession (local[2]):
 - ``ceiling``: a minimal Python streaming data source yielding the same Arrow batches (same
   schema, same partitions) from memory-mapped Arrow IPC files -- what the API itself allows;
 - ``parquet``: ``spark.read.parquet`` of the same rows;
+- ``fluss-cols`` (noop sink): ``format("fluss")`` with ``columns=id,amount``, projected on the
+  tablet servers (the ``name`` string column never leaves them), against ``fluss``;
 
 each into the ``noop`` and the ``parquet`` sinks, and prints rows/s and the ratios to the ceiling.
 The best of ``--repeat`` runs counts (the first run of each also starts Python workers). Streaming
@@ -190,12 +192,19 @@ def main(argv=None) -> int:
                                    args.batch_bytes)
         memory_df = (spark.readStream.format("bench_memory").option("dir", str(work / "arrow"))
                      .schema(schema).load())
+        cols_df = (spark.readStream.format("fluss")
+                   .option("bootstrap.servers", cluster.bootstrap_servers)
+                   .option("table", table).option("columns", "id,amount")
+                   .option("scan.batch.bytes", str(args.batch_bytes)).load())
 
         results: dict[tuple[str, str], float] = {}
         executing: dict[tuple[str, str], float] = {}
         for sink in ("noop", "parquet"):
             for i in range(args.repeat):  # interleaved, so background load hits both alike
-                for name, df in (("fluss", fluss_df), ("ceiling", memory_df)):
+                runs = [("fluss", fluss_df), ("ceiling", memory_df)]
+                if sink == "noop":
+                    runs.append(("fluss-cols", cols_df))
+                for name, df in runs:
                     tag = f"{name}-{sink}-{i}"
                     whole, exec_s = run_stream(spark, df, sink, work / "out" / tag,
                                                work / "ck" / tag)
@@ -226,6 +235,9 @@ def main(argv=None) -> int:
                     e = executing[(name, sink)]
                     line += f"{e:>9.2f}{ceiling_exec / e:>17.2f}"
                 print(line)
+        full, cols = executing[("fluss", "noop")], executing[("fluss-cols", "noop")]
+        print(f"\nfluss, columns=id,amount vs every column (noop, exec): {cols:.2f}s vs "
+              f"{full:.2f}s = {full / cols:.2f}x")
         return 0
     finally:
         if spark is not None:

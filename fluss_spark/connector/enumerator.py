@@ -71,10 +71,13 @@ class Enumerator:
 
     def __init__(self, options: SourceOptions, table_names: list[str],
                  connect: Callable[[], Any], *, clock: Callable[[], float] = time.time,
-                 renew_in_thread: bool = True):
+                 renew_in_thread: bool = True, check_table: Callable[[Any], None] | None = None):
         """``connect()`` returns a client connection (``.admin()``, ``.close()``); the lease
-        keeper gets a connection of its own so its thread never shares a socket."""
+        keeper gets a connection of its own so its thread never shares a socket.
+        ``check_table(info)`` may refuse a table when the query starts (e.g. a column the
+        query's schema names but the table lacks)."""
         self.options = options
+        self.check_table = check_table
         self.table_names = list(table_names)
         self._connect = connect
         self.clock = clock
@@ -126,6 +129,9 @@ class Enumerator:
                 raise TableNotExist(f"table {name!r} does not exist on "
                                     f"{self.options.bootstrap_servers}; create it or fix option "
                                     f"'table'/'tables'/'table.pattern'") from None
+        if self.check_table is not None:
+            for info in infos:
+                self.check_table(info)
         self._infos = {i.table_id: i for i in infos}
         return infos
 

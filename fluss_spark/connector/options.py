@@ -62,6 +62,9 @@ BOOTSTRAP_SERVERS = _string("bootstrap.servers",
                             "Coordinator address(es), host:port[,host:port] (required).")
 TABLE = _string("table", "The table to read (single-table layout: the table's columns).")
 TABLES = _string("tables", "Comma-separated tables to read in one query (multi-table layout).")
+COLUMNS = _string("columns",
+                  "Comma-separated table columns to read, in this order (single-table layout); "
+                  "the others never leave the servers. Default: every column.")
 TABLE_PATTERN = _string("table.pattern",
                         "Regex (full match) over table names, resolved when the query starts "
                         "(multi-table layout).")
@@ -101,7 +104,7 @@ LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
                                 "before they could be leased.", minimum=0)
 
 SOURCE_OPTIONS: list[Option] = [
-    BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
+    BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
     LEASE_DURATION, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, REQUEST_TIMEOUT, LEASE_ACQUIRE_RETRIES,
 ]
@@ -118,6 +121,7 @@ class SourceOptions:
     tables: tuple[str, ...] = ()
     table_pattern: str | None = None
     multi_table: bool = False
+    columns: tuple[str, ...] = ()
     startup_mode: str = "full"
     startup_timestamp_ms: int | None = None
     lease_id: str | None = None
@@ -199,6 +203,7 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
             raise ConfigError(f"option 'table.pattern': {pattern!r} is not a valid regex: {e}") from None
         multi = True
 
+    columns = _columns(values, multi)
     mode = STARTUP_MODE.get(values)
     ts = STARTUP_TIMESTAMP.get(values)
     if mode == "timestamp" and ts is None:
@@ -223,6 +228,7 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         tables=tables,
         table_pattern=pattern,
         multi_table=multi,
+        columns=columns,
         startup_mode=mode,
         startup_timestamp_ms=ts,
         lease_id=lease_id,
@@ -236,6 +242,21 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         request_timeout_ms=REQUEST_TIMEOUT.get(values),
         lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
     )
+
+
+def _columns(values: Mapping[str, Any], multi_table: bool) -> tuple[str, ...]:
+    if COLUMNS.key not in values:
+        return ()
+    if multi_table:
+        raise ConfigError("option 'columns' works with option 'table'; to read fewer columns of "
+                          "several tables, give a schema whose table structs leave them out")
+    columns = tuple(c.strip() for c in COLUMNS.get(values).split(",") if c.strip())
+    if not columns:
+        raise ConfigError("option 'columns' lists no column")
+    dupes = sorted({c for c in columns if columns.count(c) > 1})
+    if dupes:
+        raise ConfigError(f"option 'columns' lists {', '.join(dupes)} more than once")
+    return columns
 
 
 def check_lease_id(lease_id: str) -> str:

@@ -74,12 +74,19 @@ class SplitReader:
                 # The layout picks the read columns (a user schema may be narrower) and casts.
                 yield self.layout.shape(split.table, batch, target)
 
+    def columns(self, table: str, key: tuple[str, ...] = ()) -> list[str]:
+        """The columns to ask the servers for: what the output shows, plus ``key`` (projection
+        happens server-side, so unread columns never cross the wire)."""
+        cols = self.layout.table_columns(table)
+        return cols + [k for k in key if k not in cols]
+
     # -- snapshot splits ----------------------------------------------------------------------
     def snapshot_rows(self, split: SnapshotSplit) -> Iterator[pa.RecordBatch]:
         kv = self.conn_factory(self.options).kv_scanner(split.table)
         seen = 0
         scan = kv.scan(split.bucket, snapshot_id=split.snapshot_id, start_row=split.row_start,
-                       limit=split.rows, batch_size_bytes=self.options.scan_batch_bytes)
+                       limit=split.rows, batch_size_bytes=self.options.scan_batch_bytes,
+                       projection=self.columns(split.table))
         try:
             for batch in scan:
                 if seen + batch.num_rows > split.rows:
@@ -110,7 +117,8 @@ class SplitReader:
 
     # -- changelog splits ---------------------------------------------------------------------
     def log_records(self, split: LogSplit) -> Iterator[pa.RecordBatch]:
-        scanner = self.conn_factory(self.options).log_scanner(split.table)
+        scanner = self.conn_factory(self.options).log_scanner(split.table,
+                                                              self.columns(split.table))
         start = split.start
         try:
             yield from scanner.read(split.bucket, start, split.end)
@@ -139,10 +147,11 @@ class SplitReader:
         snapshot is already past ``log_end`` the bucket is read as of that snapshot instead).
         """
         conn = self.conn_factory(self.options)
+        columns = self.columns(split.table, tuple(split.primary_key))
         snapshot_id, log_start = split.snapshot_id, split.snapshot_log_offset
         for _ in range(3):
             try:
-                snap = self._snapshot_table(conn, split, snapshot_id, log_start)
+                snap = self._snapshot_table(conn, split, snapshot_id, log_start, columns)
                 break
             except KvSnapshotNotExist:
                 latest = conn.admin().latest_kv_snapshots(split.table).get(split.bucket)
@@ -155,8 +164,8 @@ class SplitReader:
                                      f"read")
         parts = [snap] if snap is not None else []
         if split.log_end > log_start:
-            batches = list(conn.log_scanner(split.table).read(split.bucket, log_start,
-                                                              split.log_end))
+            batches = list(conn.log_scanner(split.table, columns).read(split.bucket, log_start,
+                                                                       split.log_end))
             if batches:
                 parts.append(pa.Table.from_batches(batches))
         if not parts:
@@ -164,11 +173,12 @@ class SplitReader:
         yield from fold_latest(parts, list(split.primary_key)).to_batches()
 
     def _snapshot_table(self, conn, split: MergedBucketSplit, snapshot_id: int | None,
-                        log_offset: int) -> pa.Table | None:
+                        log_offset: int, columns: list[str]) -> pa.Table | None:
         if snapshot_id is None:
             return None
         batches = [with_snapshot_metadata(b, log_offset) for b in conn.kv_scanner(split.table).scan(
-            split.bucket, snapshot_id=snapshot_id, batch_size_bytes=self.options.scan_batch_bytes)]
+            split.bucket, snapshot_id=snapshot_id, batch_size_bytes=self.options.scan_batch_bytes,
+            projection=columns)]
         return pa.Table.from_batches(batches) if batches else None
 
 

@@ -67,6 +67,15 @@ def spark_type(t: pa.DataType, column: str = "?") -> DataType:
     raise ConfigError(f"column {column!r} has type {t}, which the Spark source cannot read")
 
 
+def project(table: str, schema: pa.Schema, columns, what: str) -> pa.Schema:
+    """``schema`` narrowed to ``columns`` (in that order); ConfigError naming unknown ones."""
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise ConfigError(f"{what}: table {table!r} has no column(s) {', '.join(unknown)}; its "
+                          f"columns are {', '.join(schema.names)}")
+    return pa.schema([schema.field(c) for c in columns])
+
+
 def table_struct(schema: pa.Schema) -> StructType:
     """A table's columns as a Spark struct (every field nullable, as Spark checks nullability)."""
     return StructType([StructField(f.name, spark_type(f.type, f.name), True) for f in schema])

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 from fluss_spark.connector.enumerator import Enumerator
 from fluss_spark.connector.options import SourceOptions, parse_options
 from fluss_spark.connector.readers import SplitReader
-from fluss_spark.connector.schema import Layout, output_schema
+from fluss_spark.connector.schema import Layout, output_schema, project
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
 from fluss_spark.errors import ConfigError, TableNotExist
 
@@ -50,7 +50,16 @@ def infer_schema(admin: Any, options: SourceOptions) -> StructType:
         except TableNotExist:
             raise TableNotExist(f"table {name!r} does not exist on {options.bootstrap_servers}; "
                                 "create it or fix option 'table'/'tables'") from None
+    if options.columns:
+        return output_schema([(infos[0].name, project(infos[0].name, infos[0].schema,
+                                                      options.columns, "option 'columns'"))],
+                             multi_table=False)
     return output_schema([(i.name, i.schema) for i in infos], options.multi_table)
+
+
+def check_read_columns(info: Any, layout: Layout) -> None:
+    """Refuse, before any task runs, a query schema naming columns the table does not have."""
+    project(info.name, info.schema, layout.table_columns(info.name), "the query's schema")
 
 
 def table_names(options: SourceOptions, layout: Layout) -> list[str]:
@@ -98,7 +107,8 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def enumerator(self) -> Enumerator:
         if self._enumerator is None:
             self._enumerator = Enumerator(self.options, table_names(self.options, self.layout),
-                                          lambda: _connect(self.options))
+                                          lambda: _connect(self.options),
+                                          check_table=lambda i: check_read_columns(i, self.layout))
         return self._enumerator
 
     def initialOffset(self) -> dict:
@@ -144,17 +154,21 @@ class FlussBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         with _connect(self.options) as conn:
-            return plan_batch(conn.admin(), self.options, table_names(self.options, self.layout))
+            return plan_batch(conn.admin(), self.options, table_names(self.options, self.layout),
+                              self.layout)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return SplitReader(self.options, self.layout).read(partition)
 
 
-def plan_batch(admin: Any, options: SourceOptions, names: list[str]) -> list[InputPartition]:
+def plan_batch(admin: Any, options: SourceOptions, names: list[str], layout: Layout | None = None
+               ) -> list[InputPartition]:
     """One split per bucket: fixed end offsets taken now, so the read is a consistent cut."""
     splits: list[InputPartition] = []
     for name in names:
         info = admin.get_table(name)
+        if layout is not None:
+            check_read_columns(info, layout)
         latest = admin.list_offsets(name, spec="latest")
         if info.has_primary_key:
             snaps = admin.latest_kv_snapshots(name)

@@ -362,3 +362,42 @@ def test_bad_options_and_foreign_checkpoint(spark, cluster, fluss_stream, table_
         q.processAllAvailable()
     assert "checkpointLocation" in str(e.value)
     q.stop()
+
+
+def test_columns_are_projected_for_streams_and_batch_reads(spark, cluster, fluss_stream, conn,
+                                                          table_name):
+    admin = conn.admin()
+    admin.create_table(table_name, "id BIGINT NOT NULL, v STRING, amount DOUBLE",
+                       primary_key=["id"], num_buckets=2)
+    w = conn.writer(table_name)
+    w.upsert([{"id": i, "v": f"v{i}", "amount": i * 1.5} for i in range(100)])
+    admin.trigger_kv_snapshot(table_name)
+    w.upsert([{"id": 7, "v": "seven", "amount": -1.0}])
+
+    df = fluss_stream(table_name, columns="amount,id")
+    assert df.columns == ["amount", "id", "_change_type", "_log_offset", "_commit_timestamp"]
+    q = (df.writeStream.format("memory").queryName("projected").trigger(availableNow=True)
+         .start())
+    try:
+        q.awaitTermination(120)
+    finally:
+        q.stop()
+    rows = spark.sql("SELECT * FROM projected").collect()
+    snap = sorted((r["id"], r["amount"]) for r in rows if r["_commit_timestamp"] is None)
+    assert snap == [(i, i * 1.5) for i in range(100)]
+    assert sorted((r["_change_type"], r["amount"]) for r in rows
+                  if r["_commit_timestamp"] is not None) == [("+U", -1.0), ("-U", 10.5)]
+
+    # A batch read with a narrower user schema folds by key even without the key column.
+    narrow = (spark.read.format("fluss").option("bootstrap.servers", cluster.bootstrap_servers)
+              .option("table", table_name)
+              .schema("v STRING, _change_type STRING, _log_offset BIGINT, "
+                      "_commit_timestamp TIMESTAMP").load())
+    assert_df_equality(narrow.select("v"),
+                       spark.createDataFrame([(f"v{i}" if i != 7 else "seven",)
+                                              for i in range(100)], "v STRING"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+    with pytest.raises(Exception) as e:
+        fluss_stream(table_name, columns="id,colour")
+    assert "has no column(s) colour; its columns are id, v, amount" in str(e.value)

@@ -162,6 +162,10 @@ class FakeAdmin:
         return [c for c in self.calls if c[0] == kind]
 
 
+def project(schema: pa.Schema, columns: list | None) -> pa.Schema:
+    return schema if columns is None else pa.schema([schema.field(c) for c in columns])
+
+
 class _FakeKvScan:
     """An iterator of pages with ``close()``, like the client's KvScan."""
 
@@ -186,6 +190,7 @@ class FakeConnection:
         self._admin = admin
         self.page_rows = page_rows
         self.closed = False
+        self.projections: list[tuple[str, list | None]] = []   # (scan | log, columns asked for)
 
     def admin(self):
         return self._admin
@@ -205,15 +210,17 @@ class FakeConnection:
                         raise KvSnapshotNotExist(f"snapshot {snapshot_id}")
                         yield
                     return gone()
+                conn.projections.append(("scan", projection))
+                schema = project(t.info.schema, projection)
                 rows = t.snapshots[bucket][snapshot_id][0]
                 rows = rows[start_row: None if limit is None else start_row + limit]
                 pages = [rows[i:i + conn.page_rows] for i in range(0, len(rows), conn.page_rows)]
-                return _FakeKvScan([pa.RecordBatch.from_pylist(p, schema=t.info.schema)
-                                    for p in pages])
+                return _FakeKvScan([pa.RecordBatch.from_pylist(p, schema=schema) for p in pages])
         return Kv()
 
     def log_scanner(self, table, projection=None):
         conn = self
+        conn.projections.append(("log", projection))
 
         class Log:
             def read(self, bucket, start, end):
@@ -221,7 +228,7 @@ class FakeConnection:
                 if start < t.log_start[bucket]:
                     raise LogOffsetOutOfRange(f"{start}")
                 recs = t.log[bucket][start:end]
-                schema = t.info.changelog_schema()
+                schema = t.info.changelog_schema(projection)
                 rows = [dict(row, _change_type=ct, _log_offset=start + i,
                              _commit_timestamp=1_700_000_000_000 + start + i)
                         for i, (ct, row) in enumerate(recs)]

@@ -120,3 +120,14 @@ def test_docs_option_table_is_current():
     docs = Path(__file__).resolve().parents[3] / "docs" / "spark_source.md"
     assert options_table_markdown() in docs.read_text(), \
         "regenerate the table in docs/spark_source.md from options_table_markdown()"
+
+
+def test_columns_option():
+    assert parse_options({"bootstrap.servers": "h:1", "table": "t", "columns": " a, b "}
+                         ).columns == ("a", "b")
+    assert parse_options({"bootstrap.servers": "h:1", "table": "t"}).columns == ()
+    for value, error in ((" , ", "lists no column"), ("a,b,a", "'columns' lists a more than once")):
+        with pytest.raises(ConfigError, match=error):
+            parse_options({"bootstrap.servers": "h:1", "table": "t", "columns": value})
+    with pytest.raises(ConfigError, match="'columns' works with option 'table'"):
+        parse_options({"bootstrap.servers": "h:1", "tables": "a,b", "columns": "x"})

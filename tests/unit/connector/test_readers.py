@@ -107,3 +107,32 @@ def test_spark_stand_in_partition_reads_nothing(admin, table, fake_connection):
     from pyspark.sql.datasource import InputPartition
     r, _ = reader(admin, fake_connection)
     assert list(r.read(InputPartition(None))) == []
+
+
+def narrow_reader(admin, fake_connection, columns):
+    options = parse_options({"bootstrap.servers": "h:1", "table": "db.pk"})
+    schema = admin.tables["db.pk"].info.schema
+    layout = Layout(output_schema([("db.pk", pa.schema([schema.field(c) for c in columns]))],
+                                  False), False)
+    conn = fake_connection(admin)
+    return SplitReader(options, layout, conn_factory=lambda _: conn), conn
+
+
+def test_a_narrower_schema_is_projected_on_the_servers(admin, table, fake_connection):
+    r, conn = narrow_reader(admin, fake_connection, ["v"])
+    tid = table.info.table_id
+    snap = collect(r, SnapshotSplit(tid, "db.pk", 0, 4, 0, 2, "L", 3))
+    log = collect(r, LogSplit(tid, "db.pk", 0, 3, 5))
+    assert [sorted(row) for row in snap + log] == [["_change_type", "_commit_timestamp",
+                                                   "_log_offset", "v"]] * 4
+    assert [row["v"] for row in snap + log] == ["s0", "s1", "s1", "new"]
+    assert conn.projections == [("scan", ["v"]), ("log", ["v"])]
+
+
+def test_a_batch_read_of_fewer_columns_still_folds_by_key(admin, table, fake_connection):
+    r, conn = narrow_reader(admin, fake_connection, ["v"])
+    rows = collect(r, MergedBucketSplit(table.info.table_id, "db.pk", 0, 4, 3, 7, ("id",)))
+    assert sorted(row["v"] for row in rows) == sorted(
+        ["s0", "new"] + [f"s{i}" for i in range(3, 10)] + ["n"])
+    assert all("id" not in row for row in rows)
+    assert conn.projections == [("scan", ["v", "id"]), ("log", ["v", "id"])]

@@ -4,9 +4,10 @@ import pickle
 
 import pytest
 
+from fluss_spark.connector.enumerator import Enumerator
 from fluss_spark.connector.options import parse_options
-from fluss_spark.connector.source import (FlussStreamReader, infer_schema, plan_batch,
-                                          resolve_table_names, table_names)
+from fluss_spark.connector.source import (FlussStreamReader, check_read_columns, infer_schema,
+                                          plan_batch, resolve_table_names, table_names)
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
 from fluss_spark.errors import ConfigError, TableNotExist
 
@@ -67,3 +68,27 @@ def test_register_adds_the_fluss_source():
             register = staticmethod(registered.append)
     register(Spark())
     assert registered == [FlussDataSource] and FlussDataSource.name() == "fluss"
+
+
+def test_columns_option_narrows_the_schema_and_names_unknown_columns(admin):
+    admin.add_table("db.t")
+    schema = infer_schema(admin, opts(table="db.t", columns="v, id"))
+    assert schema.fieldNames() == ["v", "id", "_change_type", "_log_offset", "_commit_timestamp"]
+    with pytest.raises(ConfigError, match=r"option 'columns': table 'db.t' has no column\(s\) "
+                                          r"amount; its columns are id, v"):
+        infer_schema(admin, opts(table="db.t", columns="id,amount"))
+
+
+def test_a_query_schema_naming_a_missing_column_fails_at_start(admin, fake_connection):
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    admin.add_table("db.t")
+    schema = StructType([StructField("id", LongType()), StructField("colour", StringType()),
+                         StructField("_change_type", StringType()),
+                         StructField("_log_offset", LongType())])
+    reader = FlussStreamReader(opts(table="db.t"), schema)
+    e = Enumerator(reader.options, ["db.t"], lambda: fake_connection(admin),
+                   check_table=lambda i: check_read_columns(i, reader.layout), renew_in_thread=False)
+    with pytest.raises(ConfigError, match="the query's schema: table 'db.t' has no column.*colour"):
+        e.initial_offset()
+    with pytest.raises(ConfigError, match="colour"):
+        plan_batch(admin, reader.options, ["db.t"], reader.layout)
