@@ -207,8 +207,8 @@ class TieringJob:
 
     ``start()`` takes the lake's job lock, starts one query per table; ``poll()`` discovers new
     tables, releases finished snapshot phases from the lease, restarts queries failed by a
-    transient error (or fails the job), and writes the status file; ``run()`` does that until told to stop (or, with ``available_now``,
-    until every query has caught up).
+    transient error (or fails the job), and writes the status file; ``run()`` does that until
+    told to stop (or, with ``available_now``, until every query has caught up).
     """
 
     def __init__(self, spark: Any, config: TieringConfig, *, clock: Callable[[], float] = time.time):
@@ -513,11 +513,16 @@ def error_summary(exc: Any) -> str:
 
 def failure_text(exc: Any) -> str:
     """A (Spark-wrapped) failure's full message without JVM stack frames."""
-    text = str(getattr(exc, "desc", None) or exc).strip()
+    return strip_jvm_frames(str(getattr(exc, "desc", None) or exc).strip())
+
+
+def strip_jvm_frames(text: str) -> str:
+    """``text`` without the ``at ...`` / ``... N more`` lines of JVM stack traces, so that the
+    Python traceback and the lines naming the cause stay readable."""
     return "\n".join(ln for ln in text.splitlines()
                      if not re.match(r"^\s+(at |\.\.\. \d+ more)", ln))
 
 
 __all__ = ["TieringJob", "TieringConfig", "TableSink", "TieringError", "JobRecord", "error_summary",
-           "restartable",
-           "batch_end_offset", "checkpoint_query_id", "lake_offsets"]
+           "failure_text", "strip_jvm_frames", "restartable", "batch_end_offset",
+           "checkpoint_query_id", "lake_offsets"]

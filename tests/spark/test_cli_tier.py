@@ -10,7 +10,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-from fluss_spark.testing.logs import failure_excerpt
+from fluss_spark.tiering.job import strip_jvm_frames
 from fluss_spark.tiering.lake import LakeTable, table_dir
 from fluss_spark.tiering.submit import python_env
 
@@ -37,7 +37,7 @@ def test_tier_run_once_then_status(cluster, conn, table_name, tmp_path):
 
     res = fs("--bootstrap-servers", cluster.bootstrap_servers, "tier", "run", "--lake", lake,
              "--pattern", re.escape(table_name) + "_(pk|log)", "--once", "--json")
-    assert res.returncode == 0, failure_excerpt(res.stdout + res.stderr)
+    assert res.returncode == 0, strip_jvm_frames(res.stdout + res.stderr)[-8000:]
     rows = {r["table"]: r for r in json.loads(res.stdout)}
     assert rows[pk]["lake_rows"] == 499 and rows[lg]["lake_rows"] == 30
     assert rows[pk]["snapshot_complete"] and rows[pk]["lag"] == 0 and not rows[pk]["error"]

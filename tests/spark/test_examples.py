@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fluss_spark.testing.logs import failure_excerpt
+from fluss_spark.tiering.job import strip_jvm_frames
 from fluss_spark.tiering.submit import build_pyfiles_zip, python_env, spark_submit_command
 
 pytestmark = pytest.mark.spark
@@ -25,7 +25,8 @@ def submit(script: str, args, cwd, env=None, py_files=(), timeout=240) -> str:
     cmd = spark_submit_command(EXAMPLES / script, args, py_files=py_files)
     proc = subprocess.run(cmd, cwd=cwd, env=env or python_env(), capture_output=True, text=True,
                           timeout=timeout)
-    assert proc.returncode == 0, f"{script} failed:\n" + failure_excerpt(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, \
+        f"{script} failed:\n" + strip_jvm_frames(proc.stdout + proc.stderr)[-8000:]
     return proc.stdout
 
 

@@ -15,9 +15,8 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from fluss_spark.testing.logs import failure_excerpt
 from fluss_spark.testing.ports import wait_until
-from fluss_spark.tiering.job import MARKER_ENV, PAUSE_ENV, PAUSE_POINT_ENV
+from fluss_spark.tiering.job import MARKER_ENV, PAUSE_ENV, PAUSE_POINT_ENV, strip_jvm_frames
 from fluss_spark.tiering.lake import LakeTable, table_dir
 from fluss_spark.tiering.submit import python_env, spark_submit_command
 
@@ -107,7 +106,7 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
                             cwd=tmp_path,
                             env=python_env(), capture_output=True, text=True, timeout=300)
     (tmp_path / "run2.log").write_text(second.stdout + second.stderr)
-    assert second.returncode == 0, failure_excerpt(second.stdout + second.stderr)
+    assert second.returncode == 0, strip_jvm_frames(second.stdout + second.stderr)[-8000:]
     status = {d["table"]: d for d in (json.loads(ln) for ln in second.stdout.splitlines()
                                       if ln.startswith("{"))}
     assert status[pk]["lag"] == 0 and status[lg]["lag"] == 0, status
