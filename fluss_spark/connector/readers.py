@@ -74,11 +74,12 @@ class SplitReader:
                 # The layout picks the read columns (a user schema may be narrower) and casts.
                 yield self.layout.shape(split.table, batch, target)
 
-    def columns(self, table: str, key: tuple[str, ...] = ()) -> list[str]:
+    def columns(self, table: str, key: tuple[str, ...] = ()) -> list[str] | None:
         """The columns to ask the servers for: what the output shows, plus ``key`` (projection
-        happens server-side, so unread columns never cross the wire)."""
+        happens server-side, so unread columns never cross the wire). None (every column) when
+        the output shows no table column: the servers refuse an empty projection."""
         cols = self.layout.table_columns(table)
-        return cols + [k for k in key if k not in cols]
+        return (cols + [k for k in key if k not in cols]) or None
 
     # -- snapshot splits ----------------------------------------------------------------------
     def snapshot_rows(self, split: SnapshotSplit) -> Iterator[pa.RecordBatch]:

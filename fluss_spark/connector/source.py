@@ -57,6 +57,14 @@ def infer_schema(admin: Any, options: SourceOptions) -> StructType:
     return output_schema([(i.name, i.schema) for i in infos], options.multi_table)
 
 
+def check_columns_option(options: SourceOptions, layout: Layout) -> None:
+    """Refuse option ``columns`` that disagrees with a schema the user also gave."""
+    if options.columns and tuple(layout.table_columns(options.tables[0])) != options.columns:
+        raise ConfigError(f"option 'columns' ({', '.join(options.columns)}) and the given schema "
+                          f"({', '.join(layout.table_columns(options.tables[0]))}) name different "
+                          "table columns; give one of them")
+
+
 def check_read_columns(info: Any, layout: Layout) -> None:
     """Refuse, before any task runs, a query schema naming columns the table does not have."""
     project(info.name, info.schema, layout.table_columns(info.name), "the query's schema")
@@ -95,6 +103,7 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, schema: StructType):
         self.options = options
         self.layout = Layout(schema, options.multi_table)
+        check_columns_option(options, self.layout)
         self._enumerator: Enumerator | None = None
 
     def __getstate__(self) -> dict:
@@ -151,6 +160,7 @@ class FlussBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions, schema: StructType):
         self.options = options
         self.layout = Layout(schema, options.multi_table)
+        check_columns_option(options, self.layout)
 
     def partitions(self) -> list[InputPartition]:
         with _connect(self.options) as conn:

@@ -50,6 +50,10 @@ PAUSE_ENV, MARKER_ENV = "FLUSS_SPARK_TIER_PAUSE_S", "FLUSS_SPARK_TIER_MARKER"
 PAUSE_POINT_ENV = "FLUSS_SPARK_TIER_PAUSE_POINT"
 
 
+#: The error shown for a table whose query stopped because the table was dropped.
+DROPPED = "the table was dropped; its lake copy is kept as it was"
+
+
 class TieringError(FlussError):
     """The tiering job cannot start or one of its table queries failed."""
 
@@ -265,6 +269,7 @@ class TieringJob:
         self._lock_fh = fh
 
     def stop(self) -> None:
+        self._restart_due.clear()          # a stopping job starts nothing new
         for q in list(self.queries.values()):
             try:
                 q.stop()
@@ -347,14 +352,14 @@ class TieringJob:
                           failure_text(exc)[-20_000:])
                 if self._dropped(name):
                     # The lake copy stays as the table's last tiered state; nothing to retry.
-                    self.errors[name] = "the table was dropped; its lake copy is kept as it was"
+                    self.errors[name] = DROPPED
                     log.warning("table %s was dropped: its tiering query stopped (%s)", name,
                                 error_summary(exc))
                 elif check and self._schedule_restart(name):
                     continue
                 else:
                     failed[name] = self.errors[name]
-            if name in self._restart_due and self.clock() >= self._restart_due[name]:
+            if check and name in self._restart_due and self.clock() >= self._restart_due[name]:
                 self._restart(name)
         self.release_finished_snapshots()
         doc = self.status()
@@ -381,6 +386,10 @@ class TieringJob:
 
     def _restart(self, name: str) -> None:
         del self._restart_due[name]
+        if self._dropped(name):            # dropped during the backoff: nothing to restart
+            self.errors[name] = DROPPED
+            log.warning("table %s was dropped; its tiering query is not restarted", name)
+            return
         self.restarts.setdefault(name, []).append(self.clock())
         try:
             self._start_query(self.infos[name])
@@ -476,7 +485,9 @@ class TieringJob:
             doc = self.poll()
             if self.config.available_now and not self.restarting and \
                     not any(q.isActive for q in self.queries.values()):
-                return self.poll(discover=False)
+                doc = self.poll(discover=False)
+                if not self.restarting:    # a query that failed just now is restarted first
+                    return doc
             if deadline is not None and self.clock() >= deadline:
                 return doc
             time.sleep(self.config.poll_interval_s)

@@ -136,3 +136,11 @@ def test_a_batch_read_of_fewer_columns_still_folds_by_key(admin, table, fake_con
         ["s0", "new"] + [f"s{i}" for i in range(3, 10)] + ["n"])
     assert all("id" not in row for row in rows)
     assert conn.projections == [("scan", ["v", "id"]), ("log", ["v", "id"])]
+
+
+def test_a_schema_without_table_columns_reads_every_column(admin, table, fake_connection):
+    r, conn = narrow_reader(admin, fake_connection, [])
+    rows = collect(r, SnapshotSplit(table.info.table_id, "db.pk", 0, 4, 0, 2, "L", 3))
+    assert [sorted(row) for row in rows] == [["_change_type", "_commit_timestamp",
+                                              "_log_offset"]] * 2
+    assert conn.projections == [("scan", None)]

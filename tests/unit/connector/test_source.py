@@ -92,3 +92,11 @@ def test_a_query_schema_naming_a_missing_column_fails_at_start(admin, fake_conne
         e.initial_offset()
     with pytest.raises(ConfigError, match="colour"):
         plan_batch(admin, reader.options, ["db.t"], reader.layout)
+
+
+def test_columns_option_and_a_different_user_schema_are_refused(admin):
+    admin.add_table("db.t")
+    schema = infer_schema(admin, opts(table="db.t", columns="v"))
+    assert FlussStreamReader(opts(table="db.t", columns="v"), schema).layout
+    with pytest.raises(ConfigError, match=r"option 'columns' \(id\) and the given schema \(v\)"):
+        FlussStreamReader(opts(table="db.t", columns="id"), schema)

@@ -6,19 +6,24 @@ from types import SimpleNamespace
 
 import pytest
 
-from fluss_spark.tiering.job import TieringConfig, TieringError, TieringJob, restartable
+from fluss_spark.tiering.job import DROPPED, TieringConfig, TieringError, TieringJob, restartable
 
 
 class FakeQuery:
     """A stopped-or-running streaming query as the job sees it."""
 
-    def __init__(self, error: str | None = None):
-        self.isActive = error is None
+    def __init__(self, error: str | None = None, active: bool = True):
+        self.isActive = error is None and active
         self._error = error
         self.lastProgress = None
 
+    name = "fake"
+
     def exception(self):
         return None if self._error is None else Exception(self._error)
+
+    def stop(self):
+        self.isActive = False
 
 
 class JobWithoutSpark(TieringJob):
@@ -26,19 +31,22 @@ class JobWithoutSpark(TieringJob):
 
     def __init__(self, config, clock, outcomes):
         super().__init__(spark=None, config=config, clock=clock)
-        self.outcomes = list(outcomes)      # per start: None (runs) or an error text
+        self.outcomes = list(outcomes)      # per start: None (runs), "done", or an error text
         self.starts = 0
+        self.dropped: set[str] = set()
 
     def _start_query(self, info):
         self.starts += 1
-        self.queries[info.name] = FakeQuery(self.outcomes.pop(0) if self.outcomes else None)
+        outcome = self.outcomes.pop(0) if self.outcomes else None
+        self.queries[info.name] = (FakeQuery(active=False) if outcome == "done"
+                                   else FakeQuery(outcome))
         self.infos[info.name] = info
 
     def discover(self):
         return []
 
     def _dropped(self, name):
-        return False
+        return name in self.dropped
 
     def release_finished_snapshots(self):
         return []
@@ -51,7 +59,7 @@ class JobWithoutSpark(TieringJob):
 def job(tmp_path, outcomes, **cfg):
     now = [1000.0]
     config = TieringConfig(lake=tmp_path, bootstrap_servers="x:1", table_pattern="db\\..*",
-                           restart_backoff_s=2.0, **cfg)
+                           **{"restart_backoff_s": 2.0, **cfg})
     j = JobWithoutSpark(config, lambda: now[0], outcomes)
     j._start_query(SimpleNamespace(name="db.t"))
     return j, now
@@ -125,3 +133,27 @@ def test_restartable_errors(summary, expected):
 def test_negative_restart_settings_are_refused(tmp_path):
     with pytest.raises(ValueError, match="max_restarts"):
         TieringConfig(lake=tmp_path, bootstrap_servers="x:1", table_pattern=".*", max_restarts=-1)
+
+
+def test_a_one_shot_run_waits_for_the_restarted_query(tmp_path):
+    j, _ = job(tmp_path, [TRANSIENT, "done"], available_now=True, restart_backoff_s=0.0,
+               poll_interval_s=0.0)
+    j.run()
+    assert j.starts == 2 and not j.errors and not j.restarting
+
+
+def test_stop_during_a_backoff_starts_nothing(tmp_path):
+    j, now = job(tmp_path, [TRANSIENT])
+    j.poll()
+    now[0] += 60
+    j.stop()
+    assert j.starts == 1 and not j.restarting
+
+
+def test_a_table_dropped_during_the_backoff_is_not_restarted(tmp_path):
+    j, now = job(tmp_path, [TRANSIENT])
+    j.poll()
+    j.dropped.add("db.t")
+    now[0] += 60
+    j.poll()                                   # no TieringError: a dropped table is tolerated
+    assert j.starts == 1 and j.errors["db.t"] == DROPPED and not j.restarting
