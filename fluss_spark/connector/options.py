@@ -188,12 +188,7 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
             raise ConfigError(f"option 'table' names one table, got {tables[0]!r}; use 'tables' "
                               "for a comma-separated list")
     elif TABLES.key in values:
-        tables = tuple(t.strip() for t in TABLES.get(values).split(",") if t.strip())
-        if not tables:
-            raise ConfigError("option 'tables' lists no table")
-        dupes = sorted({t for t in tables if tables.count(t) > 1})
-        if dupes:
-            raise ConfigError(f"option 'tables' lists {', '.join(dupes)} more than once")
+        tables = _name_list(values, TABLES, "table")
         multi = True
     else:
         pattern = TABLE_PATTERN.get(values)
@@ -250,13 +245,18 @@ def _columns(values: Mapping[str, Any], multi_table: bool) -> tuple[str, ...]:
     if multi_table:
         raise ConfigError("option 'columns' works with option 'table'; to read fewer columns of "
                           "several tables, give a schema whose table structs leave them out")
-    columns = tuple(c.strip() for c in COLUMNS.get(values).split(",") if c.strip())
-    if not columns:
-        raise ConfigError("option 'columns' lists no column")
-    dupes = sorted({c for c in columns if columns.count(c) > 1})
+    return _name_list(values, COLUMNS, "column")
+
+
+def _name_list(values: Mapping[str, Any], option: Option, noun: str) -> tuple[str, ...]:
+    """A comma-separated option value as names: at least one, none twice."""
+    names = tuple(n.strip() for n in option.get(values).split(",") if n.strip())
+    if not names:
+        raise ConfigError(f"option {option.key!r} lists no {noun}")
+    dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ConfigError(f"option 'columns' lists {', '.join(dupes)} more than once")
-    return columns
+        raise ConfigError(f"option {option.key!r} lists {', '.join(dupes)} more than once")
+    return names
 
 
 def check_lease_id(lease_id: str) -> str:
