@@ -174,7 +174,7 @@ class SplitReader:
         yield from fold_latest(parts, list(split.primary_key)).to_batches()
 
     def _snapshot_table(self, conn, split: MergedBucketSplit, snapshot_id: int | None,
-                        log_offset: int, columns: list[str]) -> pa.Table | None:
+                        log_offset: int, columns: list[str] | None) -> pa.Table | None:
         if snapshot_id is None:
             return None
         batches = [with_snapshot_metadata(b, log_offset) for b in conn.kv_scanner(split.table).scan(

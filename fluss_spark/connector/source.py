@@ -59,10 +59,12 @@ def infer_schema(admin: Any, options: SourceOptions) -> StructType:
 
 def check_columns_option(options: SourceOptions, layout: Layout) -> None:
     """Refuse option ``columns`` that disagrees with a schema the user also gave."""
-    if options.columns and tuple(layout.table_columns(options.tables[0])) != options.columns:
+    if not options.columns:
+        return
+    given = layout.table_columns(options.tables[0])
+    if tuple(given) != options.columns:
         raise ConfigError(f"option 'columns' ({', '.join(options.columns)}) and the given schema "
-                          f"({', '.join(layout.table_columns(options.tables[0]))}) name different "
-                          "table columns; give one of them")
+                          f"({', '.join(given)}) name different table columns; give one of them")
 
 
 def check_read_columns(info: Any, layout: Layout) -> None:
