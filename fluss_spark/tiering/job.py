@@ -24,7 +24,9 @@ import fcntl
 import json
 import logging
 import os
+import random
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -74,7 +76,8 @@ class TieringConfig:
     retain_versions: int = 10
     compact_max_files: int = 32
     #: A table query that fails with a transient error (see ``restartable``) is started again
-    #: from its checkpoint after ``restart_backoff_s`` (doubling per restart), at most
+    #: from its checkpoint after ``restart_backoff_s`` (doubling per restart, plus up to half
+    #: again at random so that queries which failed together restart apart), at most
     #: ``max_restarts`` times within ``restart_window_s``; then the job fails.
     max_restarts: int = 3
     restart_backoff_s: float = 5.0
@@ -165,9 +168,14 @@ class TableSink:
     """The ``foreachBatch`` function of one table's query: one round -> one lake commit."""
 
     def __init__(self, table: str, lake: LakeTable, checkpoint: Path, columns: list[str],
-                 retain_versions: int = 10, compact_max_files: int = 32):
+                 retain_versions: int = 10, compact_max_files: int = 32,
+                 collect_lock: Any = None):
         self.table, self.lake, self.checkpoint = table, lake, checkpoint
         self.columns = columns
+        #: Shared by the sinks of one job: their rounds are collected one at a time, because
+        #: two Spark jobs submitted at once from the queries' threads can fail the task
+        #: serialization of one of them ("Illegal size N of collection, expected M").
+        self.collect_lock = collect_lock or threading.Lock()
         self.retain_versions, self.compact_max_files = retain_versions, compact_max_files
         #: (batch id, rows in, seconds reading the round, seconds committing it) per round.
         self.rounds: list[tuple[int, int, float, float]] = []
@@ -180,7 +188,9 @@ class TableSink:
             return
         offsets, done = lake_offsets(batch_end_offset(self.checkpoint, batch_id), self.table)
         t0 = time.perf_counter()
-        rows = df.select(*[f"`{c}`" for c in self.columns], "_change_type", "_log_offset").toArrow()
+        with self.collect_lock:
+            rows = df.select(*[f"`{c}`" for c in self.columns], "_change_type",
+                             "_log_offset").toArrow()
         t1 = time.perf_counter()
         _maybe_pause("before-commit")
         m = self.lake.commit_round(rows, query_id=query_id, batch_id=batch_id,
@@ -215,8 +225,12 @@ class TieringJob:
     told to stop (or, with ``available_now``, until every query has caught up).
     """
 
-    def __init__(self, spark: Any, config: TieringConfig, *, clock: Callable[[], float] = time.time):
+    def __init__(self, spark: Any, config: TieringConfig, *, clock: Callable[[], float] = time.time,
+                 jitter: Callable[[], float] = random.random):
         self.spark, self.config, self.clock = spark, config, clock
+        #: In [0, 1): spreads restart delays so queries that failed together restart apart.
+        self.jitter = jitter
+        self._collect_lock = threading.Lock()
         self.lake_root = Path(config.lake).absolute()
         self.record: JobRecord | None = None
         self.queries: dict[str, Any] = {}
@@ -327,7 +341,7 @@ class TieringJob:
             reader = reader.option(k, str(v))
         ckpt = self.checkpoint(info.name)
         sink = TableSink(info.name, lake, ckpt, list(info.schema.names), cfg.retain_versions,
-                         cfg.compact_max_files)
+                         cfg.compact_max_files, self._collect_lock)
         writer = (reader.load().writeStream.queryName(f"tier_{info.name.replace('.', '_')}")
                   .option("checkpointLocation", str(ckpt)).foreachBatch(sink))
         writer = (writer.trigger(availableNow=True) if cfg.available_now
@@ -377,7 +391,7 @@ class TieringJob:
         self.restarts[name] = recent
         if not restartable(self.errors[name]) or len(recent) >= cfg.max_restarts:
             return False
-        delay = cfg.restart_backoff_s * (2 ** len(recent))
+        delay = cfg.restart_backoff_s * (2 ** len(recent)) * (1 + self.jitter() / 2)
         self._restart_due[name] = now + delay
         log.warning("table %s: restarting its tiering query from its checkpoint in %.1fs "
                     "(restart %d of at most %d within %.0fs)", name, delay, len(recent) + 1,

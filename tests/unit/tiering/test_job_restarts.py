@@ -30,7 +30,7 @@ class JobWithoutSpark(TieringJob):
     """TieringJob whose queries are FakeQuery objects started from a script of failures."""
 
     def __init__(self, config, clock, outcomes):
-        super().__init__(spark=None, config=config, clock=clock)
+        super().__init__(spark=None, config=config, clock=clock, jitter=lambda: 0.0)
         self.outcomes = list(outcomes)      # per start: None (runs), "done", or an error text
         self.starts = 0
         self.dropped: set[str] = set()
