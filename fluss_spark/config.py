@@ -22,9 +22,18 @@ _SIZE_BYTES = {None: 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024*
                "g": 1024**3, "gb": 1024**3}
 
 
+DAY_MS = 86_400_000
+#: Longest duration anywhere (ten years): bounds every duration option and property.
+MAX_DURATION_MS = 3650 * DAY_MS
+#: Longest KV snapshot lease (a year), for the coordinator and the Spark source alike.
+MAX_LEASE_DURATION_MS = 365 * DAY_MS
+
+
 def parse_duration_ms(value: Any, key: str = "duration") -> int:
-    """'30s' -> 30000; a bare number is milliseconds."""
+    """'30s' -> 30000; a bare number is milliseconds; at most ``MAX_DURATION_MS``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ConfigError(f"{key}: duration {value!r} is not a number")
         ms = int(value)
     else:
         m = _DURATION.match(str(value))
@@ -35,6 +44,9 @@ def parse_duration_ms(value: Any, key: str = "duration") -> int:
         ms = int(float(m.group(1)) * _DURATION_MS[unit])
     if ms < 0:
         raise ConfigError(f"{key}: duration must not be negative, got {value!r}")
+    if ms > MAX_DURATION_MS:
+        raise ConfigError(f"{key}: duration {value!r} is longer than the maximum, "
+                          f"{MAX_DURATION_MS // DAY_MS}d")
     return ms
 
 
@@ -76,6 +88,7 @@ class Option:
     default: Any
     doc: str
     minimum: int | None = None
+    maximum: int | None = None
 
     def get(self, values: Mapping[str, Any]) -> Any:
         raw = values.get(self.key)
@@ -84,11 +97,14 @@ class Option:
         value = self.parse(raw, self.key)
         if self.minimum is not None and value < self.minimum:
             raise ConfigError(f"{self.key} must be at least {self.minimum}, got {raw!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ConfigError(f"{self.key} must be at most {self.maximum}, got {raw!r}")
         return value
 
 
-def duration(key: str, default: str, doc: str, minimum: int | None = None) -> Option:
-    return Option(key, parse_duration_ms, parse_duration_ms(default, key), doc, minimum)
+def duration(key: str, default: str, doc: str, minimum: int | None = None,
+             maximum: int | None = None) -> Option:
+    return Option(key, parse_duration_ms, parse_duration_ms(default, key), doc, minimum, maximum)
 
 
 def size(key: str, default: str, doc: str) -> Option:
@@ -150,7 +166,10 @@ LOG_SEGMENT_BYTES = size("log.segment.bytes", "64mb", "Size at which a changelog
 LOG_RETENTION_CHECK_INTERVAL = duration("log.retention.check-interval", "1min",
                                         "How often expired changelog segments are deleted.",
                                         minimum=1)
-SERVER_OPTIONS = [LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL, SCANNER_EXPIRATION_INTERVAL,
+ZOOKEEPER_SESSION_TIMEOUT = duration("zookeeper.client.session-timeout", "10s",
+                                     "ZooKeeper session timeout of a server; a connection lost "
+                                     "for shorter resumes the same session.", minimum=1000)
+SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL, SCANNER_EXPIRATION_INTERVAL,
                   SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER, SCANNER_MAX_BATCH_SIZE,
                   LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL]
 

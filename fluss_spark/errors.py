@@ -10,7 +10,9 @@
     │   ├── NotLeaderOrFollower     (12, retriable, refresh metadata)
     │   ├── KvSnapshotNotExist      (41)
     │   ├── ScannerExpired          (66) ... and the other scan-session errors
-    │   └── LeaseNotFound           (1001, project code) ...
+    │   ├── LeaseNotFound           (1001, project code) ...
+    │   ├── LeaseHeldByOther        (1004) another query's holder pins the table under the lease
+    │   └── MetadataStoreUnavailable (1005, retriable) the coordinator lost ZooKeeper
     └── ConfigError                 bad option or argument, raised before any I/O
 
 Codes that Apache Fluss also has keep Fluss's number; codes of our own start at 1000.
@@ -100,6 +102,10 @@ InvalidLeaseId = _register(1002, "InvalidLeaseId",
                            doc="The lease id is not [A-Za-z0-9._-]{1,128}.")
 InvalidRequest = _register(1003, "InvalidRequest",
                            doc="A request is missing a field or has a field of the wrong type.")
+LeaseHeldByOther = _register(1004, "LeaseHeldByOther",
+                             doc="Another holder (query) pins the table under this lease.")
+MetadataStoreUnavailable = _register(1005, "MetadataStoreUnavailable", retriable=True,
+                                     doc="The coordinator lost its ZooKeeper connection; retry.")
 
 
 def error_class(code: int) -> type[ApiError]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fluss_spark.cli.common import _json, connect
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
-from fluss_spark.errors import ConfigError, FlussError
+from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound
 
 
 def add_commands(sub, cmd) -> None:
@@ -31,7 +31,9 @@ def _lease_doc(lease, names: dict[int, str]) -> dict:
         "lease_id": lease.lease_id, "expires_at_ms": lease.expires_at_ms,
         "expires": _fmt_ms(lease.expires_at_ms), "created_ms": lease.created_ms,
         "pin_count": lease.pin_count,
-        "tables": [{"table_id": t, "table": names.get(t),
+        # The query (holder) that pinned each table; a table pinned without a holder has none.
+        "holders": {t: h for t, h in sorted(lease.holders.items())},
+        "tables": [{"table_id": t, "table": names.get(t), "holder": lease.holders.get(t),
                     "pins": [{"bucket": b, "snapshot_id": s} for b, s in sorted(pins.items())]}
                    for t, pins in sorted(lease.tables.items())],
     }
@@ -53,8 +55,9 @@ def cmd_lease_list(args) -> int:
         emit_json(docs)
     else:
         print_table([{**d, "tables": [t["table"] or t["table_id"] for t in d["tables"]],
+                      "holders": sorted({t["holder"] for t in d["tables"] if t["holder"]}),
                       "created": _fmt_ms(d["created_ms"])} for d in docs],
-                    ["lease_id", "expires", "created", "pin_count", "tables"])
+                    ["lease_id", "expires", "created", "pin_count", "tables", "holders"])
     return 0
 
 
@@ -69,14 +72,17 @@ def cmd_lease_describe(args) -> int:
     print(f"expires    {d['expires']} ({d['expires_at_ms']})")
     print(f"created    {_fmt_ms(d['created_ms'])}")
     print(f"pins       {d['pin_count']}")
-    print_table([{"table": t["table"] or t["table_id"], "bucket": p["bucket"],
-                  "snapshot_id": p["snapshot_id"]} for t in d["tables"] for p in t["pins"]])
+    print_table([{"table": t["table"] or t["table_id"], "holder": t["holder"] or "-",
+                  "bucket": p["bucket"], "snapshot_id": p["snapshot_id"]}
+                 for t in d["tables"] for p in t["pins"]])
     return 0
 
 
 def cmd_lease_drop(args) -> int:
     with connect(args) as conn:
-        conn.admin().drop_kv_snapshot_lease(args.lease_id)
+        if not conn.admin().drop_kv_snapshot_lease(args.lease_id):
+            raise LeaseNotFound(f"KV snapshot lease {args.lease_id!r} does not exist (expired, "
+                                f"released or never acquired); nothing was dropped")
     if _json(args):
         emit_json({"lease_id": args.lease_id, "dropped": True})
     else:

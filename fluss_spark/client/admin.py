@@ -142,12 +142,21 @@ class Admin:
         return self._conn.with_coordinator(call)
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int,
-                                  tables: Mapping[int, Mapping[int, int]]) -> dict[int, dict[int, int]]:
+                                  tables: Mapping[int, Mapping[int, int]],
+                                  holder: str | None = None) -> dict[int, dict[int, int]]:
         """Pin snapshots ``{table_id: {bucket: snapshot_id}}`` for ``duration_ms``; returns the
-        pins that could not be granted because the snapshot is not registered (any more)."""
+        pins that could not be granted because the snapshot is not registered (any more).
+
+        ``holder`` names the query the pins are for (``[A-Za-z0-9._-]{1,128}``, else the
+        coordinator answers ``InvalidRequest``). If a table named here has pins under this lease
+        recorded for a different holder, the whole call raises ``LeaseHeldByOther`` (not
+        retriable) and nothing changes; the same holder again is granted. ``None`` (operators,
+        older clients) is never refused and leaves recorded holders as they are."""
         body = {"lease_id": lease_id, "duration_ms": int(duration_ms),
                 "tables": {int(t): {int(b): int(s) for b, s in pins.items()}
                            for t, pins in tables.items()}}
+        if holder is not None:
+            body["holder"] = holder
         resp = self._lease_call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, body)
         return {int(t): {int(b): int(s) for b, s in pins.items()}
                 for t, pins in (resp.get("unavailable") or {}).items() if pins}
@@ -165,8 +174,10 @@ class Admin:
                 "tables": {int(t): [int(b) for b in bs] for t, bs in tables.items()}}
         return int(self._lease_call(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, body)["remaining_pins"])
 
-    def drop_kv_snapshot_lease(self, lease_id: str) -> None:
-        self._lease_call(ApiKey.DROP_KV_SNAPSHOT_LEASE, {"lease_id": lease_id})
+    def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
+        """Remove the lease and its pins; False when there was no such lease."""
+        resp = self._lease_call(ApiKey.DROP_KV_SNAPSHOT_LEASE, {"lease_id": lease_id})
+        return bool(resp.get("dropped", True))  # servers before this field always dropped
 
     def list_kv_snapshot_leases(self) -> list[LeaseInfo]:
         resp = self._lease_call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})

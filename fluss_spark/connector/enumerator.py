@@ -1,22 +1,29 @@
 """The driver-side enumerator: plans offsets, holds the query's KV snapshot lease, plans splits.
 
 It lives in the one long-lived Python process Spark keeps per source per query run, and starts
-fresh on every restart. Spark calls (see SPARK_NOTES.md):
+fresh on every restart. Spark calls (see docs/spark_source.md, "How the source meets Spark"):
 
-- ``initial_offset()`` (twice on a fresh start: planned once and memoised). In ``full`` mode it
-  lists the latest KV snapshots of every PK table and acquires ONE lease over all of them before
-  the offset (and so any snapshot split) exists; snapshots that vanished in between are listed
-  again and re-acquired, a bounded number of times.
-- ``latest_offset(start, limit)``: the next end offset under the read limit. On a restart this
-  (or ``partitions``) is the first call; the lease id then comes from the checkpointed offset
-  and the same pins are re-asserted under it (never a second lease).
-- ``partitions(start, end)``: pure function of the two offsets.
+- ``initial_offset()`` (twice on a fresh start: planned once and memoised). It lists the latest KV
+  snapshots of every PK table (``full`` mode) and names a lease id and a holder id, but acquires
+  NOTHING: on a restart before batch 0 committed Spark calls it again, and the checkpoint's batch
+  0 offset, not this new plan, names the query's lease.
+- ``latest_offset(start, limit)``: the next end offset under the read limit.
+- ``partitions(start, end)``: splits of a batch whose ``end`` Spark has already written to its
+  offset log. The first offset of a run that Spark read from its checkpoint (``end`` here, or a
+  ``start`` that is not this run's own initial offset) binds the run to the checkpoint: its
+  identity is checked against the query's options, its lease id and holder are adopted, and the
+  snapshots the batch and later batches read are acquired, all before any split is returned. So
+  a lease exists only once its id is in the offset log: whatever the point a driver dies at, its
+  checkpoint names the one lease it ever had, and a restart re-acquires that lease.
 - ``commit(end)``: runs one batch late; once ``end`` shows a table's snapshot rows all consumed,
   that table's buckets are released (one call per table). ``latest_offset(start)`` does the same
   for ``start``: Spark asks for the next batch only after the batch ending at ``start`` is in
   its commit log, and the last batch of ``Trigger.AvailableNow`` is never followed by a
   ``commit``. The coordinator removes a lease with no pins left, so the lease is gone when the
   last table is released.
+
+A snapshot listed by ``initial_offset`` may be removed by retention before the first batch leases
+it. Nothing of it was read yet, so the bucket continues from its newest snapshot with no loss.
 
 Nothing here depends on ``stop()``: it only stops the renewal thread and closes connections. The
 lease is deliberately NOT dropped there: ``stop()`` also runs when a query is stopped to be
@@ -27,6 +34,7 @@ middle of its snapshot phase leaves its pins until the lease expires
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -35,16 +43,23 @@ from typing import Any, Callable
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               ReadMinRows)
 
-from fluss_spark.connector.lease_keeper import LeaseKeeper
-from fluss_spark.connector.offsets import (SnapshotPos, SourceOffset, TablePos, decode)
+from fluss_spark.connector.lease_session import LeaseSession
+from fluss_spark.connector.offsets import (QueryIdentity, SnapshotPos, SourceOffset, TablePos,
+                                           decode)
 from fluss_spark.connector.options import SourceOptions
 from fluss_spark.connector.splits import plan_splits
-from fluss_spark.errors import (ConfigError, FlussError, KvSnapshotNotExist, LeaseNotFound,
-                                TableNotExist, UnsupportedVersion)
+from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist
 
 log = logging.getLogger(__name__)
 
 BucketKey = tuple[int, int]  # (table id, bucket)
+
+_NEW_CHECKPOINT = ("A checkpoint belongs to one query: restore the options it was started with, "
+                   "or start this query with a new checkpointLocation.")
+
+
+class CheckpointMismatch(ConfigError):
+    """The query restarted on a checkpoint does not read what the checkpoint was made for."""
 
 
 def spread(pending: dict[BucketKey, int], budget: int) -> dict[BucketKey, int]:
@@ -71,9 +86,9 @@ class Enumerator:
 
     def __init__(self, options: SourceOptions, table_names: list[str],
                  connect: Callable[[], Any], *, clock: Callable[[], float] = time.time,
-                 renew_in_thread: bool = True, check_table: Callable[[Any], None] | None = None):
-        """``connect()`` returns a client connection (``.admin()``, ``.close()``); the lease
-        keeper gets a connection of its own so its thread never shares a socket.
+                 renew_in_thread: bool = True,
+                 check_table: Callable[[Any], None] | None = None):
+        """``connect()`` returns a client connection (``.admin()``, ``.close()``).
         ``check_table(info)`` may refuse a table when the query starts (e.g. a column the
         query's schema names but the table lacks)."""
         self.options = options
@@ -81,18 +96,19 @@ class Enumerator:
         self.table_names = list(table_names)
         self._connect = connect
         self.clock = clock
-        self.renew_in_thread = renew_in_thread
         self._conn = None
-        self._keeper_conn = None
+        self.lease = LeaseSession(options, lambda: self.admin, connect, clock=clock,
+                                  renew_in_thread=renew_in_thread)
         self._initial: dict | None = None
-        self._ready = False
-        self.lease_id: str | None = None
-        self.leases_supported: bool | None = None
-        self.keeper: LeaseKeeper | None = None
+        self.identity: QueryIdentity | None = None
+        # Offsets this run returned before it was bound to a checkpoint (JSON text): an offset
+        # among them that comes back from Spark was never read by an earlier run.
+        self._produced: set[str] = set()
         self.released: set[int] = set()
         self._infos: dict[int, Any] = {}
-        # (table id, bucket, lost snapshot id) -> what the bucket continues with (failOnDataLoss=false)
-        self._replacements: dict[tuple[int, int, int], SnapshotPos | None] = {}
+        # (table id, bucket, lost snapshot id) -> (snapshot the bucket continues with or None,
+        # changelog offset it continues at or None to keep its own)
+        self._replacements: dict[tuple[int, int, int], tuple[SnapshotPos | None, int | None]] = {}
         self._last_batch_ms = self._now_ms()
         self._available_now_target: dict[BucketKey, int] | None = None
         self._latest_available: dict | None = None
@@ -107,18 +123,16 @@ class Enumerator:
             self._conn = self._connect()
         return self._conn.admin()
 
-    def _supports_leases(self) -> bool:
-        if self.leases_supported is None:
-            try:
-                self.leases_supported = bool(self.admin.supports_leases())
-            except UnsupportedVersion:
-                self.leases_supported = False
-            if not self.leases_supported:
-                log.warning("the Fluss cluster at %s has no KV snapshot lease API (an older "
-                            "server): the snapshot phase of %s runs UNPROTECTED, a snapshot "
-                            "removed by retention while it is read fails the query",
-                            self.options.bootstrap_servers, ", ".join(self.table_names))
-        return self.leases_supported
+    @property
+    def lease_id(self) -> str | None:
+        return self.lease.lease_id
+
+    @property
+    def keeper(self):
+        return self.lease.keeper
+
+    def _leases_supported(self) -> bool:
+        return self.lease.supported(self.table_names)
 
     def _resolve(self) -> list[Any]:
         infos = []
@@ -135,29 +149,21 @@ class Enumerator:
         self._infos = {i.table_id: i for i in infos}
         return infos
 
-    def _start_keeper(self) -> None:
-        if self.keeper is None:
-            if self.renew_in_thread:
-                self._keeper_conn = self._connect()
-                keeper_admin = self._keeper_conn.admin()
-            else:
-                keeper_admin = self.admin
-            self.keeper = LeaseKeeper(keeper_admin, self.lease_id, self.options.lease_duration_ms,
-                                      clock=self.clock)
-            if self.renew_in_thread:
-                self.keeper.start()
-        self.keeper.acquired()
+    def _identity(self, holder: str) -> QueryIdentity:
+        o = self.options
+        return QueryIdentity(holder, o.startup_mode, o.startup_timestamp_ms,
+                             "multi" if o.multi_table else "single")
 
     # -- initial offset -----------------------------------------------------------------------
     def initial_offset(self) -> dict:
         if self._initial is None:
             self._initial = self._plan_initial().to_json()
-            self._ready = True
+            self._produced.add(json.dumps(self._initial))
         return self._initial
 
     def _plan_initial(self) -> SourceOffset:
+        """Where a new query starts; no lease yet (see the module docstring)."""
         opts = self.options
-        self.lease_id = opts.lease_id or str(uuid.uuid4())
         tables: dict[int, TablePos] = {}
         for info in self._resolve():
             name = info.name
@@ -174,127 +180,130 @@ class Enumerator:
                 logs = self._offsets(name, spec, opts.startup_timestamp_ms)
                 tables[info.table_id] = TablePos(name, {}, {b: logs.get(b, 0)
                                                             for b in range(info.num_buckets)})
-        offset = SourceOffset(self.lease_id, tables)
-        pins = {tid: {b: s.snapshot_id for b, s in t.snapshot.items() if not s.complete}
-                for tid, t in tables.items()}
-        pins = {tid: p for tid, p in pins.items() if p}
-        if pins and self._supports_leases():
-            offset = self._acquire_initial(offset, pins)
-            self._start_keeper()
-        return offset
+        return SourceOffset(opts.lease_id or str(uuid.uuid4()), tables,
+                            self._identity(uuid.uuid4().hex))
 
     def _offsets(self, table: str, spec: str, timestamp_ms: int | None = None) -> dict[int, int]:
         if spec == "timestamp":
             return self.admin.list_offsets(table, spec="timestamp", timestamp_ms=timestamp_ms)
         return self.admin.list_offsets(table, spec=spec)
 
-    def _acquire_initial(self, offset: SourceOffset, pins: dict[int, dict[int, int]]
-                         ) -> SourceOffset:
-        """Acquire the pins; snapshots that vanished meanwhile are listed and acquired again."""
-        tables = dict(offset.tables)
-        attempts = self.options.lease_acquire_retries + 1
-        unavailable: dict[int, dict[int, int]] = {}
-        for _ in range(attempts):
-            unavailable = self._acquire(pins)
-            if not unavailable:
-                return SourceOffset(offset.lease_id, tables)
-            pins = {}
-            for tid, buckets in unavailable.items():
-                t = tables[tid]
-                latest = self.admin.latest_kv_snapshots(t.name)
-                snapshot, logs = dict(t.snapshot), dict(t.log)
-                for b in buckets:
-                    s = latest.get(b)
-                    if s is None:  # no snapshot any more: the bucket reads its log from earliest
-                        snapshot.pop(b, None)
-                        logs[b] = self._offsets(t.name, "earliest").get(b, 0)
-                        continue
-                    snapshot[b] = SnapshotPos(s.snapshot_id, s.row_count, 0, s.log_offset)
-                    logs[b] = s.log_offset
-                    pins.setdefault(tid, {})[b] = s.snapshot_id
-                tables[tid] = TablePos(t.name, snapshot, logs)
-            if not pins:
-                return SourceOffset(offset.lease_id, tables)
-        detail = "; ".join(f"table {tables[tid].name!r} bucket {b} snapshot {sid}"
-                           for tid, bs in unavailable.items() for b, sid in bs.items())
-        raise KvSnapshotNotExist(
-            f"could not lease the latest KV snapshots under lease {offset.lease_id!r} after "
-            f"{attempts} attempts (they were removed by retention faster than they could be "
-            f"leased): {detail}. Raise the table's kv.snapshot.num-retained or "
-            f"kv.snapshot.interval, then start the query again")
+    # -- binding to the checkpoint ------------------------------------------------------------
+    def _is_own(self, offset: SourceOffset) -> bool:
+        return json.dumps(offset.to_json()) in self._produced
 
-    def _acquire(self, pins: dict[int, dict[int, int]]) -> dict[int, dict[int, int]]:
-        unavailable = self.admin.acquire_kv_snapshot_lease(
-            self.lease_id, self.options.lease_duration_ms, pins) or {}
-        return {int(t): {int(b): int(s) for b, s in bs.items()} for t, bs in unavailable.items() if bs}
-
-    # -- restart from a checkpoint ------------------------------------------------------------
-    def _ensure_ready(self, start: SourceOffset) -> None:
-        """First call of a restarted run: take the lease id from the offset, re-assert pins."""
-        if self._ready:
+    def _bind(self, logged: SourceOffset, batch_start: SourceOffset | None = None) -> None:
+        """Bind the run to the checkpoint ``logged`` (an offset Spark read from or wrote to its
+        offset log): check it is this query's, adopt its lease id and holder, and lease the
+        snapshots still to be read (``batch_start``: those the batch ending at ``logged`` reads
+        too). Runs once per run, before the first split is planned."""
+        if self.lease.bound:
             return
-        self.lease_id = start.lease_id
-        checkpointed = sorted(t.name for t in start.tables.values())
-        if checkpointed != sorted(self.table_names):
-            raise ConfigError(
-                f"the checkpoint reads table(s) {checkpointed} but this query reads "
-                f"{sorted(self.table_names)}; the tables of a query cannot change: restart it "
-                f"with a new checkpointLocation")
-        infos = {i.name: i for i in self._resolve()}
-        for tid, t in start.tables.items():
-            info = infos.get(t.name)
-            if info is None or info.table_id != tid:
-                raise ConfigError(
-                    f"table {t.name!r} in the checkpoint has id {tid}, but the cluster's table "
-                    f"{t.name!r} has id {getattr(info, 'table_id', None)}: it was dropped and "
-                    f"recreated; restart the query with a new checkpointLocation")
-        self._ready = True
-        self._reassert_pins(start)
-        if self._supports_leases():
-            # A table whose snapshot phase finished right before a stop may still hold pins
-            # (commit lags a batch): release them now, idempotently.
-            for tid, t in start.tables.items():
-                if t.snapshot and t.snapshot_complete:
-                    self._release(tid, t)
+        fresh = self._is_own(logged)  # written by this run: nobody read any of it yet
+        if not fresh:
+            self._check_identity(logged)
+        if self.options.lease_id and self.options.lease_id != logged.lease_id:
+            log.warning("option scan.kv.snapshot.lease.id is %r but the checkpoint's lease is %r; "
+                        "the checkpoint's lease is used", self.options.lease_id, logged.lease_id)
+        self.lease.bind(logged.lease_id, logged.holder)
+        self.identity = logged.query or self._identity(logged.holder)
+        self._pin(logged, batch_start, lossless=fresh)
 
-    def _reassert_pins(self, start: SourceOffset) -> None:
-        pins = {tid: {b: s.snapshot_id for b, s in t.snapshot.items() if not s.complete}
-                for tid, t in start.tables.items()}
-        pins = {tid: p for tid, p in pins.items() if p}
-        if not pins or not self._supports_leases():
+    def _check_identity(self, logged: SourceOffset) -> None:
+        """Refuse a checkpoint made for other tables, another startup mode or layout."""
+        problems = []
+        theirs, ours = sorted(t.name for t in logged.tables.values()), sorted(self.table_names)
+        if theirs != ours:
+            problems.append(f"it reads table(s) {theirs}, this query reads {ours}")
+        q, mine = logged.query, self._identity("")
+        if q is not None:
+            if q.startup_mode != mine.startup_mode:
+                problems.append(f"it was started with scan.startup.mode={q.startup_mode!r}, this "
+                                f"query has {mine.startup_mode!r}")
+            elif q.startup_timestamp_ms != mine.startup_timestamp_ms:
+                problems.append(f"it was started with scan.startup.timestamp="
+                                f"{q.startup_timestamp_ms}, this query has "
+                                f"{mine.startup_timestamp_ms}")
+            if q.layout != mine.layout:
+                problems.append(f"it has the {q.layout}-table layout, this query the "
+                                f"{mine.layout}-table layout (option 'table' gives the "
+                                f"single-table layout, 'tables' and 'table.pattern' the "
+                                f"multi-table one)")
+        if not problems:
+            infos = {i.name: i for i in self._resolve()}
+            for tid, t in sorted(logged.tables.items()):
+                if infos[t.name].table_id != tid:
+                    problems.append(f"its table {t.name!r} has id {tid}, the cluster's table "
+                                    f"{t.name!r} has id {infos[t.name].table_id} (it was dropped "
+                                    f"and created again: the checkpoint's positions mean nothing "
+                                    f"in the new table)")
+        if problems:
+            raise CheckpointMismatch(f"this query does not match its checkpoint "
+                                     f"(checkpointLocation): {'; '.join(problems)}. "
+                                     f"{_NEW_CHECKPOINT}")
+
+    def _pin(self, logged: SourceOffset, batch_start: SourceOffset | None, *,
+             lossless: bool) -> None:
+        """Acquire the snapshots ``logged`` still reads; handle the ones that are gone."""
+        pins: dict[int, dict[int, int]] = {}
+        for tid, t in logged.tables.items():
+            before = batch_start.tables.get(tid) if batch_start is not None else None
+            for b, pos in t.snapshot.items():
+                if not pos.complete or (batch_start is not None and _reads(before, b, pos)):
+                    pins.setdefault(tid, {})[b] = pos.snapshot_id
+        if not pins or not self._leases_supported():
             return
-        unavailable = self._acquire(pins)
-        self._start_keeper()
-        for tid, buckets in unavailable.items():
-            t = start.tables[tid]
+        unavailable = self.lease.acquire(pins, self._names(logged))
+        for tid, buckets in sorted(unavailable.items()):
             for b, sid in sorted(buckets.items()):
-                self._snapshot_lost(tid, t, b, sid)
+                self._replace(tid, logged.tables[tid], b, sid, lossless=lossless)
 
-    def _snapshot_lost(self, tid: int, t: TablePos, bucket: int, snapshot_id: int) -> None:
+    @staticmethod
+    def _names(offset: SourceOffset) -> dict[int, str]:
+        return {tid: t.name for tid, t in offset.tables.items()}
+
+    def _replace(self, tid: int, t: TablePos, bucket: int, snapshot_id: int, *,
+                 lossless: bool) -> None:
+        """A snapshot the query needs is gone: continue the bucket from its newest snapshot.
+
+        ``lossless``: none of its rows was read yet (a fresh query that lost the race against
+        retention), so this is no data loss. Otherwise ``failOnDataLoss`` decides."""
         what = (f"table {t.name!r} bucket {bucket}: KV snapshot {snapshot_id} needed by this "
                 f"query (lease {self.lease_id!r}) no longer exists")
-        if self.options.fail_on_data_loss:
+        if not lossless and self.options.fail_on_data_loss:
             raise KvSnapshotNotExist(
                 f"{what}; its unread rows are lost. Restart the query with a new "
                 f"checkpointLocation, or set failOnDataLoss=false to continue from the latest "
                 f"snapshot")
-        latest = self.admin.latest_kv_snapshots(t.name).get(bucket)
-        replacement = None
-        if latest is not None:
-            replacement = SnapshotPos(latest.snapshot_id, latest.row_count, 0, latest.log_offset)
-            still_missing = self._acquire({tid: {bucket: latest.snapshot_id}})
-            if still_missing:
-                replacement = None
-        log.warning("%s (failOnDataLoss=false): %s", what,
-                    f"continuing from snapshot {replacement.snapshot_id}" if replacement
-                    else "continuing with the changelog after the lost snapshot")
+        attempts = self.options.lease_acquire_retries + 1
+        for _ in range(attempts):
+            latest = self.admin.latest_kv_snapshots(t.name).get(bucket)
+            if latest is None:  # no snapshot any more: the bucket reads its changelog
+                log_from = self._offsets(t.name, "earliest").get(bucket, 0) if lossless else None
+                replacement: tuple[SnapshotPos | None, int | None] = (None, log_from)
+                break
+            if not self.lease.acquire({tid: {bucket: latest.snapshot_id}}, {tid: t.name}):
+                replacement = (SnapshotPos(latest.snapshot_id, latest.row_count, 0,
+                                           latest.log_offset), latest.log_offset)
+                break
+        else:
+            raise KvSnapshotNotExist(
+                f"could not lease the latest KV snapshot of table {t.name!r} bucket {bucket} "
+                f"under lease {self.lease_id!r} after {attempts} attempts (they were removed by "
+                f"retention faster than they could be leased). Raise the table's "
+                f"kv.snapshot.num-retained or kv.snapshot.interval, then start the query again")
+        new = replacement[0]
+        log.log(logging.INFO if lossless else logging.WARNING, "%s (%s): %s", what,
+                "no row of it was read yet" if lossless else "failOnDataLoss=false",
+                f"continuing from snapshot {new.snapshot_id}" if new is not None
+                else "continuing with the changelog")
         self._replacements[(tid, bucket, snapshot_id)] = replacement
 
-    def _apply_replacements(self, start: SourceOffset) -> SourceOffset:
+    def _apply_replacements(self, offset: SourceOffset) -> SourceOffset:
         if not self._replacements:
-            return start
-        tables = dict(start.tables)
-        for (tid, b, sid), new in self._replacements.items():
+            return offset
+        tables = dict(offset.tables)
+        for (tid, b, sid), (new, log_from) in self._replacements.items():
             t = tables.get(tid)
             cur = t.snapshot.get(b) if t else None
             if cur is None or cur.snapshot_id != sid:
@@ -304,9 +313,10 @@ class Enumerator:
                 del snapshot[b]
             else:
                 snapshot[b] = new
-                logs[b] = new.log_offset
+            if log_from is not None:
+                logs[b] = log_from
             tables[tid] = TablePos(t.name, snapshot, logs)
-        return SourceOffset(start.lease_id, tables)
+        return offset.with_tables(tables)
 
     # -- micro-batches ------------------------------------------------------------------------
     def default_read_limit(self) -> ReadLimit:
@@ -327,16 +337,17 @@ class Enumerator:
 
     def latest_offset(self, start_json: dict, limit: ReadLimit | None = None) -> dict:
         start = decode(start_json)
-        self._ensure_ready(start)
-        if self.keeper is not None:
-            self.keeper.tick()
-            if self.keeper.lost and not self.keeper.stopped:
-                self._reassert_pins(start)
-        # Spark calls latestOffset(start) only once the batch ending at ``start`` is in the
-        # commit log, so a table whose snapshot ``start`` shows consumed can be released now. This
-        # also covers the last batch of Trigger.AvailableNow, which never sees a commit().
-        self._release_finished(start)
-        start = self._apply_replacements(start)
+        # Any start but this run's own unlogged initial offset is logged, its batch committed.
+        if self.lease.bound or not self._is_own(start):
+            self._bind(start)
+            self.lease.tick()
+            if self.lease.lost:
+                self._pin(start, None, lossless=False)
+            start = self._apply_replacements(start)
+            # Spark calls latestOffset(start) only once the batch ending at ``start`` is in the
+            # commit log, so a table whose snapshot ``start`` shows consumed can be released now.
+            # This also covers the last batch of Trigger.AvailableNow, which never sees a commit().
+            self._release_finished(start)
         pending, latest_log = self._pending(start)
         self._latest_available = self._advance(start, pending, latest_log).to_json()
 
@@ -354,10 +365,13 @@ class Enumerator:
             budget = self.options.max_offsets_per_trigger
         alloc = pending if budget is None else spread(pending, budget)
         if not any(alloc.values()):
-            end = start.to_json()
+            end = self._advance(start, {}, {}).to_json()
             return start_json if end == start_json else end
         self._last_batch_ms = self._now_ms()
-        return self._advance(start, alloc, latest_log).to_json()
+        end = self._advance(start, alloc, latest_log).to_json()
+        if not self.lease.bound:
+            self._produced.add(json.dumps(end))
+        return end
 
     def _pending(self, start: SourceOffset) -> tuple[dict[BucketKey, int], dict[BucketKey, int]]:
         """Units available per bucket: unread snapshot rows, or (once the snapshot was fully
@@ -381,8 +395,7 @@ class Enumerator:
                 pending[(tid, b)] = max(0, end - t.log[b])
         return pending, latest_log
 
-    @staticmethod
-    def _advance(start: SourceOffset, alloc: dict[BucketKey, int],
+    def _advance(self, start: SourceOffset, alloc: dict[BucketKey, int],
                  latest_log: dict[BucketKey, int]) -> SourceOffset:
         tables = {}
         for tid, t in start.tables.items():
@@ -396,53 +409,48 @@ class Enumerator:
                 if (tid, b) in latest_log:
                     logs[b] = t.log[b] + min(alloc.get((tid, b), 0), latest_log[(tid, b)] - t.log[b])
             tables[tid] = TablePos(t.name, snapshot, logs)
-        return SourceOffset(start.lease_id, tables)
+        return SourceOffset(start.lease_id, tables, start.query or self.identity)
 
     def report_latest_offset(self) -> dict | None:
         return self._latest_available
 
     def partitions(self, start_json: dict, end_json: dict) -> list:
         start, end = decode(start_json), decode(end_json)
-        self._ensure_ready(start)
-        return plan_splits(start, end, self.options.split_max_rows)
+        # ``end`` is in the offset log already: bind to it and lease what the batch reads
+        # before any split exists.
+        self._bind(end, batch_start=start)
+        return plan_splits(self._apply_replacements(start), self._apply_replacements(end),
+                           self.options.split_max_rows)
 
     def commit(self, end_json: dict) -> None:
         end = decode(end_json)
-        self._ensure_ready(end)
-        self._release_finished(end)
+        self._bind(end)
+        self._release_finished(self._apply_replacements(end))
 
     def _release_finished(self, done: SourceOffset) -> None:
         """Release every table whose snapshot rows ``done`` (a processed offset) all covers."""
-        if not self._supports_leases():
+        if not self._leases_supported():
             return
         for tid, t in done.tables.items():
             if t.snapshot and t.snapshot_complete and tid not in self.released:
-                self._release(tid, t)
-        needs_lease = any(t.snapshot and tid not in self.released for tid, t in done.tables.items())
-        if not needs_lease and self.keeper is not None:
-            self.keeper.stop()
-
-    def _release(self, tid: int, t: TablePos) -> None:
-        try:
-            self.admin.release_kv_snapshot_lease(self.lease_id, {tid: sorted(t.snapshot)})
-        except LeaseNotFound:
-            pass  # already gone: released earlier, expired, or emptied
-        except FlussError as e:
-            log.warning("releasing table %r from KV snapshot lease %r failed (retried at the next "
-                        "commit; the lease expires anyway): %s", t.name, self.lease_id, e)
-            return
-        self.released.add(tid)
-        log.info("table %r finished its snapshot phase; released it from lease %r",
-                 t.name, self.lease_id)
+                if self.lease.release(tid, sorted(t.snapshot), t.name):
+                    self.released.add(tid)
+        if not any(t.snapshot and tid not in self.released for tid, t in done.tables.items()):
+            self.lease.stop_renewing()
 
     def stop(self) -> None:
         """Best-effort cleanup only (see the module docstring: the lease is kept on purpose)."""
-        if self.keeper is not None:
-            self.keeper.stop()
-        for conn in (self._conn, self._keeper_conn):
-            try:
-                if conn is not None:
-                    conn.close()
-            except Exception:  # noqa: BLE001 - cleanup must not raise
-                pass
-        self._conn = self._keeper_conn = None
+        self.lease.close()
+        try:
+            if self._conn is not None:
+                self._conn.close()
+        except Exception:  # noqa: BLE001 - cleanup must not raise
+            pass
+        self._conn = None
+
+
+def _reads(before: TablePos | None, bucket: int, pos: SnapshotPos) -> bool:
+    """Whether a batch from ``before`` reads rows of the snapshot at ``pos``."""
+    prev = before.snapshot.get(bucket) if before is not None else None
+    first = prev.next_row if prev is not None and prev.snapshot_id == pos.snapshot_id else 0
+    return pos.next_row > first

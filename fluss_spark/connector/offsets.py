@@ -5,6 +5,12 @@ Version evolution (every version listed here must keep decoding):
 - **1** ``{"version": 1, "lease_id": str, "tables": {"<table_id>": {"name": str,
   "snapshot": {"<bucket>": [snapshot_id, row_count, next_row, log_offset]},
   "log": {"<bucket>": next_offset}}}}``
+- **2** version 1 plus ``"query": {"holder": str, "startup_mode": str,
+  "startup_timestamp_ms": int | null, "layout": "single" | "multi"}``: the identity of the query
+  the checkpoint belongs to, compared with the restarted query's options at every restart point.
+  ``holder`` is a random id made once per checkpoint: the coordinator records it beside the pins,
+  so another query that reuses the lease id cannot move them. A version 1 offset has no identity;
+  its lease id stands in for the holder.
 
 A bucket with a ``snapshot`` entry first reads rows ``[0, row_count)`` of that KV snapshot; while
 ``next_row < row_count`` its ``log`` entry stays at the snapshot's ``log_offset`` (the first
@@ -23,8 +29,9 @@ from typing import Any, Mapping
 
 from fluss_spark.errors import ConfigError
 
-VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
+LAYOUTS = ("single", "multi")
 
 _WHAT_TO_DO = ("The checkpoint (checkpointLocation) belongs to another source or is corrupt; "
                "restart the query with a new checkpointLocation.")
@@ -66,12 +73,37 @@ class TablePos:
 
 
 @dataclass(frozen=True)
+class QueryIdentity:
+    """What a checkpoint's query was started with; a query restarted on it must match."""
+
+    holder: str
+    startup_mode: str
+    startup_timestamp_ms: int | None
+    layout: str
+
+    def to_json(self) -> dict:
+        return {"holder": self.holder, "startup_mode": self.startup_mode,
+                "startup_timestamp_ms": self.startup_timestamp_ms, "layout": self.layout}
+
+
+@dataclass(frozen=True)
 class SourceOffset:
-    """The whole source position; ``tables`` is keyed by table id."""
+    """The whole source position; ``tables`` is keyed by table id.
+
+    ``query`` is None only for an offset decoded from version 1 (it is then written as version 1).
+    """
 
     lease_id: str
     tables: Mapping[int, TablePos]
-    version: int = VERSION
+    query: QueryIdentity | None = None
+
+    @property
+    def holder(self) -> str:
+        """The lease holder id of the checkpoint (version 1: the lease id)."""
+        return self.query.holder if self.query is not None else self.lease_id
+
+    def with_tables(self, tables: Mapping[int, TablePos]) -> "SourceOffset":
+        return SourceOffset(self.lease_id, tables, self.query)
 
     def to_json(self) -> dict:
         """The JSON-ready dict Spark checkpoints (string keys, numeric key order)."""
@@ -84,7 +116,10 @@ class SourceOffset:
                              for b, s in sorted(t.snapshot.items())},
                 "log": {str(b): int(o) for b, o in sorted(t.log.items())},
             }
-        return {"version": VERSION, "lease_id": self.lease_id, "tables": tables}
+        if self.query is None:
+            return {"version": 1, "lease_id": self.lease_id, "tables": tables}
+        return {"version": VERSION, "lease_id": self.lease_id, "query": self.query.to_json(),
+                "tables": tables}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json())
@@ -114,7 +149,27 @@ def decode(value: Any) -> SourceOffset:
         raise OffsetError(f"the fluss source offset has version {version}, this fluss_spark reads "
                           f"versions {list(SUPPORTED_VERSIONS)}; upgrade fluss_spark or restart "
                           f"with a new checkpointLocation")
-    return _decode_v1(value)
+    offset = _decode_v1(value)
+    if version >= 2:
+        offset = SourceOffset(offset.lease_id, offset.tables, _decode_query(value.get("query")))
+    return offset
+
+
+def _decode_query(raw: Any) -> QueryIdentity:
+    if not isinstance(raw, dict):
+        raise OffsetError(f"the fluss source offset has no 'query' map. {_WHAT_TO_DO}")
+    holder, mode = raw.get("holder"), raw.get("startup_mode")
+    ts, layout = raw.get("startup_timestamp_ms"), raw.get("layout")
+    if not isinstance(holder, str) or not holder or not isinstance(mode, str):
+        raise OffsetError(f"the fluss source offset's 'query' has no holder or startup_mode. "
+                          f"{_WHAT_TO_DO}")
+    if ts is not None and not _is_int(ts):
+        raise OffsetError(f"the fluss source offset's startup_timestamp_ms {ts!r} is not an "
+                          f"integer. {_WHAT_TO_DO}")
+    if layout not in LAYOUTS:
+        raise OffsetError(f"the fluss source offset's layout {layout!r} is not one of "
+                          f"{list(LAYOUTS)}. {_WHAT_TO_DO}")
+    return QueryIdentity(holder, mode, ts, layout)
 
 
 def _decode_v1(value: dict) -> SourceOffset:

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from fluss_spark.config import (Option, boolean, duration, integer, parse_duration_ms,
-                                parse_size_bytes, size)
+from fluss_spark.config import (MAX_LEASE_DURATION_MS, Option, boolean, duration, integer,
+                                parse_duration_ms, parse_size_bytes, size)
 from fluss_spark.errors import ConfigError
 
 #: Lease ids become znode names on the coordinator; the same rule is checked here, before any I/O.
@@ -40,11 +40,19 @@ def _choice(*choices: str):
     return parse
 
 
+#: 9999-12-31 23:59:59.999 UTC: the latest timestamp anything downstream can show.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+
 def parse_timestamp_ms(value: Any, key: str = "timestamp") -> int:
     """Epoch milliseconds, or ``yyyy-MM-dd HH:mm:ss`` (UTC) -> epoch milliseconds."""
     text = str(value).strip()
     if re.fullmatch(r"-?\d+", text):
-        return int(text)
+        ms = int(text)
+        if not 0 <= ms <= MAX_TIMESTAMP_MS:
+            raise ConfigError(f"option {key!r}: {value!r} is outside 0..{MAX_TIMESTAMP_MS} "
+                              "(epoch milliseconds up to the year 9999)")
+        return ms
     for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"):
         try:
             return calendar.timegm(time.strptime(text, fmt)) * 1000
@@ -77,10 +85,11 @@ STARTUP_TIMESTAMP = Option("scan.startup.timestamp", parse_timestamp_ms, None,
                            "'yyyy-MM-dd HH:mm:ss' (UTC).")
 LEASE_ID = _string("scan.kv.snapshot.lease.id",
                    "Id of the KV snapshot lease protecting the snapshot phase "
-                   "([A-Za-z0-9._-]{1,128}); default a new UUID, fixed in the initial offset.")
+                   "([A-Za-z0-9._-]{1,128}); default a new UUID; a query restarted on its "
+                   "checkpoint uses the checkpoint's.")
 LEASE_DURATION = duration("scan.kv.snapshot.lease.duration", "1d",
-                          "Lease expiry after the last renewal; the driver renews at a third of it.",
-                          minimum=1000)
+                          "Lease expiry after the last renewal (1s..365d); the driver renews at "
+                          "a third of it.", minimum=1000, maximum=MAX_LEASE_DURATION_MS)
 MAX_OFFSETS_PER_TRIGGER = integer("maxOffsetsPerTrigger", None,
                                   "Most snapshot rows + changelog records per micro-batch.",
                                   minimum=1)
@@ -261,7 +270,7 @@ def _name_list(values: Mapping[str, Any], option: Option, noun: str) -> tuple[st
 
 def check_lease_id(lease_id: str) -> str:
     """Refuse a lease id the coordinator would refuse, before any I/O."""
-    if not isinstance(lease_id, str) or not LEASE_ID_PATTERN.match(lease_id):
+    if not isinstance(lease_id, str) or not LEASE_ID_PATTERN.fullmatch(lease_id):
         raise ConfigError(f"lease id {lease_id!r} is not allowed: use 1 to 128 characters from "
                           "A-Z a-z 0-9 . _ - (option 'scan.kv.snapshot.lease.id')")
     return lease_id

@@ -1,9 +1,10 @@
 """The Python data source ``fluss``: schema, streaming reader and batch reader.
 
-Where each piece runs (SPARK_NOTES.md): ``FlussDataSource.schema()`` in a driver-side planner
-worker; the stream reader's offset methods in one long-lived driver-side process per query run
-(the ``Enumerator``); ``read()`` in executor workers on a pickled copy of the reader, which
-therefore carries only options and the output layout, never a connection or the enumerator.
+Where each piece runs (docs/spark_source.md, "How the source meets Spark"):
+``FlussDataSource.schema()`` in a driver-side planner worker; the stream reader's offset methods
+in one long-lived driver-side process per query run (the ``Enumerator``); ``read()`` in executor
+workers on a pickled copy of the reader, which therefore carries only options and the output
+layout, never a connection or the enumerator.
 """
 
 from __future__ import annotations

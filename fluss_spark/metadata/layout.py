@@ -68,7 +68,7 @@ def lease_path(lease_id: str) -> str:
 
 
 def check_table_name(name: str) -> str:
-    if not isinstance(name, str) or not TABLE_NAME.match(name):
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
         raise InvalidTable(f"invalid table name {name!r}: expected 'database.table' of letters, "
                            "digits and underscores")
     return name
@@ -180,7 +180,7 @@ _LEASE_CHUNK = re.compile(r"^chunk-(\d+)-(\d+)$")
 def check_lease_id(lease_id) -> str:
     """Return ``lease_id`` or raise InvalidLeaseId: it becomes a znode name."""
     from fluss_spark.errors import InvalidLeaseId
-    if not isinstance(lease_id, str) or not LEASE_ID.match(lease_id) or lease_id in (".", ".."):
+    if not isinstance(lease_id, str) or not LEASE_ID.fullmatch(lease_id) or lease_id in (".", ".."):
         raise InvalidLeaseId(f"invalid lease id {lease_id!r}: use 1 to 128 characters of "
                              "letters, digits, '.', '_' and '-' (not '.' or '..')")
     return lease_id
@@ -192,7 +192,7 @@ def lease_chunk_name(generation: int, index: int) -> str:
 
 def parse_lease_chunk_name(name: str) -> tuple[int, int] | None:
     """``chunk-<generation>-<index>`` -> (generation, index); None for anything else."""
-    m = _LEASE_CHUNK.match(name)
+    m = _LEASE_CHUNK.fullmatch(name)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -315,14 +315,17 @@ class LeaseRecord:
     Versions:
 
     - v1: the layout above.
+    - v2: adds ``holders: {table_id: holder}``, the holder (query) that pinned each table; a v1
+      record decodes with no holders.
     """
 
-    VERSION = 1
+    VERSION = 2
 
     lease_id: str
     created_ms: int
     expires_at_ms: int
     tables: dict = field(default_factory=dict)
+    holders: dict = field(default_factory=dict)
 
     def pin_count(self) -> int:
         return sum(len(p) for p in self.tables.values())
@@ -334,7 +337,8 @@ class LeaseRecord:
         entries = encode_lease_pins(self.tables)
         payload = packb(entries)
         header = {"v": self.VERSION, "lease_id": self.lease_id, "created_ms": self.created_ms,
-                  "expires_at_ms": self.expires_at_ms, "state": "ok"}
+                  "expires_at_ms": self.expires_at_ms, "state": "ok",
+                  "holders": {int(t): h for t, h in sorted(self.holders.items())}}
         if len(payload) <= max_inline_bytes:
             header.update(pins=entries, generation=generation, chunks=0,
                           payload_bytes=len(payload), payload_crc=zlib.crc32(payload))
@@ -373,4 +377,5 @@ class LeaseRecord:
         else:
             entries = raw.get("pins") or []
         return cls(lease_id=raw["lease_id"], created_ms=int(raw.get("created_ms", 0)),
-                   expires_at_ms=int(raw["expires_at_ms"]), tables=decode_lease_pins(entries))
+                   expires_at_ms=int(raw["expires_at_ms"]), tables=decode_lease_pins(entries),
+                   holders={int(t): str(h) for t, h in (raw.get("holders") or {}).items()})

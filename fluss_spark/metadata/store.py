@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss,
+                              NodeExistsError, NoNodeError, NotEmptyError,
+                              OperationTimeoutError, SessionExpiredError)
+from kazoo.handlers.threading import AsyncResult, KazooTimeoutError, SequentialThreadingHandler
 from kazoo.recipe.election import Election
 
-from fluss_spark.errors import FlussError, TableAlreadyExist, TableNotExist
+from fluss_spark.errors import (FlussError, MetadataStoreUnavailable, TableAlreadyExist,
+                                TableNotExist)
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.layout import (AssignmentRecord, CoordinatorRecord, SnapshotRecord,
                                          TableRecord, TabletRecord)
@@ -19,11 +24,40 @@ from fluss_spark.protocol.codec import packb
 
 log = logging.getLogger(__name__)
 
+#: Longest pause between two attempts to reconnect to ZooKeeper.
+_RECONNECT_MAX_DELAY_S = 1.0
+
+
+class _BoundedWaitHandler(SequentialThreadingHandler):
+    """kazoo's threading handler whose synchronous calls wait at most ``wait_s`` for an answer."""
+
+    def __init__(self, wait_s: float):
+        super().__init__()
+        self.wait_s = wait_s
+
+    def async_result(self) -> AsyncResult:
+        return _BoundedResult(self)
+
+
+class _BoundedResult(AsyncResult):
+    """An AsyncResult whose ``get()`` without a timeout waits ``handler.wait_s``, not forever."""
+
+    def get(self, block=True, timeout=None):
+        # kazoo queues a request made while it is reconnecting and its synchronous API waits
+        # for the answer without limit: during an outage one call would hang its RPC (holding
+        # the coordinator's lock) until ZooKeeper came back. Bounded, it raises
+        # KazooTimeoutError, which the store reports as the retriable MetadataStoreUnavailable.
+        return super().get(block, self._handler.wait_s if timeout is None else timeout)
+
 
 class MetadataStore:
     """Owns one kazoo session; every method maps to one layout path.
 
-    ``zookeeper_address`` is ``host:port[,host:port...][/chroot]``.
+    ``zookeeper_address`` is ``host:port[,host:port...][/chroot]``. A call that ZooKeeper does
+    not answer (connection lost, or not reconnected within ``session_timeout_s``) raises the
+    retriable ``MetadataStoreUnavailable``; whether a write it carried was applied is then
+    unknown (ZooKeeper may still apply a request sent before the loss), so callers change their
+    own state only after a write returns and answer "retry" otherwise.
     """
 
     def __init__(self, zookeeper_address: str, *, timeout_s: float = 15.0,
@@ -31,7 +65,16 @@ class MetadataStore:
         self.address = zookeeper_address
         hosts, slash, chroot = zookeeper_address.partition("/")
         self._chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else ""
-        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_s)
+        # A connected client gets ConnectionLoss within 2/3 of the session timeout when the
+        # server goes silent, so waiting one session timeout only cuts short the waits for a
+        # reconnection that is not coming before the session would expire anyway.
+        # kazoo's default reconnection backoff doubles up to an hour: after an outage of t
+        # seconds its next attempt can come about t seconds after ZooKeeper is back, past the
+        # session timeout. At most a second between attempts resumes the session in time.
+        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_s,
+                              handler=_BoundedWaitHandler(session_timeout_s),
+                              connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2,
+                                                "max_delay": _RECONNECT_MAX_DELAY_S})
         self._timeout_s = timeout_s
 
     def start(self) -> "MetadataStore":
@@ -244,13 +287,20 @@ class MetadataStore:
             self.zk.set(path, header)
         else:
             self.zk.create(path, header)
-        for child in self._children(path):
-            parsed = layout.parse_lease_chunk_name(child)
-            if parsed is not None and (parsed[0] != generation or not chunks):
-                try:
-                    self.zk.delete(f"{path}/{child}")
-                except NoNodeError:
-                    pass
+        try:
+            for child in self._children(path):
+                parsed = layout.parse_lease_chunk_name(child)
+                if parsed is not None and (parsed[0] != generation or not chunks):
+                    try:
+                        self.zk.delete(f"{path}/{child}")
+                    except NoNodeError:
+                        pass
+        except _CONNECTION_ERRORS as e:
+            # The header switch above is the write; what is left are orphan chunks that readers
+            # ignore and the next save deletes. Failing now would tell the caller "not saved"
+            # about a lease that is.
+            log.warning("lease %s saved; removing its old chunks failed (%s), the next save "
+                        "retries", record.lease_id, type(e).__name__)
         return len(header) + sum(len(c) for c in chunks)
 
     def load_lease(self, lease_id: str) -> LeaseRecord | None:
@@ -288,10 +338,33 @@ class MetadataStore:
         return out
 
     def delete_lease(self, lease_id: str) -> None:
-        try:
-            self.zk.delete(layout.lease_path(lease_id), recursive=True)
-        except NoNodeError:
-            pass
+        """Delete a lease and its chunks in one transaction.
+
+        A recursive delete cut off by a lost connection would leave a header whose chunks are
+        gone, which no loader can read back (and a coordinator could then never recover).
+        """
+        path = layout.lease_path(lease_id)
+        children = self._children(path)
+        if not children:
+            try:
+                self.zk.delete(path)
+                return
+            except NoNodeError:
+                return
+            except NotEmptyError:
+                children = self._children(path)   # chunks appeared since we looked
+        tx = self.zk.transaction()
+        for child in children:
+            tx.delete(f"{path}/{child}")
+        tx.delete(path)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            # The children changed under us (only an operator could do that): delete what is
+            # there now, child by child.
+            try:
+                self.zk.delete(path, recursive=True)
+            except NoNodeError:
+                pass
 
     def lease_stored_bytes(self, lease_id: str) -> int:
         """Bytes the lease occupies in ZooKeeper (header plus chunks), for metrics and benches."""
@@ -340,3 +413,42 @@ class MetadataStore:
             return None
         return cls.decode(data)
 
+
+#: kazoo's ways of saying "ZooKeeper did not answer": the operation may be retried. A request
+#: made while the client is reconnecting ends in KazooTimeoutError (see _BoundedResult), one
+#: cut off in flight in ConnectionLoss, one sent after the session ended in SessionExpiredError.
+_CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError,
+                      ConnectionClosedError, KazooTimeoutError)
+
+
+def _retriable_on_connection_loss(method):
+    """Turn a lost ZooKeeper connection into MetadataStoreUnavailable, which callers (and
+    clients, over the wire) know to retry; every other error passes unchanged."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except _CONNECTION_ERRORS as e:
+            operation = f"{method.__name__}({', '.join(_describe(a) for a in args)})"
+            raise MetadataStoreUnavailable(
+                f"the server lost its ZooKeeper connection (zk {self.address}) while "
+                f"{operation}: {type(e).__name__}; retry") from None
+    return call
+
+
+def _describe(arg) -> str:
+    """A short name for an argument in an error message (a lease id, not a whole record)."""
+    for attr in ("lease_id", "name"):
+        value = getattr(arg, attr, None)
+        if isinstance(value, str):
+            return repr(value)
+    if isinstance(arg, SnapshotRecord):
+        return f"table {arg.table_id} bucket {arg.bucket} snapshot {arg.snapshot_id}"
+    if isinstance(arg, (str, int)):
+        return repr(arg)
+    return type(arg).__name__
+
+
+for _name, _method in list(vars(MetadataStore).items()):
+    if not _name.startswith("_") and callable(_method) and _name not in ("start", "close"):
+        setattr(MetadataStore, _name, _retriable_on_connection_loss(_method))

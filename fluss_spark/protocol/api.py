@@ -19,18 +19,25 @@ Coordinator
   LIST_TABLES        {} -> {tables: [name]}
   COMMIT_KV_SNAPSHOT {table_id, bucket, snapshot_id, path, log_offset, row_count, size_bytes,
                      created_ms} -> {}                       (tablet -> coordinator)
+                     path must be the snapshot's own place in the coordinator's snapshot store
+                     (<remote_data_dir>/<table_id>/<bucket>/snapshot-<id>.arrow), written, and
+                     the id must follow the bucket's last one; a repeat of a registered commit
+                     is accepted. Anything else is InvalidRequest.
   LIST_KV_SNAPSHOTS  {table_id, bucket?, latest_only?} -> {snapshots: [SnapshotInfo]}
                      SnapshotInfo = {table_id, bucket, snapshot_id, path, log_offset, row_count,
                      size_bytes, created_ms, pinned_by: [lease_id]}
-  ACQUIRE_KV_SNAPSHOT_LEASE  {lease_id, duration_ms, tables: {table_id: {bucket: snapshot_id}}}
-                     -> {unavailable: {table_id: {bucket: snapshot_id}}, expires_at_ms}
+  ACQUIRE_KV_SNAPSHOT_LEASE  {lease_id, duration_ms, tables: {table_id: {bucket: snapshot_id}},
+                     holder?} -> {unavailable: {table_id: {bucket: snapshot_id}}, expires_at_ms}
+                     holder (same charset as lease ids): the query the pins are for; a table
+                     pinned under the lease by another holder is refused (LeaseHeldByOther).
   RENEW_KV_SNAPSHOT_LEASE    {lease_id, duration_ms} -> {expires_at_ms}
   RELEASE_KV_SNAPSHOT_LEASE  {lease_id, tables: {table_id: [bucket]}} -> {remaining_pins}
-  DROP_KV_SNAPSHOT_LEASE     {lease_id} -> {}
+  DROP_KV_SNAPSHOT_LEASE     {lease_id} -> {dropped: bool}   (false: no such lease)
   LIST_KV_SNAPSHOT_LEASES    {} -> {leases: [LeaseInfo]}
   DESCRIBE_KV_SNAPSHOT_LEASE {lease_id} -> LeaseInfo
                      LeaseInfo = {lease_id, expires_at_ms, created_ms,
-                     tables: {table_id: {bucket: snapshot_id}}, pin_count}
+                     tables: {table_id: {bucket: snapshot_id}}, pin_count,
+                     holders: {table_id: holder}}
   GET_METRICS        {} -> {metrics: {name: number}, tables: {table_name: {name: number}}}
 
 Tablet

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fluss_spark.config import parse_server_options
+from fluss_spark.config import ZOOKEEPER_SESSION_TIMEOUT, parse_server_options
 from fluss_spark.errors import ConfigError
 from fluss_spark.protocol.api import API_GROUPS
 
@@ -32,6 +32,11 @@ class ServerSettings:
     options: dict[str, Any] = field(default_factory=dict)   # parsed SERVER_OPTIONS
     disabled_apis: frozenset[int] = frozenset()
     ready_file: Path | None = None
+
+    @property
+    def zk_session_timeout_s(self) -> float:
+        opt = ZOOKEEPER_SESSION_TIMEOUT
+        return self.options.get(opt.key, opt.default) / 1000.0
 
 
 def parse_args(argv: list[str]) -> ServerSettings:

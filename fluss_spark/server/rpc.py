@@ -8,8 +8,8 @@ import socketserver
 import threading
 from typing import Callable
 
-from fluss_spark.errors import (ApiError, CorruptMessage, InvalidRequest, UnknownServerError,
-                                UnsupportedVersion)
+from fluss_spark.errors import (ApiError, CorruptMessage, InvalidRequest,
+                                MetadataStoreUnavailable, UnknownServerError, UnsupportedVersion)
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
 
@@ -108,6 +108,8 @@ class RpcServer:
             body = handler(req.body)
             return codec.encode_response(req.correlation_id, body), True
         except ApiError as e:
+            if isinstance(e, MetadataStoreUnavailable):  # an outage operators must see
+                log.warning("%s failed: %s", _api_name(req.api_key), e)
             return codec.encode_response(req.correlation_id, error=e), True
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             # A missing or mistyped field in a request: the client's fault, reported as such.

@@ -48,7 +48,7 @@ class LeaseHarness:
         lock = threading.RLock()
         self.registry = SnapshotRegistry(
             self.store, num_retained=lambda t: self.retained.get(t, self.default_retained),
-            lock=lock)
+            store_root=str(self.snapshot_dir), lock=lock)
         self.leases = LeaseManager(self.store, snapshot_exists=self.registry.exists,
                                    on_unpinned=self.registry.collect, clock=self.clock,
                                    lock=lock)
@@ -91,15 +91,27 @@ class LeaseHarness:
         self.store.close()
 
 
+def place_snapshot_file(remote_data_dir: str | Path, table_id: int, bucket: int,
+                        snapshot_id: int) -> str:
+    """Write a stand-in snapshot file where a tablet would, for tests that commit snapshots by
+    hand; returns its path (the coordinator registers only files at their own location)."""
+    from fluss_spark.server.snapshot_store import snapshot_location
+    path = Path(snapshot_location(str(remote_data_dir), table_id, bucket, snapshot_id))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"snapshot %d" % snapshot_id)
+    return str(path)
+
+
 class CoordinatorProcess(ServerProcess):
     """``python -m fluss_spark.server coordinator ...`` as a child process."""
 
     def __init__(self, zk_address: str, base_dir: str | Path, *, port: int = 0,
-                 options: list[str] = (), disable_apis: list[str] = ()):
+                 options: list[str] = (), disable_apis: list[str] = (),
+                 remote_data_dir: str | Path | None = None):
         self.base_dir = Path(base_dir)
         super().__init__("coordinator", zk_address, port=port, options=options,
                          disabled_apis=disable_apis, data_dir=self.base_dir / "data",
-                         remote_data_dir=self.base_dir / "remote",
+                         remote_data_dir=remote_data_dir or self.base_dir / "remote",
                          ready_file=self.base_dir / "coordinator.ready",
                          log_path=self.base_dir / "coordinator.log")
 

@@ -45,7 +45,8 @@ class TabletCluster:
     def __init__(self, zk_address: str, base: Path, tablets: int = 1, options=()):
         self.zk_address = zk_address
         self.remote = base / "remote"
-        self.coordinator = CoordinatorProcess(zk_address, base / "coord").start()
+        self.coordinator = CoordinatorProcess(zk_address, base / "coord",
+                                              remote_data_dir=self.remote).start()
         self.tablets = [TabletProcess(zk_address, base, server_id=i, remote_data_dir=self.remote,
                                       options=list(options)).start() for i in range(tablets)]
         self.store = MetadataStore(zk_address).start()

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from fluss_spark.connector.offsets import decode as decode_offset
 from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound
 from fluss_spark.tiering.lake import LakeError, LakeTable, table_dir
 from fluss_spark.tiering.progress import TIERING_DIR, write_status
@@ -155,13 +156,13 @@ def batch_end_offset(checkpoint: Path, batch_id: int) -> dict:
 
 def lake_offsets(source_offset: dict, table: str) -> tuple[dict, bool]:
     """A table's part of a source offset as stored in the manifest, and whether its snapshot
-    phase is over."""
-    for t in (source_offset.get("tables") or {}).values():
-        if t.get("name") == table:
-            snap = {b: list(v[:3]) for b, v in (t.get("snapshot") or {}).items()}
-            done = all(v[2] >= v[1] for v in snap.values())
-            return {"log": dict(t.get("log") or {}), "snapshot": snap}, done
-    raise TieringError(f"the source offset has no entry for table {table!r}")
+    phase is over (read through the source's versioned offset decoder)."""
+    found = decode_offset(source_offset).table_by_name(table)
+    if found is None:
+        raise TieringError(f"the source offset has no entry for table {table!r}")
+    t = found[1]
+    snap = {str(b): [s.snapshot_id, s.row_count, s.next_row] for b, s in t.snapshot.items()}
+    return {"log": {str(b): o for b, o in t.log.items()}, "snapshot": snap}, t.snapshot_complete
 
 
 class TableSink:

@@ -195,7 +195,7 @@ class LakeTable:
         if not self.manifest_dir.is_dir():
             return []
         return sorted(int(m.group(1)) for p in self.manifest_dir.iterdir()
-                      if (m := _MANIFEST_NAME.match(p.name)))
+                      if (m := _MANIFEST_NAME.fullmatch(p.name)))
 
     def exists(self) -> bool:
         return bool(self.versions())

@@ -130,6 +130,8 @@ def test_lease_commands(cli, table_name):
     run_json(cli, "lease", "acquire", lease_id, table_name)
     assert run_json(cli, "lease", "drop", lease_id) == {"lease_id": lease_id, "dropped": True}
     assert lease_id not in {l["lease_id"] for l in run_json(cli, "lease", "list")}
+    code, out, err = cli("lease", "drop", lease_id)
+    assert code == 1 and out == "" and "does not exist" in err and err.count("\n") == 1
 
 
 def test_scanner_list_and_metrics(cli):

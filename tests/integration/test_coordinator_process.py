@@ -11,7 +11,8 @@ from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import deserialize_schema, serialize_schema
 from fluss_spark.protocol.types import parse_schema
-from fluss_spark.testing.coordinator import CoordinatorProcess, call_until_leader
+from fluss_spark.testing.coordinator import (CoordinatorProcess, call_until_leader,
+                                            place_snapshot_file)
 from fluss_spark.testing.ports import wait_until
 
 SCHEMA = parse_schema("id BIGINT NOT NULL, name STRING, amount DECIMAL(10, 2)")
@@ -94,7 +95,8 @@ def test_kill_9_and_restart_recovers_tables_and_snapshots(coordinator, meta, tmp
     table_id = conn.call(ApiKey.CREATE_TABLE, table_body())["table_id"]
     for s in (1, 2):
         conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {
-            "table_id": table_id, "bucket": 2, "snapshot_id": s, "path": str(tmp_path / f"{s}"),
+            "table_id": table_id, "bucket": 2, "snapshot_id": s,
+            "path": place_snapshot_file(coordinator.remote_data_dir, table_id, 2, s),
             "log_offset": s, "row_count": s, "size_bytes": 0, "created_ms": 5})
     coordinator.kill()
     coordinator.start(timeout_s=60)

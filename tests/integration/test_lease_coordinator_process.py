@@ -6,13 +6,16 @@ from pathlib import Path
 import pytest
 
 from fluss_spark.client.rpc import RpcConnection
-from fluss_spark.errors import LeaseNotFound, UnsupportedVersion
+from fluss_spark.errors import (InvalidRequest, LeaseHeldByOther, LeaseNotFound,
+                                UnsupportedVersion)
 from fluss_spark.metadata.layout import TabletRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol.api import LEASE_APIS, ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.types import parse_schema
-from fluss_spark.testing.coordinator import CoordinatorProcess, call_until_leader
+from fluss_spark.server.snapshot_store import snapshot_location
+from fluss_spark.testing.coordinator import (CoordinatorProcess, call_until_leader,
+                                            place_snapshot_file)
 from fluss_spark.testing.ports import wait_until
 
 HOUR = 3_600_000
@@ -46,9 +49,7 @@ def create_table(conn, name="db.t", buckets=2, **props) -> int:
 
 
 def commit(conn, remote: Path, table_id, bucket, snapshot_id) -> Path:
-    f = remote / str(table_id) / str(bucket) / f"{snapshot_id}.arrow"
-    f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_bytes(b"rows")
+    f = Path(place_snapshot_file(remote, table_id, bucket, snapshot_id))
     conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {
         "table_id": table_id, "bucket": bucket, "snapshot_id": snapshot_id, "path": str(f),
         "log_offset": snapshot_id * 10, "row_count": 1, "size_bytes": 4, "created_ms": 1})
@@ -67,7 +68,8 @@ def test_kill_9_right_after_a_granted_acquire_keeps_the_lease(coordinator, tmp_p
     commit(conn, remote, table_id, 0, 1)
     commit(conn, remote, table_id, 1, 1)
     reply = conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
-        "lease_id": "job-1", "duration_ms": HOUR, "tables": {table_id: {0: 1, 1: 1}}})
+        "lease_id": "job-1", "duration_ms": HOUR, "tables": {table_id: {0: 1, 1: 1}},
+        "holder": "query-a"})
     assert reply["unavailable"] == {}
     coordinator.kill()
     coordinator.start(timeout_s=60)
@@ -75,7 +77,13 @@ def test_kill_9_right_after_a_granted_acquire_keeps_the_lease(coordinator, tmp_p
     info = call_until_leader(conn, ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "job-1"},
                              timeout_s=60)
     assert info["tables"] == {table_id: {0: 1, 1: 1}}
+    assert info["holders"] == {table_id: "query-a"}
     assert info["expires_at_ms"] == reply["expires_at_ms"]
+    # The holder survived too: another query still cannot move the pins.
+    with pytest.raises(LeaseHeldByOther):
+        conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
+            "lease_id": "job-1", "duration_ms": HOUR, "tables": {table_id: {0: 1}},
+            "holder": "query-b"})
     # The pins still protect after the restart.
     commit(conn, remote, table_id, 0, 2)
     commit(conn, remote, table_id, 0, 3)
@@ -216,3 +224,34 @@ def test_a_coordinator_without_lease_apis_reports_unsupported_version(zk_address
         assert call_until_leader(conn, ApiKey.LIST_TABLES, {}) == {"tables": ["db.t"]}
     finally:
         proc.stop()
+
+
+def test_a_client_cannot_make_the_coordinator_delete_data(coordinator, tmp_path):
+    """Snapshot commits naming foreign paths, far-future ids or missing files are refused, so
+    retention never deletes a real snapshot or anything outside the store."""
+    conn = coordinator.connection()
+    table_id = create_table(conn, buckets=1)
+    remote = tmp_path / "coord" / "remote"
+    real = commit(conn, remote, table_id, 0, 1)
+    victim = tmp_path / "precious"
+    victim.mkdir()
+    (victim / "data").write_text("keep me")
+
+    def forged(snapshot_id, path):
+        return {"table_id": table_id, "bucket": 0, "snapshot_id": snapshot_id, "path": path,
+                "log_offset": 0, "row_count": 0}
+    for i, path in enumerate([str(victim), "", str(remote / ".." / "precious"), str(remote)]):
+        with pytest.raises(InvalidRequest, match="not its place in the snapshot store"):
+            conn.call(ApiKey.COMMIT_KV_SNAPSHOT, forged(10**15 + i, path))
+    # Its own location, but nothing was written there.
+    with pytest.raises(InvalidRequest, match="no snapshot file"):
+        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, forged(10**15, snapshot_location(
+            str(remote), table_id, 0, 10**15)))
+    # Ids must follow the bucket's last one (an old file must not come back).
+    old = place_snapshot_file(remote, table_id, 0, 0)
+    with pytest.raises(InvalidRequest, match="must follow the bucket's last one, 1"):
+        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, forged(0, old))
+    # A retry of the real commit (its answer lost) is accepted and changes nothing.
+    conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {**forged(1, str(real)), "log_offset": 10, "row_count": 1})
+    assert snapshot_ids(conn, table_id, 0) == [1]
+    assert real.exists() and (victim / "data").read_text() == "keep me"

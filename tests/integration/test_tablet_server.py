@@ -52,7 +52,8 @@ def test_log_table_produce_fetch_and_list_offsets(tc):
     conn = tc.conns[0]
     tid = tc.create("db.events", buckets=2)
     assert _produce(conn, tid, 0, "append", [1, 2, 3]) == {"base_offset": 0, "end_offset": 3}
-    before = int(time.time() * 1000)
+    # Strictly after the first batch's commit time (it may share the millisecond it returned in).
+    before = int(time.time() * 1000) + 1
     time.sleep(0.01)
     assert _produce(conn, tid, 0, "append", [4]) == {"base_offset": 3, "end_offset": 4}
     assert _produce(conn, tid, 1, "append", [9]) == {"base_offset": 0, "end_offset": 1}

@@ -32,3 +32,9 @@ def test_server_options_defaults_and_minimums():
     assert opts["kv.scanner.ttl"] == 2000 and opts["kv.scanner.max-per-bucket"] == 8
     with pytest.raises(ConfigError, match="at least 1"):
         parse_server_options(["kv.scanner.max-per-server=0"])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "99999999999999999999d", "3651d"])
+def test_durations_are_bounded(value):
+    with pytest.raises(ConfigError, match="not a number|longer than the maximum, 3650d"):
+        parse_duration_ms(value, "kv.snapshot.interval")

@@ -7,7 +7,8 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping, Protocol
 
-from fluss_spark.errors import InvalidRequest, LeaseNotFound
+from fluss_spark.config import MAX_LEASE_DURATION_MS
+from fluss_spark.errors import InvalidRequest, LeaseHeldByOther, LeaseNotFound
 from fluss_spark.metadata.layout import LeaseRecord, check_lease_id
 
 log = logging.getLogger(__name__)
@@ -81,21 +82,39 @@ class LeaseManager:
 
     # -- the API -----------------------------------------------------------------------------
     def acquire(self, lease_id: str, duration_ms: int,
-                tables: Mapping[int, Mapping[int, int]]) -> tuple[dict, int]:
+                tables: Mapping[int, Mapping[int, int]],
+                holder: str | None = None) -> tuple[dict, int]:
         """Pin snapshots; returns ``(unavailable {table_id: {bucket: snapshot_id}}, expires_at_ms)``.
 
         Creates the lease or extends it to now + ``duration_ms``. A bucket already pinned by
         this lease moves to the requested snapshot. A snapshot that is not registered is
         reported unavailable and not pinned (the bucket keeps any pin it had).
+
+        ``holder`` names the query the pins are for. If any requested table has pins in this
+        lease recorded for another holder, the whole acquire is refused (``LeaseHeldByOther``,
+        nothing changes), so two queries sharing a lease id cannot move each other's pins. The
+        same holder again is a restart of the same checkpoint and is granted. A holder claims
+        every requested table that has pins afterwards. Without a holder (operators, older
+        clients) nothing is refused and recorded holders stay. A table's holder is forgotten
+        with its last pin (release, table drop, expiry).
         """
         check_lease_id(lease_id)
         duration_ms = _duration(duration_ms)
+        if holder is not None:
+            _check_holder(holder)
         if not isinstance(tables, Mapping):
             raise InvalidRequest("tables must be a map {table_id: {bucket: snapshot_id}}")
         with self.lock:
             now = self._clock()
             current = self._live(lease_id, now)
             new_tables = {t: dict(p) for t, p in current.tables.items()} if current else {}
+            holders = dict(current.holders) if current else {}
+            if holder is not None:
+                for table_id in map(_table_id, tables):
+                    other = holders.get(table_id)
+                    if new_tables.get(table_id) and other is not None and other != holder:
+                        raise LeaseHeldByOther(
+                            _held_by_other_message(lease_id, table_id, other, holder))
             unavailable: dict[int, dict[int, int]] = {}
             added: list[SnapshotKey] = []
             removed: list[SnapshotKey] = []
@@ -120,9 +139,13 @@ class LeaseManager:
                     table_pins[bucket] = snap
                     added.append((table_id, bucket, snap))
             new_tables = {t: p for t, p in new_tables.items() if p}
+            if holder is not None:
+                # No other holder owns these tables (checked above), so the caller claims them.
+                holders.update((t, holder) for t in map(_table_id, tables) if t in new_tables)
             rec = LeaseRecord(lease_id=lease_id,
                               created_ms=current.created_ms if current else now,
-                              expires_at_ms=now + duration_ms, tables=new_tables)
+                              expires_at_ms=now + duration_ms, tables=new_tables,
+                              holders=_held(holders, new_tables))
             self._store.save_lease(rec)
             self._leases[lease_id] = rec
             self._add_refs(added)
@@ -139,7 +162,8 @@ class LeaseManager:
             if current is None:
                 raise LeaseNotFound(f"KV snapshot lease {lease_id!r} does not exist or has "
                                     "expired; its snapshots are no longer pinned, acquire again")
-            rec = LeaseRecord(lease_id, current.created_ms, now + duration_ms, current.tables)
+            rec = LeaseRecord(lease_id, current.created_ms, now + duration_ms, current.tables,
+                              current.holders)
             self._store.save_lease(rec)
             self._leases[lease_id] = rec
             return rec.expires_at_ms
@@ -166,7 +190,8 @@ class LeaseManager:
             if not removed:
                 return current.pin_count()
             new_tables = {t: p for t, p in new_tables.items() if p}
-            rec = LeaseRecord(lease_id, current.created_ms, current.expires_at_ms, new_tables)
+            rec = LeaseRecord(lease_id, current.created_ms, current.expires_at_ms, new_tables,
+                              _held(current.holders, new_tables))
             if new_tables:
                 self._store.save_lease(rec)
                 self._leases[lease_id] = rec
@@ -237,21 +262,24 @@ class LeaseManager:
     def drop_table_pins(self, table_id: int) -> list[SnapshotKey]:
         """Remove the table's pins from every lease (leases left empty are removed)."""
         with self.lock:
-            removed: list[SnapshotKey] = []
+            gone: list[SnapshotKey] = []
             for lease_id, rec in list(self._leases.items()):
                 pins = rec.tables.get(table_id)
                 if not pins:
                     continue
                 rest = {t: p for t, p in rec.tables.items() if t != table_id}
                 if rest:
-                    new = LeaseRecord(lease_id, rec.created_ms, rec.expires_at_ms, rest)
+                    new = LeaseRecord(lease_id, rec.created_ms, rec.expires_at_ms, rest,
+                                      _held(rec.holders, rest))
                     self._store.save_lease(new)
                     self._leases[lease_id] = new
                 else:
                     self._store.delete_lease(lease_id)
                     del self._leases[lease_id]
-                removed += [(table_id, b, s) for b, s in pins.items()]
-            return self._remove_refs(removed)
+                # Counted down with each lease's own write: if a later lease's write fails,
+                # the leases already changed must not keep their pins counted.
+                gone += self._remove_refs((table_id, b, s) for b, s in pins.items())
+            return gone
 
     def table_ids(self) -> set[int]:
         """Every table id some lease pins."""
@@ -321,11 +349,39 @@ class LeaseManager:
             self._on_unpinned(keys)
 
 
+def _table_id(raw) -> int:
+    return _int(raw, "table_id")
+
+
+def _held_by_other_message(lease_id: str, table_id: int, other: str, holder: str) -> str:
+    """The LeaseHeldByOther message: whose pins they are and what the user can do about it."""
+    return (f"KV snapshot lease {lease_id!r} pins table id {table_id} for holder {other!r}, not "
+            f"{holder!r}; another query uses the same lease id. Fix: use a distinct "
+            f"scan.kv.snapshot.lease.id, or, if the other query is gone, drop the lease "
+            f"(`fluss-spark lease drop {lease_id}`)")
+
+
+def _held(holders: Mapping[int, str], tables: Mapping[int, Mapping[int, int]]) -> dict[int, str]:
+    """The holders of tables that still have pins (a table's last pin takes its holder along)."""
+    return {t: h for t, h in holders.items() if tables.get(t)}
+
+
+def _check_holder(holder) -> None:
+    # A holder is stored beside lease ids and shown by the CLI, so it obeys the same charset.
+    try:
+        check_lease_id(holder)
+    except Exception:  # noqa: BLE001 - any invalid value is the caller's bad request
+        raise InvalidRequest(f"invalid lease holder {holder!r}: use 1 to 128 characters of "
+                             "letters, digits, '.', '_' and '-'") from None
+
+
 def _keys(tables: Mapping[int, Mapping[int, int]]) -> list[SnapshotKey]:
     return [(t, b, s) for t, pins in tables.items() for b, s in pins.items()]
 
 
 def _duration(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidRequest(f"duration_ms must be a positive integer, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 0 < value <= MAX_LEASE_DURATION_MS):
+        raise InvalidRequest(f"duration_ms must be an integer in 1..{MAX_LEASE_DURATION_MS} "
+                             f"(365 days), got {value!r}")
     return value

@@ -16,6 +16,7 @@ from fluss_spark.server.coordinator.leases import LeaseManager, wall_clock_ms
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_path, join_path
 from fluss_spark.server.coordinator.tables import TableManager
 from fluss_spark.server.metadata_view import build_metadata
+from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
 from fluss_spark.server.process import ServerSettings
 from fluss_spark.server.rpc import RpcServer, require
 
@@ -31,7 +32,8 @@ def snapshot_info(rec: SnapshotRecord, pinned_by: list[str]) -> dict:
 def lease_info(rec) -> dict:
     return {"lease_id": rec.lease_id, "expires_at_ms": rec.expires_at_ms,
             "created_ms": rec.created_ms,
-            "tables": {t: dict(p) for t, p in rec.tables.items()}, "pin_count": rec.pin_count()}
+            "tables": {t: dict(p) for t, p in rec.tables.items()}, "pin_count": rec.pin_count(),
+            "holders": dict(rec.holders)}
 
 
 class CoordinatorServer:
@@ -49,10 +51,12 @@ class CoordinatorServer:
     def __init__(self, settings: ServerSettings, *, clock: Callable[[], int] = wall_clock_ms):
         self.settings = settings
         self._clock = clock
-        self._store = MetadataStore(settings.zookeeper)
+        self._store = MetadataStore(settings.zookeeper,
+                                    session_timeout_s=settings.zk_session_timeout_s)
         self._lock = threading.RLock()
         self.tables = TableManager(self._store, lock=self._lock, clock=clock)
         self.snapshots = SnapshotRegistry(self._store, num_retained=self.tables.num_retained,
+                                          store_root=settings.remote_data_dir,
                                           lock=self._lock)
         self.leases = LeaseManager(self._store, snapshot_exists=self.snapshots.exists,
                                    on_unpinned=self.snapshots.collect, clock=clock,
@@ -230,8 +234,29 @@ class CoordinatorServer:
             if not 0 <= rec.bucket < table.num_buckets:
                 raise InvalidRequest(f"table {table.name} has buckets 0..{table.num_buckets - 1}, "
                                      f"not {rec.bucket}")
+            known = self.snapshots.get(rec.table_id, rec.bucket, rec.snapshot_id)
+            if known is not None and known.path == rec.path:
+                return {}  # a retry of a commit whose answer was lost
+            self._check_new_snapshot(table.name, rec)
             self.snapshots.commit(rec)
         return {}
+
+    def _check_new_snapshot(self, table: str, rec: SnapshotRecord) -> None:
+        """A snapshot is registered only at the store's own location for its id, once written
+        there, and after the bucket's last one: retention later deletes what is registered, so
+        a request must never choose what gets deleted."""
+        what = f"snapshot {rec.snapshot_id} of table {table} bucket {rec.bucket}"
+        expected = snapshot_location(self.settings.remote_data_dir, rec.table_id, rec.bucket,
+                                     rec.snapshot_id)
+        if not same_location(rec.path, expected):
+            raise InvalidRequest(f"{what}: path {rec.path!r} is not its place in the snapshot "
+                                 f"store, {expected!r}")
+        if not is_file(expected):
+            raise InvalidRequest(f"{what}: no snapshot file at {expected!r}")
+        last = self.snapshots.list(rec.table_id, rec.bucket, latest_only=True)
+        if last and rec.snapshot_id <= last[0].snapshot_id:
+            raise InvalidRequest(f"{what}: snapshot ids must follow the bucket's last one, "
+                                 f"{last[0].snapshot_id}")
 
     def _list_snapshots(self, body: dict) -> dict:
         table_id = require(body, "table_id", int)
@@ -262,8 +287,12 @@ class CoordinatorServer:
 
     def _acquire(self, body: dict) -> dict:
         tables = require(body, "tables", dict)
+        holder = body.get("holder")
+        if holder is not None:
+            holder = require(body, "holder", str)
         unavailable, expires = self.leases.acquire(require(body, "lease_id", str),
-                                                   require(body, "duration_ms", int), tables)
+                                                   require(body, "duration_ms", int), tables,
+                                                   holder)
         return {"unavailable": unavailable, "expires_at_ms": expires}
 
     def _renew(self, body: dict) -> dict:
@@ -279,8 +308,7 @@ class CoordinatorServer:
         return {"remaining_pins": self.leases.release(require(body, "lease_id", str), tables)}
 
     def _drop_lease(self, body: dict) -> dict:
-        self.leases.drop(require(body, "lease_id", str))
-        return {}
+        return {"dropped": self.leases.drop(require(body, "lease_id", str))}
 
     def _list_leases(self, body: dict) -> dict:
         return {"leases": [lease_info(r) for r in self.leases.list()]}

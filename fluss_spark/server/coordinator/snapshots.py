@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Callable, Iterable
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fluss_spark.errors import InvalidRequest
 from fluss_spark.metadata.layout import SnapshotRecord
+from fluss_spark.server.snapshot_store import is_within, resolve
 
 log = logging.getLogger(__name__)
 
 SnapshotKey = tuple[int, int, int]
 
 
-def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    try:
-        return pafs.FileSystem.from_uri(path)
-    except (pa.ArrowInvalid, ValueError, TypeError):
-        # A relative local path: pyarrow only resolves absolute paths and URIs.
-        return pafs.LocalFileSystem(), os.path.abspath(path)
-
-
 def delete_path(path: str) -> None:
     """Delete a file or a directory tree at a local path or filesystem URI; absent is fine."""
-    fs, p = _filesystem(path)
+    fs, p = resolve(path)
     info = fs.get_file_info(p)
     if info.type == pafs.FileType.NotFound:
         return
@@ -55,8 +46,11 @@ class SnapshotRegistry:
     def __init__(self, store, *, num_retained: Callable[[int], int | None],
                  is_pinned: Callable[[int, int, int], bool] = lambda t, b, s: False,
                  delete_files: Callable[[str], None] = delete_path,
+                 store_root: str | None = None,
                  lock: threading.RLock | None = None):
+        """``store_root``: the snapshot store; files outside it are never deleted."""
         self._store = store
+        self._root = store_root
         self._num_retained = num_retained
         self.is_pinned = is_pinned
         self._delete_files = delete_files
@@ -165,7 +159,12 @@ class SnapshotRegistry:
         if rec is None:
             return False
         try:
-            self._delete_files(rec.path)
+            if self._root is None or is_within(self._root, rec.path):
+                self._delete_files(rec.path)
+            else:  # registered before locations were checked: only its record goes
+                log.warning("KV snapshot %s of table %s bucket %s names %s, outside the snapshot "
+                            "store %s: its record is removed, the path is left alone",
+                            snapshot_id, table_id, bucket, rec.path, self._root)
         except Exception as e:  # noqa: BLE001 - keep the znode so a later pass retries
             log.warning("cannot delete KV snapshot files %s (%s); will retry", rec.path, e)
             return False

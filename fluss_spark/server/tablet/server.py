@@ -46,7 +46,8 @@ class TabletServer:
         self.options = settings.options
         self.data_dir = Path(settings.data_dir)
         self._clock = clock
-        self.store = MetadataStore(settings.zookeeper)
+        self.store = MetadataStore(settings.zookeeper,
+                                   session_timeout_s=settings.zk_session_timeout_s)
         self.rpc = RpcServer(settings.host, settings.port, role="tablet",
                              server_id=settings.server_id, disabled=settings.disabled_apis)
         self.host, self.port = self.rpc.host, self.rpc.port

@@ -17,7 +17,6 @@ partial snapshot.
 from __future__ import annotations
 
 import bisect
-import os
 import uuid
 from dataclasses import dataclass
 
@@ -25,29 +24,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fluss_spark.errors import KvSnapshotNotExist, StorageError
+from fluss_spark.server.snapshot_store import resolve
 from fluss_spark.server.tablet.files import fsync_path
 
 FORMAT_VERSION = 1
 BATCH_ROWS = 65536
 VERSION_KEY = b"fluss.snapshot.version"
-
-
-def resolve(path_or_uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and in-filesystem path of a URI (``s3://...``) or local path."""
-    if "://" in path_or_uri:
-        try:
-            return pafs.FileSystem.from_uri(path_or_uri)
-        except (pa.ArrowInvalid, OSError, ValueError) as e:
-            raise StorageError(f"cannot open snapshot store {path_or_uri!r}: {e}") from None
-    return pafs.LocalFileSystem(), os.path.abspath(path_or_uri)
-
-
-def snapshot_location(remote_data_dir: str, table_id: int, bucket: int, snapshot_id: int) -> str:
-    """Where snapshot ``snapshot_id`` of a bucket lives (a URI when the store is a URI)."""
-    name = f"{table_id}/{bucket}/snapshot-{snapshot_id}.arrow"
-    if "://" in remote_data_dir:
-        return f"{remote_data_dir.rstrip('/')}/{name}"
-    return os.path.join(os.path.abspath(remote_data_dir), name)
 
 
 @dataclass(frozen=True)

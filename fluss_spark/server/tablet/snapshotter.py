@@ -13,8 +13,8 @@ from fluss_spark.errors import ApiError, FlussError, RequestTimeout
 from fluss_spark.metadata.layout import SnapshotRecord
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.server.tablet.bucket import Bucket
-from fluss_spark.server.tablet.snapshot import (BATCH_ROWS, delete_snapshot_file,
-                                                snapshot_location, write_snapshot)
+from fluss_spark.server.snapshot_store import snapshot_location
+from fluss_spark.server.tablet.snapshot import BATCH_ROWS, delete_snapshot_file, write_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from fluss_spark.connector.offsets import decode, rows_between
 from fluss_spark.connector.options import parse_options
 from fluss_spark.connector.splits import LogSplit, SnapshotSplit
 from fluss_spark.errors import KvSnapshotNotExist
+from fluss_spark.testing.fake_admin import BASE_TIMESTAMP_MS
 
 
 def rows(n, start=0):
@@ -40,24 +41,30 @@ def make(admin, clock, fake_connection, tables=("db.pk",), **opts):
     return e
 
 
-def test_full_mode_acquires_one_lease_before_the_offset_exists(pk, clock, fake_connection):
+def test_full_mode_leases_the_snapshots_before_the_first_split(pk, clock, fake_connection):
     e = make(pk, clock, fake_connection)
     first = e.initial_offset()
     assert e.initial_offset() == first  # Spark calls it twice on a fresh start
-    assert len(pk.calls_of("acquire")) == 1
-    lease_id = first["lease_id"]
-    assert list(pk.leases) == [lease_id]
     tid = pk.tables["db.pk"].info.table_id
-    assert pk.leases[lease_id]["pins"] == {tid: {0: 3}}
     t = first["tables"][str(tid)]
     assert t["name"] == "db.pk"
     assert t["snapshot"] == {"0": [3, 10, 0, 12]}
     assert t["log"] == {"0": 12, "1": 0}  # no snapshot: bucket 1 reads its log from earliest
+    assert first["query"]["startup_mode"] == "full" and first["query"]["layout"] == "single"
+    end = e.latest_offset(first, ReadAllAvailable())
+    assert pk.calls_of("acquire") == []  # nothing is leased before its id is in the offset log
+    e.partitions(first, end)
+    lease_id = first["lease_id"]
+    assert [c[1] for c in pk.calls_of("acquire")] == [lease_id]
+    assert list(pk.leases) == [lease_id]
+    assert pk.leases[lease_id]["pins"] == {tid: {0: 3}}
 
 
 def test_configured_lease_id_is_used(pk, clock, fake_connection):
     e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "my-job"})
-    assert e.initial_offset()["lease_id"] == "my-job"
+    start = e.initial_offset()
+    assert start["lease_id"] == "my-job"
+    e.partitions(start, e.latest_offset(start, ReadAllAvailable()))
     assert list(pk.leases) == ["my-job"]
 
 
@@ -86,9 +93,7 @@ def test_commit_releases_each_table_once_and_lease_goes(admin, clock, fake_conne
     e = make(admin, clock, fake_connection, tables=("db.a", "db.b"), maxOffsetsPerTrigger="30")
     start = e.initial_offset()
     lease_id = start["lease_id"]
-    assert len(admin.calls_of("acquire")) == 1
     a, b = (admin.tables[n].info.table_id for n in ("db.a", "db.b"))
-    assert set(admin.leases[lease_id]["pins"]) == {a, b}
     offsets = [start]
     while True:
         nxt = e.latest_offset(offsets[-1], ReadMaxRows(30))
@@ -97,6 +102,9 @@ def test_commit_releases_each_table_once_and_lease_goes(admin, clock, fake_conne
         total = sum(rows_between(decode(offsets[-1]), decode(nxt)).values())
         assert total <= 30
         e.partitions(offsets[-1], nxt)
+        assert len(admin.calls_of("acquire")) == 1  # one lease, both tables, at the first batch
+        if len(offsets) == 1:
+            assert set(admin.leases[lease_id]["pins"]) == {a, b}
         e.commit(nxt)
         offsets.append(nxt)
         if lease_id not in admin.leases:
@@ -124,34 +132,41 @@ def test_unavailable_snapshot_is_listed_again_and_reacquired(pk, clock, fake_con
     real_acquire = pk.acquire_kv_snapshot_lease
     state = {"n": 0}
 
-    def flaky(lease_id, duration_ms, tables):
+    def flaky(lease_id, duration_ms, tables, **kw):
         state["n"] += 1
         if state["n"] == 1:  # snapshot 3 removed by retention; 5 is the new latest
             pk.remove_snapshot("db.pk", 0, 3)
             pk.add_snapshot("db.pk", 0, 5, rows(11), 14)
-        return real_acquire(lease_id, duration_ms, tables)
+        return real_acquire(lease_id, duration_ms, tables, **kw)
     pk.acquire_kv_snapshot_lease = flaky
     e = make(pk, clock, fake_connection)
     start = e.initial_offset()
-    tid = str(pk.tables["db.pk"].info.table_id)
-    assert start["tables"][tid]["snapshot"] == {"0": [5, 11, 0, 14]}
-    assert start["tables"][tid]["log"]["0"] == 14
+    end = e.latest_offset(start, ReadAllAvailable())
+    tid = pk.tables["db.pk"].info.table_id
+    # Nothing of snapshot 3 was read: the bucket skips it in this batch and reads snapshot 5 next.
+    assert not [s for s in e.partitions(start, end) if isinstance(s, SnapshotSplit)]
     assert state["n"] == 2
+    end2 = e.latest_offset(end, ReadAllAvailable())
+    assert end2["tables"][str(tid)]["snapshot"]["0"] == [5, 11, 11, 14]
+    assert SnapshotSplit(tid, "db.pk", 0, 5, 0, 11, start["lease_id"], 14) in e.partitions(end, end2)
 
 
 def test_acquire_retries_are_bounded(pk, clock, fake_connection):
     real_acquire = pk.acquire_kv_snapshot_lease
     counter = iter(range(10, 100))
 
-    def always_gone(lease_id, duration_ms, tables):
+    def always_gone(lease_id, duration_ms, tables, **kw):
         for sid in list(pk.tables["db.pk"].snapshots[0]):
             pk.remove_snapshot("db.pk", 0, sid)
         pk.add_snapshot("db.pk", 0, next(counter), rows(2), 1)
-        return real_acquire(lease_id, duration_ms, {t: {b: -1 for b in p} for t, p in tables.items()})
+        return real_acquire(lease_id, duration_ms, {t: {b: -1 for b in p} for t, p in tables.items()},
+                            **kw)
     pk.acquire_kv_snapshot_lease = always_gone
     e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.acquire-retries": "2"})
+    start = e.initial_offset()
+    end = e.latest_offset(start, ReadAllAvailable())
     with pytest.raises(KvSnapshotNotExist) as err:
-        e.initial_offset()
+        e.partitions(start, end)
     msg = str(err.value)
     assert "after 3 attempts" in msg and "'db.pk' bucket 0" in msg and "kv.snapshot.num-retained" in msg
 
@@ -163,7 +178,7 @@ def test_log_only_modes_take_no_lease(pk, clock, fake_connection):
         assert t["snapshot"] == {} and t["log"] == expect
     assert pk.calls_of("acquire") == [] and pk.leases == {}
     e = make(pk, clock, fake_connection, **{"scan.startup.mode": "timestamp",
-                                            "scan.startup.timestamp": "3"})
+                                            "scan.startup.timestamp": str(BASE_TIMESTAMP_MS + 3)})
     assert next(iter(e.initial_offset()["tables"].values()))["log"] == {"0": 3, "1": 3}
 
 
@@ -198,6 +213,7 @@ def test_restart_reuses_lease_and_reasserts_pins(pk, clock, fake_connection):
     start = e.initial_offset()
     lease_id = start["lease_id"]
     mid = e.latest_offset(start, ReadMaxRows(4))
+    e.partitions(start, mid)
     e.stop()
     pk.leases.clear()  # the pins expired while the query was down
     e2 = make(pk, clock, fake_connection, maxOffsetsPerTrigger="4")
@@ -244,6 +260,7 @@ def test_restart_releases_tables_finished_before_the_stop(pk, clock, fake_connec
     e = make(pk, clock, fake_connection)
     start = e.initial_offset()
     done = e.latest_offset(start, ReadAllAvailable())  # snapshot read, never committed
+    e.partitions(start, done)
     lease_id = start["lease_id"]
     assert lease_id in pk.leases
     e2 = make(pk, clock, fake_connection)
@@ -289,20 +306,24 @@ def test_report_latest_offset(pk, clock, fake_connection):
 def test_lease_is_renewed_from_latest_offset(pk, clock, fake_connection):
     e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.duration": "90s"})
     start = e.initial_offset()
-    e.latest_offset(start, ReadMaxRows(1))
+    end = e.latest_offset(start, ReadMaxRows(1))
+    e.partitions(start, end)
+    e.latest_offset(end, ReadMaxRows(1))
     assert pk.calls_of("renew") == []
     clock.advance(31)
-    e.latest_offset(start, ReadMaxRows(1))
+    e.latest_offset(end, ReadMaxRows(1))
     assert len(pk.calls_of("renew")) == 1
 
 
 def test_expired_lease_is_reacquired(pk, clock, fake_connection):
     e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.duration": "90s"})
     start = e.initial_offset()
+    end = e.latest_offset(start, ReadMaxRows(1))
+    e.partitions(start, end)
     clock.advance(200)  # missed renewals: the coordinator expired the lease
     pk._expire()
     assert start["lease_id"] not in pk.leases
-    e.latest_offset(start, ReadMaxRows(1))  # the renewal finds it gone and re-pins at once
+    e.latest_offset(end, ReadMaxRows(1))  # the renewal finds it gone and re-pins at once
     assert len(pk.calls_of("renew")) == 1 and len(pk.calls_of("acquire")) == 2
     assert start["lease_id"] in pk.leases and not e.keeper.lost
 
@@ -321,7 +342,7 @@ def test_recreated_table_is_refused(pk, clock, fake_connection):
     start = make(pk, clock, fake_connection).initial_offset()
     del pk.tables["db.pk"]
     pk.add_table("db.pk", buckets=2)
-    with pytest.raises(ConfigError, match="dropped and recreated"):
+    with pytest.raises(ConfigError, match="dropped and created again"):
         make(pk, clock, fake_connection).latest_offset(start, ReadAllAvailable())
 
 

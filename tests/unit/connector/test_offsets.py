@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from fluss_spark.connector.offsets import (OffsetError, SnapshotPos, SourceOffset, TablePos,
-                                           decode, rows_between)
+from fluss_spark.connector.offsets import (OffsetError, QueryIdentity, SnapshotPos,
+                                           SourceOffset, TablePos, decode, rows_between)
 
 OFFSET = SourceOffset("lease-1", {
     12: TablePos("db.b", {}, {0: 5, 1: 7}),
@@ -34,12 +34,45 @@ def test_stable_numeric_key_order():
     assert json.dumps(decode(json.dumps(d)).to_json()) == json.dumps(d)
 
 
+def test_version_2_carries_the_query_identity():
+    v2 = SourceOffset(OFFSET.lease_id, OFFSET.tables, QueryIdentity("h1", "timestamp", 17, "multi"))
+    d = v2.to_json()
+    assert list(d) == ["version", "lease_id", "query", "tables"] and d["version"] == 2
+    assert d["query"] == {"holder": "h1", "startup_mode": "timestamp",
+                          "startup_timestamp_ms": 17, "layout": "multi"}
+    back = decode(json.dumps(d))
+    assert back == v2 and back.holder == "h1"
+    assert json.dumps(back.to_json()) == json.dumps(d)
+
+
+def test_version_1_still_decodes_and_its_lease_id_stands_in_for_the_holder():
+    v1 = {"version": 1, "lease_id": "lease-1",
+          "tables": {"3": {"name": "db.a", "snapshot": {"2": [9, 10, 10, 20]}, "log": {"2": 25}}}}
+    back = decode(v1)
+    assert back.query is None and back.holder == "lease-1"
+    assert back.to_json() == v1
+
+
+@pytest.mark.parametrize("query, needle", [
+    (None, "no 'query' map"),
+    ({"startup_mode": "full", "layout": "single"}, "no holder"),
+    ({"holder": "h", "startup_mode": "full", "startup_timestamp_ms": "x", "layout": "single"},
+     "startup_timestamp_ms 'x'"),
+    ({"holder": "h", "startup_mode": "full", "layout": "wide"}, "layout 'wide'"),
+])
+def test_malformed_query_identity_rejected(query, needle):
+    bad = {"version": 2, "lease_id": "x", "query": query, "tables": {}}
+    with pytest.raises(OffsetError) as e:
+        decode(bad)
+    assert needle in str(e.value) and "new checkpointLocation" in str(e.value)
+
+
 @pytest.mark.parametrize("bad, needle", [
     ("not json", "not JSON"),
     ({"topic": {"0": 5}}, "not a fluss source offset"),
     ([1, 2], "not a fluss source offset"),
     ({"version": "1", "lease_id": "x", "tables": {}}, "not a number"),
-    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1]"),
+    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2]"),
     ({"version": 1, "tables": {}}, "lease_id"),
     ({"version": 1, "lease_id": "x"}, "'tables'"),
     ({"version": 1, "lease_id": "x", "tables": {"a": {"name": "t"}}}, "table id key 'a'"),

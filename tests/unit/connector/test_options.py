@@ -131,3 +131,15 @@ def test_columns_option():
             parse_options({"bootstrap.servers": "h:1", "table": "t", "columns": value})
     with pytest.raises(ConfigError, match="'columns' works with option 'table'"):
         parse_options({"bootstrap.servers": "h:1", "tables": "a,b", "columns": "x"})
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"scan.startup.mode": "timestamp", "scan.startup.timestamp": str(2**70)}, "year 9999"),
+    ({"scan.startup.mode": "timestamp", "scan.startup.timestamp": "-1"}, "outside 0.."),
+    ({"scan.kv.snapshot.lease.duration": "99999999999999999999d"}, "longer than the maximum"),
+    ({"scan.kv.snapshot.lease.duration": "400d"}, "must be at most"),
+])
+def test_out_of_range_values_are_one_clear_error(options, needle):
+    with pytest.raises(ConfigError, match=needle) as err:
+        parse_options({**BASE, **options})
+    assert "\n" not in str(err.value)

@@ -36,3 +36,11 @@ def test_garbage_is_a_corrupt_message():
 def test_bad_table_names(name):
     with pytest.raises(InvalidTable):
         layout.table_path(name)
+
+
+@pytest.mark.parametrize("name", ["db.t\n", "db.t\r\n"])
+def test_names_are_matched_in_full(name):
+    with pytest.raises(InvalidTable):
+        layout.check_table_name(name)
+    with pytest.raises(Exception, match="invalid lease id"):
+        layout.check_lease_id("job-1\n")

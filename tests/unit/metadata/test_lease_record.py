@@ -1,6 +1,7 @@
 """LeaseRecord: compact pin encodings, chunking across znodes, versions, and 1,000,000 buckets."""
 
 import time
+import zlib
 
 import pytest
 
@@ -70,9 +71,37 @@ def test_v1_lease_bytes_still_decode():
     assert LeaseRecord.decode(data) == LeaseRecord("x", 1, 2, {4: {1: 9}, 5: {10: 11}})
 
 
+def test_a_v1_header_without_holders_decodes_with_none_inline_or_chunked():
+    # v1 headers built by hand, as a v1 writer stored them: no "holders" key at all.
+    inline = packb({"v": 1, "lease_id": "old", "created_ms": 3, "expires_at_ms": 4, "state": "ok",
+                    "pins": [{"t": 7, "e": "sparse", "b": [2], "s": [5]}],
+                    "generation": 1, "chunks": 0, "payload_bytes": 0, "payload_crc": 0})
+    rec = LeaseRecord.decode(inline)
+    assert (rec.tables, rec.holders) == ({7: {2: 5}}, {})
+    payload = packb([{"t": 7, "e": "dense", "s": [5, 6]}])
+    chunked = packb({"v": 1, "lease_id": "old", "created_ms": 3, "expires_at_ms": 4,
+                     "state": "ok", "pins": None, "generation": 2, "chunks": 2,
+                     "payload_bytes": len(payload), "payload_crc": zlib.crc32(payload)})
+    rec = LeaseRecord.decode(chunked, [payload[:4], payload[4:]])
+    assert (rec.tables, rec.holders) == ({7: {0: 5, 1: 6}}, {})
+    # Re-encoding a v1 record writes the current version.
+    assert LeaseRecord.decode_header(rec.encode_parts(generation=3)[0])["v"] == LeaseRecord.VERSION
+
+
+def test_v2_keeps_each_tables_holder_inline_and_chunked():
+    rec = LeaseRecord("job-1", 5, 99, tables={1: {0: 3}, 2: {0: 4}}, holders={1: "q-a", 2: "q-b"})
+    header, _ = rec.encode_parts(generation=1)
+    assert LeaseRecord.decode_header(header)["v"] == 2
+    back = LeaseRecord.decode(header)
+    assert back == rec and back.holders == {1: "q-a", 2: "q-b"}
+    big = LeaseRecord("big", 1, 2, tables={7: {b: b % 300 for b in range(5000)}}, holders={7: "q"})
+    header, chunks = big.encode_parts(generation=2, max_inline_bytes=1000)
+    assert chunks and LeaseRecord.decode(header, chunks).holders == {7: "q"}
+
+
 def test_newer_lease_version_is_refused():
     with pytest.raises(CorruptMessage, match="newer than this software"):
-        LeaseRecord.decode(packb({"v": 2, "lease_id": "x"}))
+        LeaseRecord.decode(packb({"v": 3, "lease_id": "x"}))
 
 
 def test_unknown_pin_encoding_is_refused():

@@ -14,7 +14,7 @@ from fluss_spark.protocol.types import parse_schema
 from fluss_spark.server.coordinator.server import CoordinatorServer
 from fluss_spark.server.process import ServerSettings
 from fluss_spark.client.rpc import RpcConnection
-from fluss_spark.testing.coordinator import FakeClock
+from fluss_spark.testing.coordinator import FakeClock, place_snapshot_file
 
 HOUR = 3_600_000
 
@@ -48,9 +48,7 @@ def test_restart_finishes_a_table_drop_that_a_crash_interrupted(settings, meta, 
         table_id = conn.call(ApiKey.CREATE_TABLE, {
             "name": "db.t", "schema": serialize_schema(parse_schema("id BIGINT")),
             "primary_key": ["id"], "num_buckets": 1, "properties": {}})["table_id"]
-        f = Path(settings.remote_data_dir) / "snap-1"
-        f.parent.mkdir(parents=True)
-        f.write_text("x")
+        f = Path(place_snapshot_file(settings.remote_data_dir, table_id, 0, 1))
         conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {"table_id": table_id, "bucket": 0,
                                               "snapshot_id": 1, "path": str(f),
                                               "log_offset": 0, "row_count": 0})

@@ -83,3 +83,17 @@ def test_delete_path_handles_files_directories_and_absent_paths(tmp_path):
     assert not (tmp_path / "t").exists()
     delete_path(str(tmp_path / "absent"))
     delete_path("file://" + str(tmp_path / "absent"))
+
+
+def test_gc_never_deletes_a_path_outside_the_snapshot_store(h, tmp_path):
+    from fluss_spark.metadata.layout import SnapshotRecord
+    outside = tmp_path / "not-the-store"
+    outside.mkdir()
+    (outside / "data").write_text("keep")
+    # A record written before commits were checked, naming a directory outside the store.
+    h.store.put_snapshot(SnapshotRecord(1, 0, 0, str(outside), 0, 0))
+    h.restart()
+    h.snapshot(1, 0, 1)
+    h.snapshot(1, 0, 2)   # snapshot 0 leaves retention
+    assert h.stored_ids(1, 0) == [1, 2]
+    assert (outside / "data").read_text() == "keep"

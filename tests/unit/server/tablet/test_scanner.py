@@ -22,7 +22,8 @@ from fluss_spark.protocol.arrow_ipc import bytes_to_table, serialize_schema
 from fluss_spark.server.rpc import RpcServer
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
-from fluss_spark.server.tablet.snapshot import SnapshotFile, snapshot_location, write_snapshot
+from fluss_spark.server.snapshot_store import snapshot_location
+from fluss_spark.server.tablet.snapshot import SnapshotFile, write_snapshot
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
 TABLE, LOG_TABLE = 1, 2

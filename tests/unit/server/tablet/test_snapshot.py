@@ -9,8 +9,8 @@ from fluss_spark.errors import KvSnapshotNotExist, StorageError
 from fluss_spark.metadata.layout import TableRecord
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.server.tablet.bucket import Bucket
-from fluss_spark.server.tablet.snapshot import (SnapshotFile, snapshot_location,
-                                                write_snapshot)
+from fluss_spark.server.snapshot_store import snapshot_location
+from fluss_spark.server.tablet.snapshot import SnapshotFile, write_snapshot
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("d", pa.decimal128(10, 2)),
                     ("ts", pa.timestamp("us"))])

@@ -1,0 +1,224 @@
+"""kill -9 of the driver at every restart point: one lease id ever, exact output, and a checkpoint
+that refuses any other query.
+
+The first run is a separate Spark driver (``DRIVER``), killed with SIGKILL at the point under
+test; the restarts run in the test's own SparkSession on the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from fluss_spark.testing.ports import wait_until
+from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on, source_offsets,
+                                         table_state)
+
+pytestmark = pytest.mark.spark
+
+MAX_ROWS = 2_000
+
+DRIVER = """
+import os, sys, time
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import SparkSession
+servers, table, out, ckpt, block_at, hold = sys.argv[1:7]
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+
+def sink(df, batch_id):
+    df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
+    if batch_id == int(block_at):      # a sink that never returns: batch stays uncommitted
+        print(f"IN_BATCH {batch_id}", flush=True)
+        time.sleep(3600)
+
+df = (spark.readStream.format("fluss").option("bootstrap.servers", servers)
+      .option("table", table).option("maxOffsetsPerTrigger", "%d").load())
+if hold == "1":                        # the test stops the coordinator before the query starts
+    print("LOADED", flush=True)
+    sys.stdin.readline()
+q = (df.writeStream.option("checkpointLocation", ckpt).foreachBatch(sink)
+     .trigger(processingTime="300 milliseconds").start())
+while q.lastProgress is None:
+    time.sleep(0.1)
+print("TRIGGERED", flush=True)
+q.awaitTermination()
+""" % MAX_ROWS
+
+
+class Driver:
+    """The first run: a Spark driver process whose stdout lines the test waits on."""
+
+    def __init__(self, tmp_path: Path, *args: str):
+        script = tmp_path / "driver.py"
+        script.write_text(DRIVER)
+        self.proc = subprocess.Popen([sys.executable, str(script), *args], start_new_session=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+
+    def wait_for(self, line: str, what: str, timeout_s: float = 180) -> None:
+        wait_until(lambda: line in self.lines or self.proc.poll() is not None, timeout_s, what)
+        assert line in self.lines, f"the first driver exited ({self.proc.returncode}) before {what}"
+
+    def go(self) -> None:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def has_source_runner(self) -> bool:
+        """Whether Spark started the query's driver-side source process (it plans the offsets)."""
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if (os.getpgid(int(pid)) == self.proc.pid and b"python_streaming_source_runner"
+                        in Path(f"/proc/{pid}/cmdline").read_bytes()):
+                    return True
+            except (OSError, ProcessLookupError):
+                continue
+        return False
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # killed already
+        self.proc.wait(30)
+
+
+def count_files(d: Path) -> int:
+    return len([f for f in d.iterdir() if f.name.isdigit()]) if d.exists() else 0
+
+
+def restart(spark, cluster, table: str, out: Path, ckpt: Path, **options):
+    """The same query as the driver's (other ``options`` make it another query)."""
+    reader = (spark.readStream.format("fluss").option("bootstrap.servers", cluster.bootstrap_servers)
+              .option("table", table).option("maxOffsetsPerTrigger", str(MAX_ROWS)))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+
+    def sink(df, batch_id):
+        df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
+    return reader.load().writeStream.option("checkpointLocation", str(ckpt)).foreachBatch(sink).start()
+
+
+def assert_refused(spark, cluster, table, tmp_path, ckpt, message, **options):
+    q = restart(spark, cluster, table, tmp_path / "refused-out", ckpt, **options)
+    try:
+        with pytest.raises(StreamingQueryException) as err:
+            q.awaitTermination(120)
+    finally:
+        q.stop()
+    text = str(err.value)
+    assert "does not match its checkpoint" in text and message in text, text[-3000:]
+    assert "new checkpointLocation" in text
+
+
+POINTS = ["before the first offset", "after offsets/0, before commits/0", "mid-snapshot",
+          "after the snapshot phase"]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_driver_killed_at_each_restart_point(spark, cluster, conn, table_name, tmp_path, point):
+    writer, snaps = create_pk(conn, table_name, 20_000, buckets=2)
+    admin = conn.admin()
+    other = table_name + "_other"
+    admin.create_table(other, "id BIGINT NOT NULL, v STRING", primary_key=["id"], num_buckets=1)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    block_at = {"after offsets/0, before commits/0": 0, "mid-snapshot": 2}.get(point, -1)
+    hold = "1" if point == "before the first offset" else "0"
+    before = set()
+
+    with LeaseWatcher(admin, cluster.zookeeper_address) as watcher:
+        wait_until(lambda: watcher.seen, 10, "the lease watcher's first look")
+        before = set(watcher.in_zookeeper)
+        driver = Driver(tmp_path, cluster.bootstrap_servers, table_name, str(out), str(ckpt),
+                        str(block_at), hold)
+        try:
+            if block_at >= 0:
+                driver.wait_for(f"IN_BATCH {block_at}", f"batch {block_at} to start")
+            elif hold == "1":
+                # With the coordinator stopped, the source hangs planning its first offset.
+                driver.wait_for("LOADED", "the query's schema")
+                coordinator = next(p["pid"] for p in cluster.processes()
+                                   if p["role"] == "coordinator")
+                os.kill(coordinator, signal.SIGSTOP)
+                try:
+                    driver.go()
+                    wait_until(driver.has_source_runner, 120, "the query's source process")
+                    driver.kill()
+                finally:
+                    os.kill(coordinator, signal.SIGCONT)
+            else:
+                driver.wait_for("TRIGGERED", "the query's first trigger")
+                wait_until(lambda: count_files(ckpt / "commits") >= 10
+                           and not leases_on(admin, table_name), 180,
+                           "the first driver to finish the snapshot phase and release its lease")
+                writer.upsert([{"id": 5, "v": "changelog-before-kill"}])
+                n = count_files(ckpt / "offsets")
+                wait_until(lambda: count_files(ckpt / "commits") > n, 60,
+                           "a changelog batch of the first driver")
+        finally:
+            driver.kill()
+
+        offsets = count_files(ckpt / "offsets")
+        commits = count_files(ckpt / "commits")
+        if point == "before the first offset":
+            assert offsets == 0
+            assert not leases_on(admin, table_name)   # no lease before its id is logged
+        elif point == "after offsets/0, before commits/0":
+            assert (offsets, commits) == (1, 0)
+        elif point == "mid-snapshot":
+            last = source_offsets(ckpt)[-1]["tables"]
+            assert any(p[2] < p[1] for t in last.values() for p in t["snapshot"].values())
+        if offsets:
+            lease_id = source_offsets(ckpt)[0]["lease_id"]
+            # Copies of the checkpoint as it was at the kill, for other queries to try.
+            copies = {k: tmp_path / f"ckpt-{k}" for k in ("table", "mode", "recreated")}
+            for copy in copies.values():
+                shutil.copytree(ckpt, copy)
+            assert_refused(spark, cluster, other, tmp_path, copies["table"],
+                           f"this query reads ['{other}']")
+            assert_refused(spark, cluster, table_name, tmp_path, copies["mode"],
+                           "scan.startup.mode='full', this query has 'earliest'",
+                           **{"scan.startup.mode": "earliest"})
+
+        q = restart(spark, cluster, table_name, out, ckpt)
+        try:
+            q.processAllAvailable()
+            writer.upsert([{"id": 1, "v": "after-restart"}])
+            writer.delete([{"id": 2}])
+            q.processAllAvailable()
+            wait_until(lambda: not leases_on(admin, table_name), 30,
+                       "the lease to be released after the snapshot phase")
+        finally:
+            q.stop()
+
+    lease_ids = {o["lease_id"] for o in source_offsets(ckpt)}
+    assert len(lease_ids) == 1, lease_ids
+    assert watcher.ids(admin.get_table(table_name).table_id) <= lease_ids   # coordinator
+    assert watcher.in_zookeeper - before <= lease_ids                        # ZooKeeper
+    if offsets:
+        assert lease_ids == {lease_id}
+    result = spark.read.parquet(str(out))
+    snap_rows = result.where("_commit_timestamp IS NULL")
+    assert snap_rows.count() == sum(s.row_count for s in snaps.values())
+    assert snap_rows.select("id").distinct().count() == snap_rows.count()   # every row once
+    assert fold(result) == table_state(conn, table_name)
+
+    if offsets:   # the table dropped and created again: its old checkpoint is refused
+        admin.drop_table(table_name)
+        create_pk(conn, table_name, 10, buckets=2)
+        assert_refused(spark, cluster, table_name, tmp_path, copies["recreated"],
+                       "dropped and created again")

@@ -1,0 +1,280 @@
+"""One lease per checkpoint at every restart point, and a checkpoint always belongs to its query.
+
+``SparkLoop`` drives enumerators the way Spark's micro-batch engine does (docs/spark_source.md,
+"How the source meets Spark"): the end offset is written to the offset log before the batch
+runs, ``commit`` lags one batch, and a run restarted before batch 0 committed calls
+``initial_offset`` again and replays batch 0 up to the logged offset. A driver "dies" by dropping
+its enumerator at a chosen point; the next run starts a fresh one on the same logs.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadMaxRows
+
+from fluss_spark.connector.enumerator import CheckpointMismatch, Enumerator
+from fluss_spark.connector.offsets import decode
+from fluss_spark.connector.options import parse_options
+from fluss_spark.connector.splits import LogSplit, SnapshotSplit
+from fluss_spark.errors import KvSnapshotNotExist, LeaseHeldByOther
+
+
+def rows(n, start=0):
+    return [{"id": i, "v": f"r{i}"} for i in range(start, start + n)]
+
+
+class SparkLoop:
+    """An offset log, a commit log and an idempotent sink keyed by batch id, like Spark's."""
+
+    def __init__(self, admin, clock, fake_connection, **options):
+        self.admin, self.clock, self.fake_connection = admin, clock, fake_connection
+        self.options = options
+        self.offsets: list[dict] = []
+        self.committed = 0
+        self.output: dict[int, list] = {}   # batch id -> splits (a replay overwrites)
+        self.enum: Enumerator | None = None
+        self.start: dict | None = None
+
+    def run(self, **options) -> "SparkLoop":
+        """A new driver run on the same checkpoint (options may differ, as a user may change them)."""
+        opts = {"bootstrap.servers": "h:1", "table": "db.pk", **self.options, **options}
+        parsed = {k: v for k, v in opts.items() if v is not None}
+        parsed = parse_options(parsed)
+        self.enum = Enumerator(parsed, list(parsed.tables),
+                               lambda: self.fake_connection(self.admin), clock=self.clock,
+                               renew_in_thread=False)
+        if not self.offsets:
+            self.start = self.enum.initial_offset()
+            assert self.enum.initial_offset() == self.start  # Spark calls it twice
+        elif self.committed < len(self.offsets):  # replay the uncommitted batch
+            n = len(self.offsets) - 1
+            start = self.offsets[n - 1] if n else self.enum.initial_offset()
+            self.output[n] = self.enum.partitions(start, self.offsets[n])
+            self.committed = n + 1
+            self.start = self.offsets[n]
+        else:
+            self.start = self.offsets[-1]
+        return self
+
+    def plan(self, max_rows: int = 5) -> bool:
+        """latestOffset + offset log write; False when there is nothing new."""
+        end = self.enum.latest_offset(self.start, ReadMaxRows(max_rows))
+        if end == self.start:
+            return False
+        self.offsets.append(end)
+        if len(self.offsets) >= 2:
+            self.enum.commit(self.offsets[-2])
+        return True
+
+    def execute(self) -> None:
+        """partitions + the sink, for the batch just planned (not yet committed)."""
+        n = len(self.offsets) - 1
+        self.output[n] = self.enum.partitions(self.start, self.offsets[n])
+
+    def finish(self) -> None:
+        self.committed = len(self.offsets)
+        self.start = self.offsets[-1]
+
+    def batch(self, max_rows: int = 5) -> bool:
+        if not self.plan(max_rows):
+            return False
+        self.execute()
+        self.finish()
+        return True
+
+    def drain(self, max_rows: int = 5) -> None:
+        for _ in range(200):
+            if not self.batch(max_rows):
+                return
+        raise AssertionError("the query never caught up")
+
+    # -- what a test checks -------------------------------------------------------------------
+    def snapshot_rows(self) -> list[tuple[int, int, int]]:
+        """(bucket, snapshot id, row) of every snapshot row the sink holds."""
+        return [(s.bucket, s.snapshot_id, r) for splits in self.output.values() for s in splits
+                if isinstance(s, SnapshotSplit) for r in range(s.row_start, s.row_end)]
+
+    def log_records(self) -> list[tuple[int, int]]:
+        return [(s.bucket, o) for splits in self.output.values() for s in splits
+                if isinstance(s, LogSplit) for o in range(s.start, s.end)]
+
+    def lease_ids_in_offsets(self) -> set[str]:
+        return {o["lease_id"] for o in self.offsets}
+
+
+def acquired_ids(admin) -> set[str]:
+    return {c[1] for c in admin.calls_of("acquire")}
+
+
+@pytest.fixture
+def pk(admin):
+    """db.pk: bucket 0 has snapshot 3 (12 rows, log offset 2), bucket 1 snapshot 4 (7 rows,
+    log offset 1); both have changelog records after their snapshot."""
+    admin.add_table("db.pk", buckets=2)
+    admin.add_snapshot("db.pk", 0, 3, rows(12), 2)
+    admin.add_snapshot("db.pk", 1, 4, rows(7, 100), 1)
+    admin.append_log("db.pk", 0, [("+I", {"id": 50 + i, "v": "x"}) for i in range(5)])
+    admin.append_log("db.pk", 1, [("+I", {"id": 150 + i, "v": "y"}) for i in range(3)])
+    return admin
+
+
+def assert_exact(loop, admin):
+    """Every snapshot row once, every changelog record after the snapshot once, one lease id."""
+    assert sorted(loop.snapshot_rows()) == ([(0, 3, r) for r in range(12)]
+                                            + [(1, 4, r) for r in range(7)])
+    assert sorted(loop.log_records()) == [(0, o) for o in range(2, 5)] + [(1, o) for o in (1, 2)]
+    assert len(loop.lease_ids_in_offsets()) == 1
+    assert acquired_ids(admin) == loop.lease_ids_in_offsets()
+    assert admin.leases == {}  # released after the snapshot phase
+
+
+def test_fresh_query_takes_its_lease_only_once_the_first_offset_is_logged(pk, clock,
+                                                                          fake_connection):
+    loop = SparkLoop(pk, clock, fake_connection).run()
+    assert pk.calls_of("acquire") == []            # initialOffset plans, acquires nothing
+    assert loop.plan()
+    assert pk.calls_of("acquire") == []            # nor does planning batch 0
+    loop.execute()                                 # batch 0 is in the offset log: lease it
+    lease_id = loop.offsets[0]["lease_id"]
+    tid = pk.tables["db.pk"].info.table_id
+    assert pk.leases[lease_id]["pins"] == {tid: {0: 3, 1: 4}}
+    loop.finish()
+    loop.drain()
+    assert_exact(loop, pk)
+
+
+def test_killed_before_the_first_offset_leaves_no_lease(pk, clock, fake_connection):
+    loop = SparkLoop(pk, clock, fake_connection).run()
+    loop.enum.latest_offset(loop.start, ReadMaxRows(5))   # planned, never written: driver dies
+    assert pk.leases == {}
+    loop.run().drain()
+    assert_exact(loop, pk)
+
+
+def test_killed_after_offsets_0_before_commits_0_reuses_the_checkpoints_lease(pk, clock,
+                                                                              fake_connection):
+    loop = SparkLoop(pk, clock, fake_connection).run()
+    loop.plan()
+    loop.execute()                        # batch 0 runs... and the driver dies inside it
+    first = loop.offsets[0]["lease_id"]
+    pk.add_snapshot("db.pk", 0, 9, rows(14), 4)     # a newer snapshot appears meanwhile
+    loop.run()                            # initialOffset again (a new id), then batch 0 replayed
+    assert loop.enum.lease_id == first
+    loop.drain()
+    assert acquired_ids(pk) == {first}
+    assert_exact(loop, pk)
+
+
+@pytest.mark.parametrize("batches", [1, 2])
+def test_killed_mid_snapshot_and_after_it_reuses_the_lease(pk, clock, fake_connection, batches):
+    loop = SparkLoop(pk, clock, fake_connection).run()
+    for _ in range(batches):
+        loop.batch()
+    loop.plan()                                     # the next batch is logged, never run
+    loop.run().drain()
+    assert_exact(loop, pk)
+    # After the snapshot phase: a restart takes no lease at all.
+    pk.append_log("db.pk", 0, [("+I", {"id": 99, "v": "late"})])
+    loop.run()
+    acquires = len(pk.calls_of("acquire"))
+    loop.drain()
+    assert len(pk.calls_of("acquire")) == acquires and pk.leases == {}
+    assert (0, 5) in loop.log_records()
+
+
+def test_replayed_batch_0_reacquires_pins_that_expired(pk, clock, fake_connection):
+    loop = SparkLoop(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "job-1"}).run()
+    loop.plan()
+    loop.execute()
+    pk.leases.clear()                                # the driver stayed down past the expiry
+    loop.run()
+    assert list(pk.leases) == ["job-1"]
+    loop.drain()
+    assert_exact(loop, pk)
+
+
+def test_a_snapshot_lost_before_the_first_lease_is_no_data_loss(pk, clock, fake_connection):
+    loop = SparkLoop(pk, clock, fake_connection).run()   # failOnDataLoss=true (default)
+    pk.remove_snapshot("db.pk", 0, 3)                     # retention wins the race
+    pk.add_snapshot("db.pk", 0, 8, rows(13), 3)
+    loop.drain()
+    rows_read = sorted(loop.snapshot_rows())
+    assert [r for r in rows_read if r[0] == 0] == [(0, 8, r) for r in range(13)]
+    assert [r for r in rows_read if r[0] == 1] == [(1, 4, r) for r in range(7)]
+    assert sorted(o for b, o in loop.log_records() if b == 0) == [3, 4]
+    assert pk.leases == {} and len(loop.lease_ids_in_offsets()) == 1
+
+
+def test_a_snapshot_lost_after_rows_were_read_is_data_loss(pk, clock, fake_connection):
+    loop = SparkLoop(pk, clock, fake_connection).run()
+    loop.batch()
+    pk.leases.clear()
+    pk.remove_snapshot("db.pk", 0, 3)
+    with pytest.raises(KvSnapshotNotExist, match="failOnDataLoss=false"):
+        loop.run()
+        loop.drain()
+
+
+MISMATCHES = [
+    ({"table": "db.other"}, r"it reads table\(s\) \['db.pk'\], this query reads \['db.other'\]"),
+    ({"scan.startup.mode": "earliest"}, "scan.startup.mode='full', this query has 'earliest'"),
+    ({"table": None, "tables": "db.pk"}, "single-table layout, this query the multi-table"),
+]
+
+
+@pytest.mark.parametrize("point", ["after offsets/0", "mid-snapshot", "after the snapshot phase"])
+@pytest.mark.parametrize("changed, message", MISMATCHES)
+def test_a_checkpoint_of_another_query_is_refused_at_every_restart_point(
+        pk, clock, fake_connection, point, changed, message):
+    pk.add_table("db.other", buckets=1)
+    loop = SparkLoop(pk, clock, fake_connection).run()
+    loop.plan()
+    loop.execute()
+    if point != "after offsets/0":
+        loop.finish()
+        loop.drain() if point == "after the snapshot phase" else loop.batch()
+    with pytest.raises(CheckpointMismatch, match=message) as err:
+        loop.run(**changed)
+        loop.drain()
+    assert "new checkpointLocation" in str(err.value)
+
+
+@pytest.mark.parametrize("point", ["after offsets/0", "mid-snapshot"])
+def test_a_dropped_and_recreated_table_is_refused(pk, clock, fake_connection, point):
+    loop = SparkLoop(pk, clock, fake_connection).run()
+    loop.plan()
+    loop.execute()
+    if point == "mid-snapshot":
+        loop.finish()
+        loop.batch()
+    old = pk.tables.pop("db.pk").info.table_id
+    pk.add_table("db.pk", buckets=2)
+    with pytest.raises(CheckpointMismatch, match=f"has id {old}.*dropped and created again"):
+        loop.run()
+        loop.drain()
+
+
+def test_version_1_checkpoint_restarts_under_its_lease(pk, clock, fake_connection):
+    loop = SparkLoop(pk, clock, fake_connection).run()
+    loop.batch()
+    loop.plan()
+    v1 = dict(loop.offsets[0])
+    for i, offset in enumerate(loop.offsets):   # as a version without holders wrote them
+        loop.offsets[i] = {"version": 1, "lease_id": offset["lease_id"],
+                           "tables": offset["tables"]}
+    pk.leases[v1["lease_id"]]["holders"].clear()
+    loop.run().drain()
+    assert decode(loop.offsets[-1]).holder == v1["lease_id"]   # the v1 lease id holds it
+    assert_exact(loop, pk)
+
+
+def test_a_second_query_cannot_take_the_first_ones_pins(pk, clock, fake_connection):
+    first = SparkLoop(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "shared"}).run()
+    first.batch()
+    second = SparkLoop(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "shared"})
+    second.run().plan()
+    with pytest.raises(LeaseHeldByOther) as err:
+        second.execute()
+    assert "'db.pk'" in str(err.value) and "fluss-spark lease drop shared" in str(err.value)
+    first.drain()   # the first query is unharmed
+    assert_exact(first, pk)
