@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from fluss_spark.connector import register
+    from fluss_spark.connector.startup import start_one_by_one
 
     spark = SparkSession.builder.appName(f"stream {args.table}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                       .option("checkpointLocation", os.path.join(args.checkpoint, "console")))
     to_parquet = trigger(source().writeStream.format("parquet").option("path", args.out)
                          .option("checkpointLocation", os.path.join(args.checkpoint, "parquet")))
-    queries = [console.start(), to_parquet.start()]
+    # One after another: two fluss queries starting at once can trip a Spark race
+    # (fluss_spark.connector.startup).
+    queries = start_one_by_one([console, to_parquet])
     deadline = time.time() + args.seconds
     for q in queries:
         left = None if args.available_now else max(0.0, deadline - time.time())

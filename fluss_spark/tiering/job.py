@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fluss_spark.connector.offsets import decode as decode_offset
+from fluss_spark.connector.startup import await_sources
 from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound
 from fluss_spark.tiering.lake import LakeError, LakeTable, table_dir
 from fluss_spark.tiering.progress import TIERING_DIR, write_status
@@ -173,9 +174,8 @@ class TableSink:
                  collect_lock: Any = None):
         self.table, self.lake, self.checkpoint = table, lake, checkpoint
         self.columns = columns
-        #: Shared by the sinks of one job: their rounds are collected one at a time, because
-        #: two Spark jobs submitted at once from the queries' threads can fail the task
-        #: serialization of one of them ("Illegal size N of collection, expected M").
+        #: Shared by the sinks of one job (see ``TieringJob.spark_lock``): rounds are collected
+        #: one at a time, never while another query's source is initializing.
         self.collect_lock = collect_lock or threading.Lock()
         self.retain_versions, self.compact_max_files = retain_versions, compact_max_files
         #: (batch id, rows in, seconds reading the round, seconds committing it) per round.
@@ -231,7 +231,13 @@ class TieringJob:
         self.spark, self.config, self.clock = spark, config, clock
         #: In [0, 1): spreads restart delays so queries that failed together restart apart.
         self.jitter = jitter
-        self._collect_lock = threading.Lock()
+        #: Held while a round is collected and while a query's source initializes. Spark keeps
+        #: ONE environment map per Python data source, shared by every query that reads it, and
+        #: each query's source start writes to it; a write that makes the map grow, while another
+        #: query's task is serialized (the map travels with every task), fails that task with
+        #: "Task serialization failed: Illegal size N of collection, expected M"
+        #: (see fluss_spark.connector.startup).
+        self.spark_lock = threading.Lock()
         self.lake_root = Path(config.lake).absolute()
         self.record: JobRecord | None = None
         self.queries: dict[str, Any] = {}
@@ -342,12 +348,15 @@ class TieringJob:
             reader = reader.option(k, str(v))
         ckpt = self.checkpoint(info.name)
         sink = TableSink(info.name, lake, ckpt, list(info.schema.names), cfg.retain_versions,
-                         cfg.compact_max_files, self._collect_lock)
+                         cfg.compact_max_files, self.spark_lock)
         writer = (reader.load().writeStream.queryName(f"tier_{info.name.replace('.', '_')}")
                   .option("checkpointLocation", str(ckpt)).foreachBatch(sink))
         writer = (writer.trigger(availableNow=True) if cfg.available_now
                   else writer.trigger(processingTime=cfg.trigger_interval))
-        self.queries[info.name] = writer.start()
+        with self.spark_lock:
+            query = writer.start()
+            await_sources(query)
+        self.queries[info.name] = query
         self.sinks[info.name] = sink
         self.infos[info.name] = info
         log.info("tiering %s (table id %d) into %s", info.name, info.table_id, lake.path)
