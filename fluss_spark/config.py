@@ -107,8 +107,8 @@ def duration(key: str, default: str, doc: str, minimum: int | None = None,
     return Option(key, parse_duration_ms, parse_duration_ms(default, key), doc, minimum, maximum)
 
 
-def size(key: str, default: str, doc: str) -> Option:
-    return Option(key, parse_size_bytes, parse_size_bytes(default, key), doc, 1)
+def size(key: str, default: str, doc: str, maximum: int | None = None) -> Option:
+    return Option(key, parse_size_bytes, parse_size_bytes(default, key), doc, 1, maximum)
 
 
 def integer(key: str, default: int | None, doc: str, minimum: int | None = None) -> Option:
@@ -169,9 +169,30 @@ LOG_RETENTION_CHECK_INTERVAL = duration("log.retention.check-interval", "1min",
 ZOOKEEPER_SESSION_TIMEOUT = duration("zookeeper.client.session-timeout", "10s",
                                      "ZooKeeper session timeout of a server; a connection lost "
                                      "for shorter resumes the same session.", minimum=1000)
-SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL, SCANNER_EXPIRATION_INTERVAL,
-                  SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER, SCANNER_MAX_BATCH_SIZE,
-                  LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL]
+RPC_MAX_REQUEST_SIZE = size("rpc.max-request-size", "32mb",
+                            "Largest request frame a server reads; a larger announced length "
+                            "closes the connection before anything is allocated (at most 1gb).",
+                            maximum=1 << 30)
+RPC_MAX_CONNECTIONS = integer("rpc.max-connections", 1000,
+                              "Open client connections a server accepts; more are closed at once.",
+                              minimum=1)
+RPC_MAX_CONNECTIONS_PER_IP = integer("rpc.max-connections-per-ip", 500,
+                                     "Open connections a server accepts from one client address.",
+                                     minimum=1)
+RPC_IDLE_TIMEOUT = duration("rpc.connection.idle-timeout", "10min",
+                            "A connection with no request for this long is closed (clients "
+                            "reconnect).", minimum=1000)
+RPC_READ_TIMEOUT = duration("rpc.request.read-timeout", "30s",
+                            "A request whose bytes stop arriving for this long closes its "
+                            "connection.", minimum=100)
+RPC_HANDLER_THREADS = integer("rpc.handler-threads", 32,
+                              "Threads that run request handlers (requests of one connection "
+                              "run in order).", minimum=1)
+SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL,
+                  SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,
+                  SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
+                  RPC_MAX_REQUEST_SIZE, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
+                  RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS]
 
 
 def parse_server_options(pairs: list[str]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import select
 import socket
 import threading
 
@@ -70,6 +71,10 @@ class RpcConnection:
             self._close_locked()
 
     def _connect(self) -> socket.socket:
+        if self._sock is not None and not _still_open(self._sock):
+            # The server closed it (idle timeout, restart): a request sent on it would be lost
+            # on the way, so open a fresh connection instead of failing the call.
+            self._close_locked()
         if self._sock is None:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -84,6 +89,16 @@ class RpcConnection:
                 pass
             self._sock = None
 
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """A connection between requests has nothing to read; readable means EOF (or junk)."""
+    poller = select.poll()     # poll, not select: no limit on descriptor numbers
+    try:
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
 
 
 def _recv_or_eof(sock: socket.socket, n: int) -> bytearray:

@@ -41,9 +41,48 @@ def packb(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def unpackb(data: bytes) -> Any:
-    """Inverse of ``packb``; integer map keys are allowed (bucket ids)."""
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+def unpackb(data: bytes, max_container: int | None = None) -> Any:
+    """Inverse of ``packb``; integer map keys are allowed (bucket ids).
+
+    With ``max_container`` (servers decoding requests), no array or map may have more entries
+    (checked before it is allocated), and what decoding builds may not pass a budget of
+    ``DECODE_BUDGET_FACTOR`` times the message size plus ``DECODE_BUDGET_BASE``: a message of
+    millions of tiny maps or numbers is refused instead of growing a hundredfold in memory.
+    """
+    if max_container is None:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    budget = _DecodeBudget(DECODE_BUDGET_FACTOR * len(data) + DECODE_BUDGET_BASE)
+    return msgpack.unpackb(data, raw=False, strict_map_key=False,
+                           max_array_len=max_container, max_map_len=max_container,
+                           object_hook=budget.map, list_hook=budget.list)
+
+
+#: A decoded request may take this many times its size in memory, plus DECODE_BUDGET_BASE.
+DECODE_BUDGET_FACTOR = 16
+DECODE_BUDGET_BASE = 16 << 20
+
+
+class _DecodeBudget:
+    """Charges every decoded map and list an estimate of its memory; refuses past the limit."""
+
+    # CPython sizes: an empty dict ~64 B and ~100 B per small-int entry with its key and
+    # value; a list 56 B plus 8 B per entry (small ints are shared).
+    def __init__(self, limit: int):
+        self.limit = self.left = limit
+
+    def _charge(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise CorruptMessage(f"message refused: decoding it would take over {self.limit} "
+                                 f"bytes of memory (too many maps or list entries for its size)")
+
+    def map(self, d: dict) -> dict:
+        self._charge(232 + 100 * len(d))
+        return d
+
+    def list(self, items: list) -> list:
+        self._charge(56 + 8 * len(items))
+        return items
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, body: dict) -> bytes:
@@ -51,8 +90,8 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, body: di
                   "correlation_id": correlation_id, "body": body})
 
 
-def decode_request(data: bytes) -> Request:
-    msg = _unpack_map(data)
+def decode_request(data: bytes, max_container: int | None = None) -> Request:
+    msg = _unpack_map(data, max_container)
     try:
         api_key, version, cid = msg["api_key"], msg["api_version"], msg["correlation_id"]
         body = msg.get("body") or {}
@@ -81,9 +120,11 @@ def decode_response(data: bytes) -> Response:
         raise CorruptMessage(f"response is missing the field {e.args[0]!r}") from None
 
 
-def _unpack_map(data: bytes) -> dict:
+def _unpack_map(data: bytes, max_container: int | None = None) -> dict:
     try:
-        msg = unpackb(data)
+        msg = unpackb(data, max_container)
+    except CorruptMessage:
+        raise
     except Exception as e:  # msgpack raises several unrelated types on garbage
         raise CorruptMessage(f"undecodable message: {type(e).__name__}: {e}") from None
     if not isinstance(msg, dict):

@@ -21,12 +21,13 @@ def encode_frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def decode_length(header: bytes) -> int:
-    """Read the payload length from a 4-byte header, refusing sizes no peer of ours sends."""
+def decode_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
+    """Read the payload length from a 4-byte header, refusing lengths over ``limit``."""
     (length,) = HEADER.unpack(header)
-    if length > MAX_FRAME_BYTES:
+    if length > limit:
         raise CorruptMessage(
-            f"frame length {length} exceeds the limit of {MAX_FRAME_BYTES}: not a fluss_spark peer?")
+            f"frame length {length} exceeds the limit of {limit} bytes: not a fluss_spark peer, "
+            f"or a request larger than the server's rpc.max-request-size")
     return length
 
 

@@ -1,13 +1,30 @@
-"""A threaded TCP RPC server: reads frames, dispatches by api key, answers every error."""
+"""The RPC server: one event-loop thread owns every socket, a pool of threads runs the handlers.
+
+Why an event loop: a thread per connection let 500 idle connections hold 500 threads, and a
+frame buffer allocated from the length header let six connections that sent only a header take
+1.6 GB. Here a connection costs a small object until bytes arrive, a request's buffer grows with
+the bytes that actually arrived (never beyond ``rpc.max-request-size``), and the loop closes
+connections that are idle (``rpc.connection.idle-timeout``), that stall inside a request
+(``rpc.request.read-timeout``), or that pass the caps per server and per client address.
+
+A connection has at most one request in flight: the loop stops reading from it while its handler
+runs, so responses go out in request order and a client cannot queue work without bound.
+"""
 
 from __future__ import annotations
 
+import collections
 import logging
+import queue
+import selectors
 import socket
-import socketserver
 import threading
-from typing import Callable
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
+from fluss_spark import config
 from fluss_spark.errors import (ApiError, CorruptMessage, InvalidRequest,
                                 MetadataStoreUnavailable, UnknownServerError, UnsupportedVersion)
 from fluss_spark.protocol import codec, framing
@@ -17,83 +34,306 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict], dict]
 
+#: Largest single read from a socket: a request's buffer grows by at most this per read.
+_READ_CHUNK = 1 << 20
+#: How often the loop looks for idle and stalled connections when nothing happens.
+_TICK_S = 0.5
+#: Entries one msgpack array or map of a request may have: a 1,000,000-bucket lease fits; a
+#: frame of one huge container cannot make the decoder allocate far beyond the frame's size.
+_MAX_CONTAINER = 1 << 21
+
+
+@dataclass(frozen=True)
+class RpcLimits:
+    """What one server accepts on its port (the ``rpc.*`` server options)."""
+
+    max_request_bytes: int = config.RPC_MAX_REQUEST_SIZE.default
+    max_connections: int = config.RPC_MAX_CONNECTIONS.default
+    max_connections_per_ip: int = config.RPC_MAX_CONNECTIONS_PER_IP.default
+    idle_timeout_s: float = config.RPC_IDLE_TIMEOUT.default / 1000
+    read_timeout_s: float = config.RPC_READ_TIMEOUT.default / 1000
+    handler_threads: int = config.RPC_HANDLER_THREADS.default
+    backlog: int = 1024
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> "RpcLimits":
+        def get(opt):
+            return options.get(opt.key, opt.default)
+        return cls(max_request_bytes=get(config.RPC_MAX_REQUEST_SIZE),
+                   max_connections=get(config.RPC_MAX_CONNECTIONS),
+                   max_connections_per_ip=get(config.RPC_MAX_CONNECTIONS_PER_IP),
+                   idle_timeout_s=get(config.RPC_IDLE_TIMEOUT) / 1000,
+                   read_timeout_s=get(config.RPC_READ_TIMEOUT) / 1000,
+                   handler_threads=get(config.RPC_HANDLER_THREADS))
+
+
+class _Connection:
+    """One client socket and where its current request or response stands."""
+
+    __slots__ = ("sock", "ip", "buf", "length", "out", "keep", "last_active", "request_started",
+                 "busy")
+
+    def __init__(self, sock: socket.socket, ip: str, now: float):
+        self.sock, self.ip = sock, ip
+        self.buf = bytearray()          # header, then payload bytes received so far
+        self.length: int | None = None  # payload length once the header is in
+        self.out: memoryview | None = None
+        self.keep = True
+        self.last_active = now
+        self.request_started: float | None = None
+        self.busy = False               # a handler runs for this connection's request
+
 
 class RpcServer:
     """Serves handlers registered per api key on a loopback or public address.
 
-    One thread per connection; requests on a connection are answered in order. A peer that
-    sends garbage gets an error response (when a correlation id can be read) and is
+    A peer that sends garbage gets an error response (when a correlation id can be read) and is
     disconnected; the server keeps serving everyone else.
     """
 
     def __init__(self, host: str, port: int, *, role: str, server_id: int,
-                 disabled: frozenset[int] = frozenset()):
+                 disabled: frozenset[int] = frozenset(), limits: RpcLimits | None = None):
         self.role = role
         self.server_id = server_id
+        self.limits = limits or RpcLimits()
         self._handlers: dict[int, Handler] = {}
         self._disabled = disabled
         self.register(ApiKey.API_VERSIONS, self._api_versions)
-        rpc = self
-
-        class _Conn(socketserver.BaseRequestHandler):
-            def handle(self):
-                rpc._serve_connection(self.request)
-
-        class _Server(socketserver.ThreadingTCPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        self._server = _Server((host, port), _Conn)
-        self.host, self.port = self._server.server_address[:2]
+        self._listener = socket.create_server((host, port), backlog=self.limits.backlog)
+        self._listener.setblocking(False)
+        self.host, self.port = self._listener.getsockname()[:2]
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._conns: dict[int, _Connection] = {}
+        self._per_ip: collections.Counter = collections.Counter()
+        self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        #: Counters for tests and operators: connections refused, closed as idle or stalled.
+        self.stats: collections.Counter = collections.Counter()
 
     def register(self, api_key: int, handler: Handler) -> None:
         if api_key not in self._disabled:
             self._handlers[int(api_key)] = handler
 
+    @property
+    def connection_count(self) -> int:
+        return len(self._conns)
+
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"{self.role}-rpc",
-                                        daemon=True)
+        self._pool = ThreadPoolExecutor(self.limits.handler_threads,
+                                        thread_name_prefix=f"{self.role}-handler")
+        self._selector.register(self._listener, selectors.EVENT_READ, "accept")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._thread = threading.Thread(target=self._loop, name=f"{self.role}-rpc", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._stopping.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        for conn in list(self._conns.values()):
+            self._close(conn)
+        for s in (self._listener, self._wake_r, self._wake_w):
+            try:
+                s.close()
+            except OSError:
+                pass
+        self._selector.close()
 
     def _api_versions(self, body: dict) -> dict:
         return {"api_keys": sorted(self._handlers), "server": self.role,
                 "server_id": self.server_id}
 
-    def _serve_connection(self, sock: socket.socket) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            while True:
-                header = framing.recv_exact(sock, framing.HEADER.size)
-                if header is None:
-                    return
-                try:
-                    length = framing.decode_length(header)
-                except CorruptMessage as e:
-                    log.warning("closing connection: %s", e)
-                    return
-                payload = framing.recv_exact(sock, length)
-                if payload is None:
-                    return
-                reply, keep = self._dispatch(payload)
-                sock.sendall(framing.encode_frame(reply))
-                if not keep:
-                    return
-        except (ConnectionError, OSError):
-            return
-        finally:
+    # -- the event loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        next_sweep = time.monotonic() + _TICK_S
+        while not self._stopping.is_set():
             try:
-                sock.close()
+                events = self._selector.select(_TICK_S)
             except OSError:
-                pass
+                if self._stopping.is_set():
+                    return
+                raise
+            for key, mask in events:
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "wake":
+                    self._drain_wake()
+                else:
+                    conn = key.data
+                    if mask & selectors.EVENT_WRITE:
+                        self._write(conn)
+                    if mask & selectors.EVENT_READ and self._open(conn):
+                        self._read(conn)
+            self._send_finished()
+            now = time.monotonic()
+            if now >= next_sweep:
+                self._sweep(now)
+                next_sweep = now + _TICK_S
 
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:     # e.g. out of file descriptors: keep serving the others
+                log.warning("accepting a connection failed: %s", e)
+                return
+            ip = addr[0]
+            if (len(self._conns) >= self.limits.max_connections
+                    or self._per_ip[ip] >= self.limits.max_connections_per_ip):
+                self.stats["refused"] += 1
+                if self.stats["refused"] in (1, 10, 100) or self.stats["refused"] % 1000 == 0:
+                    log.warning("refused a connection from %s: %d open (at most %d), %d from that "
+                                "address (at most %d); %d refused so far", ip, len(self._conns),
+                                self.limits.max_connections, self._per_ip[ip],
+                                self.limits.max_connections_per_ip, self.stats["refused"])
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Connection(sock, ip, time.monotonic())
+            self._conns[sock.fileno()] = conn
+            self._per_ip[ip] += 1
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _read(self, conn: _Connection) -> None:
+        header = framing.HEADER.size
+        want = (header - len(conn.buf) if conn.length is None
+                else conn.length - (len(conn.buf) - header))
+        try:
+            data = conn.sock.recv(min(want, _READ_CHUNK))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        now = time.monotonic()
+        conn.last_active = now
+        if conn.request_started is None:
+            conn.request_started = now
+        conn.buf += data
+        if conn.length is None:
+            if len(conn.buf) < header:
+                return
+            try:
+                conn.length = framing.decode_length(conn.buf[:header],
+                                                    self.limits.max_request_bytes)
+            except CorruptMessage as e:
+                log.warning("closing the connection from %s: %s", conn.ip, e)
+                self.stats["oversized"] += 1
+                self._close(conn)
+                return
+        if len(conn.buf) - header < conn.length:
+            return
+        payload = conn.buf[header:]
+        conn.buf, conn.length, conn.request_started = bytearray(), None, None
+        conn.busy = True
+        self._selector.unregister(conn.sock)   # nothing more is read until the reply is out
+        self._pool.submit(self._run, conn, payload)
+
+    def _run(self, conn: _Connection, payload: bytearray) -> None:
+        """In a handler thread: answer one request, then hand the reply to the loop."""
+        try:
+            reply, keep = self._dispatch(payload)
+        except Exception:  # noqa: BLE001 - _dispatch answers every error; belt and braces
+            log.exception("request handling failed")
+            reply, keep = codec.encode_response(-1, error=UnknownServerError("internal error")), False
+        self._done.put((conn, framing.encode_frame(reply), keep))
+        self._wake()
+
+    def _send_finished(self) -> None:
+        while True:
+            try:
+                conn, frame, keep = self._done.get_nowait()
+            except queue.Empty:
+                return
+            if not self._open(conn):
+                continue            # closed while its handler ran (server stopping)
+            conn.out, conn.keep = memoryview(frame), keep
+            self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+            self._write(conn)
+
+    def _write(self, conn: _Connection) -> None:
+        try:
+            sent = conn.sock.send(conn.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        conn.out = conn.out[sent:]
+        conn.last_active = time.monotonic()
+        if len(conn.out):
+            return
+        conn.out, conn.busy = None, False
+        if not conn.keep:
+            self._close(conn)
+            return
+        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+
+    def _sweep(self, now: float) -> None:
+        """Close connections idle past the idle timeout, or stalled inside a request."""
+        for conn in list(self._conns.values()):
+            if conn.busy:
+                continue
+            if conn.request_started is not None:
+                if now - conn.last_active > self.limits.read_timeout_s:
+                    self.stats["stalled"] += 1
+                    log.info("closing the connection from %s: a request stalled for %.0fs",
+                             conn.ip, now - conn.last_active)
+                    self._close(conn)
+            elif conn.out is None and now - conn.last_active > self.limits.idle_timeout_s:
+                self.stats["idle"] += 1
+                self._close(conn)
+
+    def _open(self, conn: _Connection) -> bool:
+        return self._conns.get(conn.sock.fileno()) is conn
+
+    def _close(self, conn: _Connection) -> None:
+        if not self._open(conn):
+            return
+        del self._conns[conn.sock.fileno()]
+        self._per_ip[conn.ip] -= 1
+        if self._per_ip[conn.ip] <= 0:
+            del self._per_ip[conn.ip]
+        try:
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except (BlockingIOError, OSError):
+            pass            # a wake-up is already pending, or the server is stopping
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    # -- requests ---------------------------------------------------------------------------------
     def _dispatch(self, payload: bytes) -> tuple[bytes, bool]:
         try:
-            req = codec.decode_request(payload)
+            req = codec.decode_request(payload, max_container=_MAX_CONTAINER)
         except CorruptMessage as e:
             return codec.encode_response(-1, error=e), False
         handler = self._handlers.get(req.api_key)
@@ -127,7 +367,6 @@ def _api_name(key: int) -> str:
         return ApiKey(key).name
     except ValueError:
         return f"api {key}"
-
 
 
 def require(body: dict, name: str, kind: type | tuple[type, ...]):

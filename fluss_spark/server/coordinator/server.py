@@ -18,7 +18,7 @@ from fluss_spark.server.coordinator.tables import TableManager
 from fluss_spark.server.metadata_view import build_metadata
 from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
 from fluss_spark.server.process import ServerSettings
-from fluss_spark.server.rpc import RpcServer, require
+from fluss_spark.server.rpc import RpcLimits, RpcServer, require
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ class CoordinatorServer:
                                    lock=self._lock)
         self.snapshots.is_pinned = self.leases.is_pinned
         self._rpc = RpcServer(settings.host, settings.port, role="coordinator",
-                              server_id=settings.server_id, disabled=settings.disabled_apis)
+                              server_id=settings.server_id, disabled=settings.disabled_apis,
+                              limits=RpcLimits.from_options(settings.options))
         self.host, self.port = self._rpc.host, self._rpc.port
         self._leader = threading.Event()
         self._stopping = threading.Event()

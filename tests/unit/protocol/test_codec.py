@@ -56,3 +56,18 @@ def test_random_bytes_never_escape_as_other_errors(data):
         codec.decode_request(data)
     except CorruptMessage:
         pass
+
+
+def test_a_request_that_would_grow_far_beyond_its_size_is_refused():
+    tiny_maps = codec.encode_request(1, 0, 7, {"a": [[{0: 0}] * 100_000] * 20})
+    with pytest.raises(CorruptMessage, match="memory"):
+        codec.decode_request(tiny_maps, max_container=1 << 21)
+    too_long = codec.encode_request(1, 0, 7, {"a": list(range(300))})
+    with pytest.raises(CorruptMessage):
+        codec.decode_request(too_long, max_container=200)
+
+
+def test_a_large_lease_map_is_within_the_decode_budget():
+    body = {"lease_id": "l", "tables": {1: {b: 1_000 + b for b in range(200_000)}}}
+    req = codec.decode_request(codec.encode_request(1, 0, 7, body), max_container=1 << 21)
+    assert req.body == body
