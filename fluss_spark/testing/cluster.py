@@ -13,6 +13,7 @@ processes, on the ports they had before.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -24,6 +25,8 @@ from fluss_spark.testing.ports import free_port
 from fluss_spark.testing.server_process import ServerProcess, signal_pid, stop_all, wait_dead
 from fluss_spark.testing.server_process import pid_alive as _pid_alive
 from fluss_spark.testing.zookeeper import ZooKeeperProcess, four_letter_word
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1
@@ -155,6 +158,12 @@ class LocalCluster:
         self.snapshot_dir.mkdir(exist_ok=True)
         self._ensure_zookeeper()
         self._save_state()
+        for s in self.servers.values():
+            if s.alive and not self._serving(s):
+                # Running but not answering (paused, wedged): replace it like a dead one.
+                log.warning("%s %d (pid %s) does not answer on port %s; restarting it", s.role,
+                            s.server_id, s.pid, s.port)
+                s.kill()
         missing = [s for s in self.servers.values() if not s.alive]
         # The coordinator first: tablets register with it through ZooKeeper either way, but a
         # coordinator that is up early assigns buckets sooner.
@@ -167,6 +176,20 @@ class LocalCluster:
         self._save_state()
         self.wait_registered()
         return self
+
+    def _serving(self, server: ServerProcess, timeout_s: float = 5.0) -> bool:
+        """Whether ``server`` answers an API_VERSIONS request within ``timeout_s``."""
+        from fluss_spark.client.rpc import RpcConnection
+        from fluss_spark.protocol.api import ApiKey
+        rpc = RpcConnection(self.host, server.port, timeout_s=timeout_s,
+                            connect_timeout_s=timeout_s)
+        try:
+            rpc.call(ApiKey.API_VERSIONS)
+            return True
+        except FlussError:
+            return False
+        finally:
+            rpc.close()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM every process (tablets, coordinator, then an embedded ZooKeeper), SIGKILL

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: How often the assignment in ZooKeeper is re-read.
 SYNC_INTERVAL_S = 0.5
+#: How often a tablet checks that its registration in ZooKeeper is still there.
+REGISTRATION_CHECK_S = 10.0
 #: How often buckets are checked for a due periodic snapshot.
 SNAPSHOT_CHECK_INTERVAL_S = 0.2
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
@@ -53,6 +55,8 @@ class TabletServer:
                              limits=RpcLimits.from_options(settings.options))
         self.host, self.port = self.rpc.host, self.rpc.port
         self.stopping = threading.Event()
+        self._registered = threading.Event()
+        self._next_registration_check = 0.0
         self._buckets: dict[tuple[int, int], Bucket] = {}
         self._tables: dict[int, tuple[TableRecord, list]] = {}
         self._sync_lock = threading.Lock()
@@ -74,6 +78,7 @@ class TabletServer:
         self.store.start()
         self.sync(remove_unknown_dirs=True)
         self.rpc.start()
+        self.store.zk.add_listener(self._on_session_state)
         self._register()
         self.scanners.start()
         for name, target in (("sync", self._sync_loop), ("retention", self._retention_loop),
@@ -94,6 +99,30 @@ class TabletServer:
             self.store.delete_tablet(self.server_id)
         self.store.register_tablet(TabletRecord(self.server_id, self.host, self.port,
                                                 int(self._clock() * 1000)))
+        self._registered.set()
+
+    def _on_session_state(self, state) -> None:
+        # kazoo states compare equal to their names. LOST: the session expired (a pause or a
+        # partition longer than the session timeout), and our ephemeral registration with it;
+        # kazoo goes on to open a new session, in which the sync loop registers again.
+        if state == "LOST" and not self.stopping.is_set():
+            log.warning("tablet server %d: ZooKeeper session expired; registering again once "
+                        "reconnected", self.server_id)
+            self._registered.clear()
+
+    def _ensure_registered(self) -> None:
+        """Register again after a session expiry (and check the registration now and then)."""
+        now = time.monotonic()
+        if self._registered.is_set() and now < self._next_registration_check:
+            return
+        self._next_registration_check = now + REGISTRATION_CHECK_S
+        mine = self.store.tablets().get(self.server_id)
+        if mine is not None and (mine.host, mine.port) == (self.host, self.port) \
+                and self._registered.is_set():
+            return
+        self._register()
+        log.info("tablet server %d registered again at %s:%d", self.server_id, self.host,
+                 self.port)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -200,6 +229,7 @@ class TabletServer:
     def _sync_loop(self) -> None:
         while not self.stopping.wait(SYNC_INTERVAL_S):
             try:
+                self._ensure_registered()
                 self.sync()
             except Exception as e:  # noqa: BLE001 - ZooKeeper hiccups must not end the loop
                 log.warning("refreshing the assignment from ZooKeeper failed: %s: %s",
