@@ -35,9 +35,17 @@ def table_to_bytes(table: pa.Table | pa.RecordBatch) -> bytes:
     return batches_to_bytes(table.schema, table.to_batches())
 
 
-def bytes_to_table(data: bytes) -> pa.Table:
-    """Read an Arrow IPC stream; garbage raises CorruptMessage, never a crash."""
+def bytes_to_table(data: bytes, *, validate: bool = False) -> pa.Table:
+    """Read an Arrow IPC stream; garbage raises CorruptMessage.
+
+    ``validate`` (servers reading what a client sent) checks every buffer too: the IPC reader
+    checks the message layout only, and a string column whose offsets point outside its data
+    would crash the process at its first use, not raise.
+    """
     try:
-        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        if validate:
+            table.validate(full=True)
+        return table
     except (pa.ArrowInvalid, OSError, ValueError) as e:
         raise CorruptMessage(f"undecodable Arrow IPC payload: {e}") from None

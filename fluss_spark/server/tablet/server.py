@@ -273,7 +273,7 @@ class TabletServer:
     def _produce(self, body: dict) -> dict:
         bucket = self.bucket(require(body, "table_id", int), require(body, "bucket", int))
         op = require(body, "op", str)
-        data = bytes_to_table(require(body, "records", bytes))
+        data = bytes_to_table(require(body, "records", bytes), validate=True)
         base, end = bucket.write(op, data)
         return {"base_offset": base, "end_offset": end}
 
