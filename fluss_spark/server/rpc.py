@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict], dict]
 
-#: Largest single read from a socket: a request's buffer grows by at most this per read.
-_READ_CHUNK = 1 << 20
+#: A request's first payload buffer; it doubles with what arrives, up to the frame's length.
+_MIN_BUFFER = 256 << 10
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
 #: Entries one msgpack array or map of a request may have: a 1,000,000-bucket lease fits; a
@@ -70,18 +70,18 @@ class RpcLimits:
 class _Connection:
     """One client socket and where its current request or response stands."""
 
-    __slots__ = ("sock", "ip", "buf", "length", "out", "keep", "last_active", "request_started",
+    __slots__ = ("sock", "ip", "head", "buf", "got", "length", "last_active", "request_started",
                  "busy")
 
     def __init__(self, sock: socket.socket, ip: str, now: float):
         self.sock, self.ip = sock, ip
-        self.buf = bytearray()          # header, then payload bytes received so far
+        self.head = bytearray(framing.HEADER.size)
+        self.buf = bytearray()          # the payload received so far (``got`` bytes of it)
+        self.got = 0                    # bytes of the header, then of the payload, received
         self.length: int | None = None  # payload length once the header is in
-        self.out: memoryview | None = None
-        self.keep = True
         self.last_active = now
         self.request_started: float | None = None
-        self.busy = False               # a handler runs for this connection's request
+        self.busy = False               # a handler runs (and answers) this connection's request
 
 
 class RpcServer:
@@ -167,12 +167,8 @@ class RpcServer:
                 elif key.data == "wake":
                     self._drain_wake()
                 else:
-                    conn = key.data
-                    if mask & selectors.EVENT_WRITE:
-                        self._write(conn)
-                    if mask & selectors.EVENT_READ and self._open(conn):
-                        self._read(conn)
-            self._send_finished()
+                    self._read(key.data)
+            self._resume()
             now = time.monotonic()
             if now >= next_sweep:
                 self._sweep(now)
@@ -206,82 +202,95 @@ class RpcServer:
             self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _read(self, conn: _Connection) -> None:
+        # Read until the socket is drained or a request is complete: one wake-up of the loop
+        # takes in what has arrived, not one buffer's worth.
+        while self._read_once(conn):
+            pass
+
+    def _read_once(self, conn: _Connection) -> bool:
+        """One read; True when more may be waiting for this connection."""
         header = framing.HEADER.size
-        want = (header - len(conn.buf) if conn.length is None
-                else conn.length - (len(conn.buf) - header))
+        if conn.length is None:
+            want = memoryview(conn.head)[conn.got:]
+        else:
+            if conn.got == len(conn.buf):
+                # Grow by doubling what arrived (never to the announced length at once), so a
+                # peer that announces a large frame and stalls holds little memory.
+                grown = bytearray(min(conn.length, max(_MIN_BUFFER, 2 * conn.got)))
+                grown[:conn.got] = conn.buf
+                conn.buf = grown
+            want = memoryview(conn.buf)[conn.got:]
         try:
-            data = conn.sock.recv(min(want, _READ_CHUNK))
+            n = conn.sock.recv_into(want)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             self._close(conn)
-            return
-        if not data:
+            return False
+        if not n:
             self._close(conn)
-            return
+            return False
         now = time.monotonic()
         conn.last_active = now
         if conn.request_started is None:
             conn.request_started = now
-        conn.buf += data
+        conn.got += n
         if conn.length is None:
-            if len(conn.buf) < header:
-                return
+            if conn.got < header:
+                return True
             try:
-                conn.length = framing.decode_length(conn.buf[:header],
+                conn.length = framing.decode_length(bytes(conn.head),
                                                     self.limits.max_request_bytes)
             except CorruptMessage as e:
                 log.warning("closing the connection from %s: %s", conn.ip, e)
                 self.stats["oversized"] += 1
                 self._close(conn)
-                return
-        if len(conn.buf) - header < conn.length:
-            return
-        payload = conn.buf[header:]
-        conn.buf, conn.length, conn.request_started = bytearray(), None, None
+                return False
+            conn.buf, conn.got = bytearray(), 0
+        if conn.got < conn.length:
+            return True
+        payload = conn.buf
+        conn.buf, conn.got, conn.length, conn.request_started = bytearray(), 0, None, None
         conn.busy = True
         self._selector.unregister(conn.sock)   # nothing more is read until the reply is out
         self._pool.submit(self._run, conn, payload)
+        return False
 
     def _run(self, conn: _Connection, payload: bytearray) -> None:
-        """In a handler thread: answer one request, then hand the reply to the loop."""
+        """In a handler thread: answer one request, send the reply, hand the connection back."""
         try:
             reply, keep = self._dispatch(payload)
         except Exception:  # noqa: BLE001 - _dispatch answers every error; belt and braces
             log.exception("request handling failed")
             reply, keep = codec.encode_response(-1, error=UnknownServerError("internal error")), False
-        self._done.put((conn, framing.encode_frame(reply), keep))
+        del payload
+        try:
+            # Blocking, with a deadline: a client that reads is served at socket speed (a send
+            # loop in the event loop measured slower); one that stops reading its reply for
+            # rpc.request.read-timeout is disconnected and frees the thread.
+            conn.sock.settimeout(self.limits.read_timeout_s)
+            conn.sock.sendall(framing.encode_frame(reply))
+            conn.sock.setblocking(False)
+        except OSError:
+            keep = False
+        self._done.put((conn, keep))
         self._wake()
 
-    def _send_finished(self) -> None:
+    def _resume(self) -> None:
+        """Read again from connections whose reply went out (or close them)."""
         while True:
             try:
-                conn, frame, keep = self._done.get_nowait()
+                conn, keep = self._done.get_nowait()
             except queue.Empty:
                 return
             if not self._open(conn):
                 continue            # closed while its handler ran (server stopping)
-            conn.out, conn.keep = memoryview(frame), keep
-            self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
-            self._write(conn)
-
-    def _write(self, conn: _Connection) -> None:
-        try:
-            sent = conn.sock.send(conn.out)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self._close(conn)
-            return
-        conn.out = conn.out[sent:]
-        conn.last_active = time.monotonic()
-        if len(conn.out):
-            return
-        conn.out, conn.busy = None, False
-        if not conn.keep:
-            self._close(conn)
-            return
-        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+            conn.busy = False
+            conn.last_active = time.monotonic()
+            if keep:
+                self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+            else:
+                self._close(conn)
 
     def _sweep(self, now: float) -> None:
         """Close connections idle past the idle timeout, or stalled inside a request."""
@@ -294,7 +303,7 @@ class RpcServer:
                     log.info("closing the connection from %s: a request stalled for %.0fs",
                              conn.ip, now - conn.last_active)
                     self._close(conn)
-            elif conn.out is None and now - conn.last_active > self.limits.idle_timeout_s:
+            elif now - conn.last_active > self.limits.idle_timeout_s:
                 self.stats["idle"] += 1
                 self._close(conn)
 
