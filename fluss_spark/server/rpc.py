@@ -1,4 +1,4 @@
-"""The RPC server: one event-loop thread owns every socket, a pool of threads runs the handlers.
+"""The RPC server: one event-loop thread accepts and reads, a pool of threads handles and answers.
 
 Why an event loop: a thread per connection let 500 idle connections hold 500 threads, and a
 frame buffer allocated from the length header let six connections that sent only a header take
@@ -7,8 +7,9 @@ the bytes that actually arrived (never beyond ``rpc.max-request-size``), and the
 connections that are idle (``rpc.connection.idle-timeout``), that stall inside a request
 (``rpc.request.read-timeout``), or that pass the caps per server and per client address.
 
-A connection has at most one request in flight: the loop stops reading from it while its handler
-runs, so responses go out in request order and a client cannot queue work without bound.
+A connection has at most one request in flight: the loop stops reading from it while a handler
+thread runs the request and sends the reply, so replies go out in request order and a client
+cannot queue work without bound.
 """
 
 from __future__ import annotations
@@ -161,13 +162,18 @@ class RpcServer:
                 if self._stopping.is_set():
                     return
                 raise
-            for key, mask in events:
-                if key.data == "accept":
-                    self._accept()
-                elif key.data == "wake":
-                    self._drain_wake()
-                else:
-                    self._read(key.data)
+            for key, _ in events:
+                try:
+                    if key.data == "accept":
+                        self._accept()
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        self._read(key.data)
+                except Exception:  # noqa: BLE001 - one bad connection must not stop the loop
+                    log.exception("RPC event loop: handling %s failed", key.data)
+                    if isinstance(key.data, _Connection):
+                        self._close(key.data)
             self._resume()
             now = time.monotonic()
             if now >= next_sweep:
