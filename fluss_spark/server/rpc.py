@@ -15,10 +15,13 @@ cannot queue work without bound.
 from __future__ import annotations
 
 import collections
+import fcntl
 import logging
 import queue
 import selectors
 import socket
+import struct
+import termios
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,8 +38,10 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict], dict]
 
-#: A request's first payload buffer; it doubles with what arrives, up to the frame's length.
-_MIN_BUFFER = 256 << 10
+#: A request's first payload buffer, and how many times what arrived a full buffer grows to
+#: (up to the frame's length): a buffer holds at most _GROWTH times the bytes that arrived.
+_MIN_BUFFER = 64 << 10
+_GROWTH = 8
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
 #: Entries one msgpack array or map of a request may have: a 1,000,000-bucket lease fits; a
@@ -220,10 +225,13 @@ class RpcServer:
             want = memoryview(conn.head)[conn.got:]
         else:
             if conn.got == len(conn.buf):
-                # Grow by doubling what arrived (never to the announced length at once), so a
-                # peer that announces a large frame and stalls holds little memory.
-                grown = bytearray(min(conn.length, max(_MIN_BUFFER, 2 * conn.got)))
-                grown[:conn.got] = conn.buf
+                # Grow to a multiple of what arrived (never to the announced length at once),
+                # so a peer that announces a large frame and stalls holds little memory, while
+                # a real request is copied at most a few times (each growth copies and faults
+                # in fresh pages: doubling from 256 KB doubled the time to read 1 MB).
+                arrived = conn.got + _available(conn.sock)
+                grown = bytearray(min(conn.length, max(_MIN_BUFFER, _GROWTH * arrived)))
+                grown[:conn.got] = memoryview(conn.buf)[:conn.got]
                 conn.buf = grown
             want = memoryview(conn.buf)[conn.got:]
         try:
@@ -375,6 +383,14 @@ class RpcServer:
             log.exception("%s failed", _api_name(req.api_key))
             err = UnknownServerError(f"{_api_name(req.api_key)} failed: {type(e).__name__}: {e}")
             return codec.encode_response(req.correlation_id, error=err), True
+
+
+def _available(sock: socket.socket) -> int:
+    """Bytes waiting in the socket's receive buffer (they count as arrived)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
 
 
 def _api_name(key: int) -> str:

@@ -1,0 +1,109 @@
+"""RPC round trips: the server's event loop and handler pool against a bare blocking server.
+
+Both servers run in a process of their own and answer the same requests with the same framing
+and codec; the reference reads each request with one blocking ``recv_into`` into a buffer of the
+announced size and answers from the connection's own thread (what the RPC server did before it
+had limits). The ratio is what the limits cost per round trip.
+
+    .venv/bin/python bench/bench_rpc.py --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SERVER = r"""
+import socket, sys, threading, time
+from fluss_spark.protocol import codec, framing
+from fluss_spark.protocol.api import ApiKey
+
+def upload(body):
+    return {"n": len(body.get("data", b""))}
+
+def download(body):
+    return {"data": b"x" * body["size"]}
+
+if sys.argv[1] == "rpc":
+    from fluss_spark.server.rpc import RpcServer
+    srv = RpcServer("127.0.0.1", 0, role="tablet", server_id=1)
+    srv.register(ApiKey.LIST_TABLES, upload)
+    srv.register(ApiKey.GET_METRICS, download)
+    srv.start()
+    port = srv.port
+else:
+    handlers = {int(ApiKey.LIST_TABLES): upload, int(ApiKey.GET_METRICS): download,
+                int(ApiKey.API_VERSIONS): lambda b: {}}
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve(sock):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while True:
+            head = framing.recv_exact(sock, 4)
+            if head is None:
+                return
+            req = codec.decode_request(framing.recv_exact(sock, framing.decode_length(head)))
+            body = handlers[req.api_key](req.body)
+            sock.sendall(framing.encode_frame(codec.encode_response(req.correlation_id, body)))
+
+    def accept():
+        while True:
+            s, _ = listener.accept()
+            threading.Thread(target=serve, args=(s,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+print(port, flush=True)
+time.sleep(3600)
+"""
+
+
+def measure(kind: str, calls: dict[str, int]) -> dict[str, float]:
+    """Microseconds per call of each workload against a server of ``kind`` (rpc|bare)."""
+    from fluss_spark.client.rpc import RpcConnection
+    from fluss_spark.protocol.api import ApiKey
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, kind], stdout=subprocess.PIPE,
+                            text=True, env=dict(os.environ))
+    try:
+        port = int(proc.stdout.readline())
+        conn = RpcConnection("127.0.0.1", port)
+        work = {"small request": lambda: conn.call(ApiKey.LIST_TABLES, {}),
+                "1 MB request": lambda: conn.call(ApiKey.LIST_TABLES, {"data": b"y" * (1 << 20)}),
+                "4 MB reply": lambda: conn.call(ApiKey.GET_METRICS, {"size": 4 << 20})}
+        out = {}
+        for name, n in calls.items():
+            work[name]()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                work[name]()
+            out[name] = (time.perf_counter() - t0) / n * 1e6
+        conn.close()
+        return out
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=3, help="paired runs (median is printed)")
+    a = p.parse_args(argv)
+    calls = {"small request": 3000, "1 MB request": 300, "4 MB reply": 200}
+    runs: dict[str, dict[str, list[float]]] = {"rpc": {}, "bare": {}}
+    for _ in range(a.repeat):
+        for kind in ("rpc", "bare"):
+            for name, us in measure(kind, calls).items():
+                runs[kind].setdefault(name, []).append(us)
+    print(f"{'workload':16s} {'RPC server':>12s} {'bare server':>12s} {'ratio':>7s}  (us/call, "
+          f"median of {a.repeat})")
+    for name in calls:
+        ours, bare = (statistics.median(runs[k][name]) for k in ("rpc", "bare"))
+        print(f"{name:16s} {ours:12.0f} {bare:12.0f} {ours / bare:7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
