@@ -8,6 +8,9 @@ Sizes accept ``10mb``, ``64kb`` or a bare number of bytes.
 
 from __future__ import annotations
 
+import argparse
+import math
+
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -21,6 +24,9 @@ _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|k|mb|m|gb|g)?\s*$", re.IGNORECASE)
 _SIZE_BYTES = {None: 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2,
                "g": 1024**3, "gb": 1024**3}
 
+
+#: Most buckets a table may have: far above what one coordinator is meant to manage.
+MAX_BUCKETS = 1024
 
 DAY_MS = 86_400_000
 #: Longest duration anywhere (ten years): bounds every duration option and property.
@@ -117,6 +123,21 @@ def integer(key: str, default: int | None, doc: str, minimum: int | None = None)
 
 def boolean(key: str, default: bool, doc: str) -> Option:
     return Option(key, parse_bool, default, doc)
+
+
+def bounded(kind: type, low, high):
+    """An argparse ``type=`` for ``kind`` (int or float) in ``low..high``: anything else is a
+    one-line error naming the value and the range (never a traceback)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is outside {low}..{high}")
+        return value
+    return parse
 
 
 def check_known(values: Mapping[str, Any], options: list[Option], what: str) -> None:

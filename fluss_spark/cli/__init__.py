@@ -11,7 +11,7 @@ import os
 import sys
 
 from fluss_spark.cli import cluster, leases, scans, snapshots, tables, tiering
-from fluss_spark.cli.common import DEFAULT_TIMEOUT_S, bootstrap_servers
+from fluss_spark.cli.common import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, bootstrap_servers, bounded
 from fluss_spark.cli.output import _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError, FlussError
 
@@ -35,7 +35,8 @@ def _common() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap-servers", default=argparse.SUPPRESS, metavar="HOST:PORT[,..]",
                    help="servers to connect to (default: $FLUSS_BOOTSTRAP_SERVERS, else the "
                         "local cluster)")
-    p.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
+    p.add_argument("--timeout", type=bounded(float, 0.001, MAX_TIMEOUT_S),
+                   default=argparse.SUPPRESS, metavar="SECONDS",
                    help=f"request timeout including retries (default {DEFAULT_TIMEOUT_S:.0f})")
     return p
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fluss_spark.cli.common import _json, default_cluster_dir
+from fluss_spark.cli.common import _json, bounded, default_cluster_dir
 from fluss_spark.cli.output import _print_metrics, emit_json, print_table
 from fluss_spark.errors import ConfigError, FlussError
 
@@ -16,7 +16,7 @@ def add_commands(sub, cmd) -> None:
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = cmd(csub, "start", "start a local cluster in the background (idempotent)", cmd_cluster_start)
     _dir_arg(c)
-    c.add_argument("--tablets", type=int, help="number of tablet servers (default 1)")
+    c.add_argument("--tablets", type=bounded(int, 1, 64), help="number of tablet servers (default 1)")
     c.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                    help="use this ZooKeeper instead of starting one")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -45,8 +45,6 @@ def cmd_cluster_start(args) -> int:
     for g in args.disable_api:
         if g not in API_GROUPS:
             raise ConfigError(f"unknown API group {g!r}; known: {', '.join(sorted(API_GROUPS))}")
-    if args.tablets is not None and args.tablets < 1:
-        raise ConfigError(f"--tablets must be at least 1, got {args.tablets}")
     if read_state(d) is not None and args.tablets is None and not args.zookeeper:
         cluster = LocalCluster.load(d)
         cluster.server_options = args.option or cluster.server_options

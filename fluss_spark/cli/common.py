@@ -6,9 +6,15 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from fluss_spark.config import MAX_BUCKETS, bounded
 from fluss_spark.errors import ConfigError, FlussError
 
 DEFAULT_TIMEOUT_S = 30.0
+#: Largest row or record count an argument takes.
+MAX_COUNT = 10**12
+#: Longest --timeout (a day): longer is a typo, and the socket layer refuses far longer ones.
+MAX_TIMEOUT_S = 86_400.0
+
 
 
 def default_cluster_dir() -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Iterable
 
-from fluss_spark.cli.common import _columns_arg, _json, connect
+from fluss_spark.cli.common import MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded, connect
 from fluss_spark.cli.output import _print_metrics, _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError
 
@@ -14,10 +14,10 @@ def add_commands(sub, cmd) -> None:
     """Register `scan`, `scanner list`, `metrics` and `log`."""
     c = cmd(sub, "scan", "read a PK table's state through scan sessions", cmd_scan)
     c.add_argument("table")
-    c.add_argument("--bucket", type=int, help="only this bucket (default: all)")
+    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), help="only this bucket (default: all)")
     c.add_argument("--snapshot", default="latest", metavar="latest|ID|live",
                    help="the latest snapshot (default), a snapshot id, or the live state")
-    c.add_argument("--limit", type=int, help="at most this many rows")
+    c.add_argument("--limit", type=bounded(int, 1, MAX_COUNT), help="at most this many rows")
     c.add_argument("--columns", help="only these columns, comma separated")
     c.add_argument("--format", choices=["table", "json", "arrow"], default=None,
                    help="output format (arrow: an Arrow IPC stream on stdout)")
@@ -30,10 +30,10 @@ def add_commands(sub, cmd) -> None:
 
     c = cmd(sub, "log", "read a table's changelog", cmd_log)
     c.add_argument("table")
-    c.add_argument("--bucket", type=int, help="only this bucket (default: all)")
+    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), help="only this bucket (default: all)")
     c.add_argument("--from", dest="start", default="earliest", metavar="earliest|latest|OFFSET",
                    help="where to start (default earliest)")
-    c.add_argument("--limit", type=int, help="at most this many records per bucket")
+    c.add_argument("--limit", type=bounded(int, 1, MAX_COUNT), help="at most this many records per bucket")
     c.add_argument("--columns", help="only these columns, comma separated")
 
 
@@ -61,8 +61,6 @@ def _write_rows(batches: Iterable, fmt: str, schema) -> int:
 
 def cmd_scan(args) -> int:
     fmt = args.format or ("json" if _json(args) else "table")
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError("--limit must be at least 1")
     spec = args.snapshot.strip().lower()
     if spec not in ("latest", "live") and not spec.isdigit():
         raise ConfigError(f"--snapshot must be latest, live or a snapshot id, got {args.snapshot!r}")
@@ -150,8 +148,6 @@ def cmd_metrics(args) -> int:
 
 def cmd_log(args) -> int:
     import pyarrow as pa
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError("--limit must be at least 1")
     start_spec = args.start.strip().lower()
     if start_spec not in ("earliest", "latest") and not start_spec.isdigit():
         raise ConfigError(f"--from must be earliest, latest or an offset, got {args.start!r}")

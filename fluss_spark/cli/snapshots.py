@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fluss_spark.cli.common import _json, connect
+from fluss_spark.cli.common import MAX_BUCKETS, _json, bounded, connect
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
 from fluss_spark.errors import ConfigError
 
@@ -13,10 +13,10 @@ def add_commands(sub, cmd) -> None:
     ssub = snap.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = cmd(ssub, "trigger", "take a KV snapshot of every bucket now", cmd_snapshot_trigger)
     c.add_argument("table")
-    c.add_argument("--bucket", type=int, action="append", help="only these buckets (repeatable)")
+    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), action="append", help="only these buckets (repeatable)")
     c = cmd(ssub, "list", "registered KV snapshots and the leases pinning them", cmd_snapshot_list)
     c.add_argument("table")
-    c.add_argument("--bucket", type=int)
+    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1))
 
 
 def _snapshot_row(name: str, s) -> dict:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fluss_spark.config import bounded
 from fluss_spark.errors import ConfigError, FlussError
 from fluss_spark.tiering.job import TieringConfig, TieringJob, error_summary
 
@@ -30,17 +31,17 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap-servers", default=None,
                        help="Fluss servers (default: $FLUSS_BOOTSTRAP_SERVERS)")
     p.add_argument("--trigger-interval", default="5 seconds", help="time between rounds")
-    p.add_argument("--max-offsets-per-trigger", type=int, default=None,
+    p.add_argument("--max-offsets-per-trigger", type=bounded(int, 1, 10**12), default=None,
                    help="most snapshot rows + changelog records per table per round")
     p.add_argument("--lease-duration", default="10min",
                    help="expiry of the job's KV snapshot lease after its last renewal")
-    p.add_argument("--duration", type=float, default=None,
+    p.add_argument("--duration", type=bounded(float, 0, 10**9), default=None,
                    help="stop after this many seconds (default: run until killed)")
     p.add_argument("--once", action="store_true",
                    help="catch up to the tables' current end (AvailableNow) and exit")
-    p.add_argument("--discover-interval", type=float, default=30.0,
+    p.add_argument("--discover-interval", type=bounded(float, 0.1, 86_400), default=30.0,
                    help="seconds between looks for new tables matching the pattern")
-    p.add_argument("--max-restarts", type=int, default=3,
+    p.add_argument("--max-restarts", type=bounded(int, 0, 1000), default=3,
                    help="restarts of a table's query after a transient failure within 10 "
                         "minutes before the job fails (0: fail at once)")
 

@@ -14,8 +14,6 @@ from fluss_spark.metadata.layout import AssignmentRecord, TableRecord, check_tab
 from fluss_spark.protocol.arrow_ipc import deserialize_schema
 from fluss_spark.protocol.types import validate_table_schema
 
-#: Upper bound of ``bucket.num``: far above what one coordinator is meant to manage.
-MAX_BUCKETS = 1024
 
 
 def _str_list(value, what: str) -> list[str]:
@@ -138,8 +136,8 @@ class TableManager:
         if isinstance(num_buckets, bool) or not isinstance(num_buckets, int):
             raise InvalidTable(f"table {name}: num_buckets must be an integer, got "
                                f"{num_buckets!r}")
-        if not 1 <= num_buckets <= MAX_BUCKETS:
-            raise InvalidTable(f"table {name}: num_buckets must be between 1 and {MAX_BUCKETS}, "
+        if not 1 <= num_buckets <= config.MAX_BUCKETS:
+            raise InvalidTable(f"table {name}: num_buckets must be between 1 and {config.MAX_BUCKETS}, "
                                f"got {num_buckets}")
         props = body.get("properties") or {}
         if not isinstance(props, dict):
