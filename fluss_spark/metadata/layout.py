@@ -32,6 +32,8 @@ from fluss_spark.protocol.codec import packb, unpackb
 ROOT = "/fluss"
 COORDINATOR_ELECTION = f"{ROOT}/coordinator/election"
 COORDINATOR_ACTIVE = f"{ROOT}/coordinator/active"
+#: The coordinator epoch: its znode version is the fencing token every coordinator write checks.
+COORDINATOR_EPOCH = f"{ROOT}/coordinator/epoch"
 TABLETS = f"{ROOT}/tablets"
 TABLE_ID_COUNTER = f"{ROOT}/counters/table_id"
 TABLES = f"{ROOT}/tables"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from typing import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss,
@@ -13,8 +14,8 @@ from kazoo.exceptions import (BadVersionError, ConnectionClosedError, Connection
 from kazoo.handlers.threading import AsyncResult, KazooTimeoutError, SequentialThreadingHandler
 from kazoo.recipe.election import Election
 
-from fluss_spark.errors import (FlussError, MetadataStoreUnavailable, TableAlreadyExist,
-                                TableNotExist)
+from fluss_spark.errors import (FlussError, MetadataStoreUnavailable, NotCoordinatorLeader,
+                                TableAlreadyExist, TableNotExist)
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.layout import (AssignmentRecord, CoordinatorRecord, SnapshotRecord,
                                          TableRecord, TabletRecord)
@@ -76,6 +77,12 @@ class MetadataStore:
                               connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2,
                                                 "max_delay": _RECONNECT_MAX_DELAY_S})
         self._timeout_s = timeout_s
+        #: (epoch path, znode version) once this store writes for the active coordinator: every
+        #: write then checks it in the same transaction, so a coordinator that lost its
+        #: leadership (paused past its session, cut off) cannot change anything any more.
+        self._fence: tuple[str, int] | None = None
+        #: Called when a write found the fence taken by another coordinator.
+        self.on_fenced: Callable[[], None] | None = None
 
     def start(self) -> "MetadataStore":
         try:
@@ -99,6 +106,94 @@ class MetadataStore:
             pass
 
     # -- coordinator ------------------------------------------------------------------------
+    # -- fencing ----------------------------------------------------------------------------
+    def claim_epoch(self) -> int:
+        """Make this store the coordinator's writer: bump the coordinator epoch and fence every
+        later write on it. Returns the new epoch."""
+        path = layout.COORDINATOR_EPOCH
+        self.zk.ensure_path(path)
+        while True:
+            data, stat = self.zk.get(path)
+            epoch = (layout.decode_int(data) if data else 0) + 1
+            try:
+                new = self.zk.set(path, layout.encode_int(epoch), version=stat.version)
+            except BadVersionError:
+                continue
+            self._fence = (path, new.version)
+            return epoch
+
+    def still_writer(self) -> bool:
+        """Whether no other coordinator claimed the epoch since ``claim_epoch``."""
+        if self._fence is None:
+            return False
+        stat = self.zk.exists(self._fence[0])
+        return stat is not None and stat.version == self._fence[1]
+
+    def _transaction(self):
+        tx = self.zk.transaction()
+        if self._fence is not None:
+            tx.check(*self._fence)
+        return tx
+
+    def _commit(self, tx, what: str) -> list:
+        """Commit; the results of the caller's own operations (the fence check taken off)."""
+        results = tx.commit()
+        if self._fence is None:
+            return results
+        if isinstance(results[0], (BadVersionError, NoNodeError)):
+            if self.on_fenced is not None:
+                self.on_fenced()
+            raise NotCoordinatorLeader(
+                f"another coordinator took over (the coordinator epoch changed), so this one no "
+                f"longer writes ({what}); retry against the active coordinator")
+        return results[1:]
+
+    def _write(self, op: str, path: str, *args, **kwargs):
+        """``create``, ``set_data`` or ``delete``, fenced when this store writes for the active
+        coordinator; raises what the plain kazoo call raises (NodeExistsError, ...)."""
+        if self._fence is None:
+            return getattr(self.zk, "set" if op == "set_data" else op)(path, *args, **kwargs)
+        tx = self._transaction()
+        getattr(tx, op)(path, *args, **kwargs)
+        (result,) = self._commit(tx, f"{op} {path}")
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def _delete_tree(self, path: str) -> None:
+        """Delete ``path`` and everything under it, fenced, in transactions of at most 500
+        nodes (deepest first); NoNodeError when ``path`` does not exist."""
+        if self._fence is None:
+            self.zk.delete(path, recursive=True)
+            return
+        for _ in range(5):
+            nodes = self._subtree(path)
+            if nodes is None:
+                raise NoNodeError(path)
+            failed = False
+            for i in range(0, len(nodes), 500):
+                tx = self._transaction()
+                for node in nodes[i:i + 500]:
+                    tx.delete(node)
+                if any(isinstance(r, Exception) for r in self._commit(tx, f"delete {path}")):
+                    failed = True     # the tree changed under us: list it again
+                    break
+            if not failed:
+                return
+        raise FlussError(f"deleting {path} kept failing: its children keep changing")
+
+    def _subtree(self, path: str) -> list[str] | None:
+        """``path`` and its descendants, deepest first; None when ``path`` does not exist."""
+        try:
+            children = self.zk.get_children(path)
+        except NoNodeError:
+            return None
+        out: list[str] = []
+        for child in children:
+            out.extend(self._subtree(f"{path}/{child}") or [])
+        out.append(path)
+        return out
+
     def election(self, identifier: str) -> Election:
         return self.zk.Election(layout.COORDINATOR_ELECTION, identifier)
 
@@ -127,10 +222,10 @@ class MetadataStore:
 
     def set_active_coordinator(self, record: CoordinatorRecord) -> None:
         try:
-            self.zk.delete(layout.COORDINATOR_ACTIVE)
+            self._write("delete", layout.COORDINATOR_ACTIVE)
         except NoNodeError:
             pass
-        self.zk.create(layout.COORDINATOR_ACTIVE, record.encode(), ephemeral=True)
+        self._write("create", layout.COORDINATOR_ACTIVE, record.encode(), ephemeral=True)
 
     def active_coordinator(self) -> CoordinatorRecord | None:
         return self._get(layout.COORDINATOR_ACTIVE, CoordinatorRecord)
@@ -173,16 +268,16 @@ class MetadataStore:
             data, stat = self.zk.get(path)
             value = layout.decode_int(data) + 1
             try:
-                self.zk.set(path, layout.encode_int(value), version=stat.version)
+                self._write("set_data", path, layout.encode_int(value), version=stat.version)
                 return value
             except BadVersionError:
                 continue
 
     def create_table(self, table: TableRecord, assignment: AssignmentRecord) -> None:
-        tx = self.zk.transaction()
+        tx = self._transaction()
         tx.create(layout.table_path(table.name), table.encode())
         tx.create(layout.assignment_path(table.name), assignment.encode())
-        results = tx.commit()
+        results = self._commit(tx, f"create table {table.name}")
         for r in results:
             if isinstance(r, NodeExistsError):
                 raise TableAlreadyExist(f"table {table.name} already exists")
@@ -191,7 +286,7 @@ class MetadataStore:
 
     def drop_table(self, name: str) -> None:
         try:
-            self.zk.delete(layout.table_path(name), recursive=True)
+            self._delete_tree(layout.table_path(name))
         except NoNodeError:
             raise TableNotExist(f"table {name} does not exist") from None
 
@@ -205,7 +300,7 @@ class MetadataStore:
         return self._get(layout.assignment_path(name), AssignmentRecord)
 
     def set_assignment(self, name: str, assignment: AssignmentRecord) -> None:
-        self.zk.set(layout.assignment_path(name), assignment.encode())
+        self._write("set_data", layout.assignment_path(name), assignment.encode())
 
     def tables(self) -> list[tuple[TableRecord, AssignmentRecord | None]]:
         out = []
@@ -218,14 +313,15 @@ class MetadataStore:
     # -- KV snapshots -----------------------------------------------------------------------
     def put_snapshot(self, rec: SnapshotRecord) -> None:
         path = layout.snapshot_path(rec.table_id, rec.bucket, rec.snapshot_id)
+        self.zk.ensure_path(path.rpartition("/")[0])
         try:
-            self.zk.create(path, rec.encode(), makepath=True)
+            self._write("create", path, rec.encode())
         except NodeExistsError:
-            self.zk.set(path, rec.encode())
+            self._write("set_data", path, rec.encode())
 
     def delete_snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> None:
         try:
-            self.zk.delete(layout.snapshot_path(table_id, bucket, snapshot_id))
+            self._write("delete", layout.snapshot_path(table_id, bucket, snapshot_id))
         except NoNodeError:
             pass
 
@@ -243,7 +339,7 @@ class MetadataStore:
 
     def delete_table_snapshots(self, table_id: int) -> None:
         try:
-            self.zk.delete(layout.snapshots_path(table_id), recursive=True)
+            self._delete_tree(layout.snapshots_path(table_id))
         except NoNodeError:
             pass
 
@@ -269,30 +365,29 @@ class MetadataStore:
             if not exists:
                 # The parent must exist before its chunks; until the header switch it says
                 # "writing", and a loader discards such a never-acknowledged lease.
-                self.zk.create(path, packb({
+                self._write("create", path, packb({
                     "v": LeaseRecord.VERSION, "lease_id": record.lease_id,
                     "created_ms": record.created_ms, "expires_at_ms": record.expires_at_ms,
                     "state": "writing", "pins": None, "generation": 0, "chunks": 0}))
             pending = [(f"{path}/{layout.lease_chunk_name(generation, i)}", chunk)
                        for i, chunk in enumerate(chunks)]
-            results = [(p, c, self.zk.create_async(p, c)) for p, c in pending]
-            for p, c, result in results:
+            for p, c in pending:
                 try:
-                    result.get()
+                    self._write("create", p, c)
                 except NodeExistsError:
                     # An orphan of an interrupted write with the same generation number.
-                    self.zk.set(p, c)
-            self.zk.set(path, header)
+                    self._write("set_data", p, c)
+            self._write("set_data", path, header)
         elif exists:
-            self.zk.set(path, header)
+            self._write("set_data", path, header)
         else:
-            self.zk.create(path, header)
+            self._write("create", path, header)
         try:
             for child in self._children(path):
                 parsed = layout.parse_lease_chunk_name(child)
                 if parsed is not None and (parsed[0] != generation or not chunks):
                     try:
-                        self.zk.delete(f"{path}/{child}")
+                        self._write("delete", f"{path}/{child}")
                     except NoNodeError:
                         pass
         except _CONNECTION_ERRORS as e:
@@ -347,22 +442,22 @@ class MetadataStore:
         children = self._children(path)
         if not children:
             try:
-                self.zk.delete(path)
+                self._write("delete", path)
                 return
             except NoNodeError:
                 return
             except NotEmptyError:
                 children = self._children(path)   # chunks appeared since we looked
-        tx = self.zk.transaction()
+        tx = self._transaction()
         for child in children:
             tx.delete(f"{path}/{child}")
         tx.delete(path)
-        results = tx.commit()
+        results = self._commit(tx, f"delete lease {lease_id}")
         if any(isinstance(r, Exception) for r in results):
             # The children changed under us (only an operator could do that): delete what is
             # there now, child by child.
             try:
-                self.zk.delete(path, recursive=True)
+                self._delete_tree(path)
             except NoNodeError:
                 pass
 

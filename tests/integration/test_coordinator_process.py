@@ -133,3 +133,56 @@ def test_only_one_coordinator_is_active_and_a_standby_takes_over(zk_address, tmp
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_coordinator_paused_past_its_session_serves_and_writes_nothing_when_it_wakes(
+        zk_address, tmp_path, meta):
+    """A leader paused (SIGSTOP) while a standby took over must not answer from its stale state
+    when it wakes, nor expire or delete leases the new leader keeps (writes are fenced)."""
+    import os
+    import signal
+    import time
+
+    from fluss_spark.errors import ApiError, LeaseNotFound
+    remote = tmp_path / "remote"
+    options = ["zookeeper.client.session-timeout=2s",
+               "kv.snapshot.lease.expiration-check-interval=100ms"]
+    meta.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=9001))
+    first = CoordinatorProcess(zk_address, tmp_path / "c1", options=options,
+                               remote_data_dir=remote).start()
+    second = CoordinatorProcess(zk_address, tmp_path / "c2", options=options,
+                                remote_data_dir=remote).start()
+    try:
+        old, new = first.connection(), second.connection()
+        t = call_until_leader(old, ApiKey.CREATE_TABLE, table_body())["table_id"]
+        old.call(ApiKey.COMMIT_KV_SNAPSHOT, {
+            "table_id": t, "bucket": 0, "snapshot_id": 1,
+            "path": place_snapshot_file(remote, t, 0, 1), "log_offset": 5, "row_count": 1,
+            "size_bytes": 4, "created_ms": 1})
+        old.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE,
+                 {"lease_id": "short", "duration_ms": 3_000, "tables": {t: {0: 1}}})
+        os.kill(first.pid, signal.SIGSTOP)
+        paused_at = time.monotonic()
+        try:
+            # The standby takes over once the paused leader's session expires, and keeps the
+            # lease alive; the paused leader still holds its old copy, due to expire.
+            call_until_leader(new, ApiKey.RENEW_KV_SNAPSHOT_LEASE,
+                              {"lease_id": "short", "duration_ms": 3_600_000}, timeout_s=60)
+            new.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE,
+                     {"lease_id": "later", "duration_ms": 3_600_000, "tables": {t: {0: 1}}})
+            wait_until(lambda: time.monotonic() - paused_at > 4, 10, "the old copy to expire")
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        # Awake, the old leader neither answers from its stale state nor acts on it.
+        for lease_id in ("later", "short"):
+            with pytest.raises(ApiError) as err:
+                old.call(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": lease_id})
+            assert err.value.retriable and not isinstance(err.value, LeaseNotFound), err.value
+        wait_until(lambda: "stepping down" in first.log() or "session lost" in first.log()
+                   or "ZooKeeper session lost" in first.log(), 30, "the old leader to step down")
+        assert sorted(meta.lease_ids()) == ["later", "short"]
+        assert meta.load_lease("short").expires_at_ms > time.time() * 1000 + 3_000_000
+        assert new.call(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "short"})["pin_count"] == 1
+    finally:
+        first.stop()
+        second.stop()

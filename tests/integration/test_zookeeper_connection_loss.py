@@ -182,8 +182,10 @@ def test_a_drop_while_zookeeper_is_down_fails_within_the_session_timeout_not_for
         # session timeout so the caller hears "retry" instead of hanging.
         assert time.monotonic() - started < SESSION_S + 5
         assert err.value.retriable and "'job'" in str(err.value)
-        # Calls served from memory keep working, and nothing was dropped.
-        assert memory_leases(conn) == {"job": held}
+        # Calls served from memory answer with the unchanged lease while the coordinator can
+        # still be sure it leads (within its session), and a retriable error after that.
+        assert succeeds(conn, ApiKey.LIST_KV_SNAPSHOT_LEASES, {}) in (
+            None, {"leases": [held]})
     finally:
         outage.zk.start()   # same port and data: the coordinator's session survives
     metrics = wait_until(lambda: succeeds(conn, ApiKey.GET_METRICS, {}), 60,

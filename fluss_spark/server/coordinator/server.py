@@ -8,7 +8,8 @@ import time
 from typing import Callable
 
 from fluss_spark import config
-from fluss_spark.errors import InvalidRequest, NotCoordinatorLeader, TableNotExist
+from fluss_spark.errors import (InvalidRequest, MetadataStoreUnavailable,
+                                NotCoordinatorLeader, TableNotExist)
 from fluss_spark.metadata.layout import CoordinatorRecord, SnapshotRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol.api import ApiKey
@@ -67,6 +68,12 @@ class CoordinatorServer:
                               limits=RpcLimits.from_options(settings.options))
         self.host, self.port = self._rpc.host, self._rpc.port
         self._leader = threading.Event()
+        #: Leader requests are served only before this (monotonic) time, which each confirmed
+        #: look at the coordinator epoch moves on; a coordinator paused past its session finds
+        #: it passed when it wakes, before it could serve anything from a stale state.
+        self._valid_until = 0.0
+        self._session_s = settings.zk_session_timeout_s
+        self._store.on_fenced = self._on_fenced
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._election = None
@@ -119,6 +126,28 @@ class CoordinatorServer:
             self._leader.clear()
             self._wake.set()
 
+    def _on_fenced(self) -> None:
+        if self._leader.is_set():
+            log.warning("another coordinator took over (coordinator epoch changed); stepping down")
+        self._leader.clear()
+        self._wake.set()
+
+    def _confirm_leadership(self) -> None:
+        """Check the epoch is still ours and extend the validity of leadership, or step down."""
+        asked = time.monotonic()
+        try:
+            mine = self._store.still_writer()
+        except Exception as e:  # noqa: BLE001 - unknown: let the validity lapse, retry later
+            log.warning("cannot confirm leadership (%s: %s); leader requests pause until "
+                        "ZooKeeper answers", type(e).__name__, e)
+            return
+        if mine:
+            # ZooKeeper saw our session alive after ``asked``: it cannot expire, and so no
+            # other coordinator can take over, before asked + the session timeout.
+            self._valid_until = asked + 0.8 * self._session_s
+        else:
+            self._on_fenced()
+
     def _election_loop(self) -> None:
         while not self._stopping.is_set():
             try:
@@ -138,13 +167,16 @@ class CoordinatorServer:
             log.exception("coordinator recovery failed; releasing leadership")
             return
         log.info("coordinator %s:%s is the active coordinator", self.host, self.port)
-        while not self._stopping.is_set() and not self._wake.is_set():
-            self._wake.wait(1.0)
+        confirm_every = max(0.05, self._session_s / 4)
+        while not self._stopping.is_set() and not self._wake.wait(confirm_every):
+            self._confirm_leadership()
         self._leader.clear()
         self.leases.stop_expiry()
 
     def _become_leader(self) -> None:
         with self._lock:
+            # First of all: from here on, writes of any earlier coordinator fail.
+            epoch = self._store.claim_epoch()
             n_tables = self.tables.load()
             n_snaps = self.snapshots.load()
             # Every lease is loaded before any GC, so nothing a lease pins can be collected.
@@ -157,8 +189,10 @@ class CoordinatorServer:
             self.snapshots.gc_all()
             self._store.set_active_coordinator(
                 CoordinatorRecord(host=self.host, port=self.port, epoch=self._clock()))
+            self._valid_until = time.monotonic() + 0.8 * self._session_s
             self._leader.set()
-        log.info("recovered %d tables, %d snapshots, %d leases", n_tables, n_snaps, n_leases)
+        log.info("coordinator epoch %d: recovered %d tables, %d snapshots, %d leases", epoch,
+                 n_tables, n_snaps, n_leases)
         interval = self.settings.options.get(config.LEASE_EXPIRATION_CHECK_INTERVAL.key,
                                              config.LEASE_EXPIRATION_CHECK_INTERVAL.default)
         self.leases.start_expiry(int(interval))
@@ -185,6 +219,13 @@ class CoordinatorServer:
 
     def _leader_only(self, fn):
         def handler(body: dict) -> dict:
+            if self._leader.is_set() and time.monotonic() >= self._valid_until:
+                self._confirm_leadership()      # one ZooKeeper read, bounded by the session
+            if self._leader.is_set() and time.monotonic() >= self._valid_until:
+                raise MetadataStoreUnavailable(
+                    f"the coordinator at {self.host}:{self.port} cannot confirm it is still the "
+                    f"active coordinator: ZooKeeper ({self.settings.zookeeper}) does not "
+                    f"answer; retry")
             if not self._leader.is_set():
                 raise NotCoordinatorLeader(
                     f"the coordinator at {self.host}:{self.port} is not the active coordinator "
