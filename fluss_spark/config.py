@@ -121,6 +121,10 @@ def integer(key: str, default: int | None, doc: str, minimum: int | None = None)
     return Option(key, parse_int, default, doc, minimum)
 
 
+def string(key: str, default: str | None, doc: str) -> Option:
+    return Option(key, lambda v, k: str(v).strip(), default, doc)
+
+
 def boolean(key: str, default: bool, doc: str) -> Option:
     return Option(key, parse_bool, default, doc)
 
@@ -209,11 +213,31 @@ RPC_READ_TIMEOUT = duration("rpc.request.read-timeout", "30s",
 RPC_HANDLER_THREADS = integer("rpc.handler-threads", 32,
                               "Threads that run request handlers (requests of one connection "
                               "run in order).", minimum=1)
+def _security_protocol(value: Any, key: str) -> str:
+    v = str(value).strip().upper()
+    if v not in ("PLAINTEXT", "SASL"):
+        raise ConfigError(f"{key} must be PLAINTEXT or SASL, got {value!r}")
+    return v
+
+
+SECURITY_PROTOCOL = Option("security.protocol", _security_protocol, "PLAINTEXT",
+                           "PLAINTEXT (no authentication) or SASL (every client authenticates "
+                           "with SASL PLAIN before any other request).")
+SASL_USERS_FILE = string("security.sasl.users-file", None,
+                         "File of 'username:password' lines: the principals a SASL server "
+                         "accepts (keep it private: mode 600).")
+SUPER_USERS = string("super.users", "",
+                     "Comma-separated principals allowed everything: create and drop tables, "
+                     "release or drop any lease.")
+INTERNAL_USERNAME = string("security.internal.username", "internal",
+                           "The principal servers use to call each other (its password is in "
+                           "the users file); only it may commit KV snapshots.")
 SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL,
                   SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
                   RPC_MAX_REQUEST_SIZE, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
-                  RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS]
+                  RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, SECURITY_PROTOCOL,
+                  SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME]
 
 
 def parse_server_options(pairs: list[str]) -> dict[str, Any]:

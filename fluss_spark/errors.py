@@ -12,7 +12,9 @@
     │   ├── ScannerExpired          (66) ... and the other scan-session errors
     │   ├── LeaseNotFound           (1001, project code) ...
     │   ├── LeaseHeldByOther        (1004) another query's holder pins the table under the lease
-    │   └── MetadataStoreUnavailable (1005, retriable) the coordinator lost ZooKeeper
+    │   ├── MetadataStoreUnavailable (1005, retriable) the coordinator lost ZooKeeper
+    │   ├── AuthenticationFailed    (1006) no or wrong SASL credentials
+    │   └── AuthorizationFailed     (1007) the principal may not do this
     └── ConfigError                 bad option or argument, raised before any I/O
 
 Codes that Apache Fluss also has keep Fluss's number; codes of our own start at 1000.
@@ -106,6 +108,10 @@ LeaseHeldByOther = _register(1004, "LeaseHeldByOther",
                              doc="Another holder (query) pins the table under this lease.")
 MetadataStoreUnavailable = _register(1005, "MetadataStoreUnavailable", retriable=True,
                                      doc="The coordinator lost its ZooKeeper connection; retry.")
+AuthenticationFailed = _register(1006, "AuthenticationFailed",
+                                 doc="No or wrong credentials for a server that requires SASL.")
+AuthorizationFailed = _register(1007, "AuthorizationFailed",
+                                doc="The authenticated principal may not do this.")
 
 
 def error_class(code: int) -> type[ApiError]:

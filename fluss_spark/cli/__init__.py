@@ -35,6 +35,9 @@ def _common() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap-servers", default=argparse.SUPPRESS, metavar="HOST:PORT[,..]",
                    help="servers to connect to (default: $FLUSS_BOOTSTRAP_SERVERS, else the "
                         "local cluster)")
+    p.add_argument("--username", default=argparse.SUPPRESS, metavar="NAME",
+                   help="SASL username (default $FLUSS_USERNAME); the password is read from "
+                        "$FLUSS_PASSWORD, never from the command line")
     p.add_argument("--timeout", type=bounded(float, 0.001, MAX_TIMEOUT_S),
                    default=argparse.SUPPRESS, metavar="SECONDS",
                    help=f"request timeout including retries (default {DEFAULT_TIMEOUT_S:.0f})")

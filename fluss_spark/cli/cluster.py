@@ -21,6 +21,9 @@ def add_commands(sub, cmd) -> None:
                    help="use this ZooKeeper instead of starting one")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="server option, e.g. kv.scanner.ttl=1min (repeatable)")
+    c.add_argument("--sasl", action="store_true",
+                   help="require SASL PLAIN authentication; the super user 'admin' and the "
+                        "servers' 'internal' principal get random passwords in DIR/security/users")
     c.add_argument("--disable-api", action="append", default=[], metavar="GROUP",
                    help="leave out an API group (kv_snapshot_lease, scan_kv) to emulate an old server")
     _dir_arg(cmd(csub, "status", "every process of the local cluster, and metrics", cmd_cluster_status))
@@ -51,7 +54,8 @@ def cmd_cluster_start(args) -> int:
         cluster.disabled_apis = args.disable_api or cluster.disabled_apis
     else:
         cluster = LocalCluster(d, tablets=args.tablets or 1, zookeeper=args.zookeeper,
-                               server_options=args.option, disabled_apis=args.disable_api)
+                               server_options=args.option, disabled_apis=args.disable_api,
+                               sasl=args.sasl)
     cluster.start()
     if _json(args):
         emit_json({"dir": str(d), "bootstrap_servers": cluster.bootstrap_servers,
@@ -71,14 +75,17 @@ def cmd_cluster_status(args) -> int:
     if coord_up:
         from fluss_spark.client import FlussConnection
         try:
-            with FlussConnection(cluster.bootstrap_servers, request_timeout_s=5.0) as conn:
+            user, password = cluster.credentials or (None, None)
+            with FlussConnection(cluster.bootstrap_servers, request_timeout_s=5.0,
+                                 username=user, password=password) as conn:
                 metrics = conn.admin().metrics()
         except FlussError:
             metrics = None   # coordinator still starting or not the active one: status only
     if _json(args):
         emit_json({"dir": str(d), "bootstrap_servers": cluster.bootstrap_servers,
                    "zookeeper": cluster.zookeeper_address, "processes": procs,
-                   "metrics": metrics})
+                   "metrics": metrics,
+                   "users_file": str(cluster.users_file) if cluster.sasl else None})
         return 0
     print(f"cluster {d}  bootstrap {cluster.bootstrap_servers}  zookeeper {cluster.zookeeper_address}")
     print_table(procs, ["role", "id", "pid", "address", "alive"])

@@ -52,7 +52,31 @@ def connect(args):
     if not any(port_open(h, p, timeout_s=2.0) for h, p in parse_bootstrap(servers)):
         raise FlussError(f"no server is reachable at {servers}; is the cluster running? "
                          "(`fluss-spark cluster status`)")
-    return FlussConnection(servers, request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S))
+    user, password = credentials(args, servers) or (None, None)
+    return FlussConnection(servers, request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S),
+                           username=user, password=password)
+
+
+def credentials(args, servers: str) -> tuple[str, str] | None:
+    """SASL PLAIN credentials: ``FLUSS_USERNAME`` (or ``--username``) and ``FLUSS_PASSWORD``;
+    else, for the local cluster of this machine when it requires SASL, its super user (the
+    password stays in the cluster directory). None: no authentication."""
+    user = getattr(args, "username", None) or os.environ.get("FLUSS_USERNAME")
+    password = os.environ.get("FLUSS_PASSWORD")
+    if user or password:
+        if not (user and password):
+            raise ConfigError("a SASL login needs a username (--username or FLUSS_USERNAME) and "
+                              "a password (FLUSS_PASSWORD)")
+        return user, password
+    from fluss_spark.client.connection import parse_bootstrap
+    from fluss_spark.testing.cluster import LocalCluster, read_state
+    d = default_cluster_dir()
+    if read_state(d) is None:
+        return None
+    local = LocalCluster.load(d)
+    if set(parse_bootstrap(local.bootstrap_servers)) & set(parse_bootstrap(servers)):
+        return local.credentials
+    return None
 
 
 def _columns_arg(text: str | None) -> list[str] | None:

@@ -36,15 +36,22 @@ class FlussConnection:
         are asked for metadata, which names every other server.
     request_timeout_s:
         How long a call keeps retrying retriable errors (and waits for one response).
+    username, password:
+        SASL PLAIN credentials, for a cluster with ``security.protocol=SASL``.
     """
 
     def __init__(self, bootstrap_servers: str | Iterable[str], request_timeout_s: float = 60.0,
                  *, rpc_factory: Callable[[str, int, float], Any] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 username: str | None = None, password: str | None = None):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.request_timeout_s = float(request_timeout_s)
-        self._rpc_factory = rpc_factory or (lambda h, p, t: RpcConnection(h, p, timeout_s=t))
+        if (username is None) != (password is None):
+            raise ConfigError("give both a username and a password, or neither")
+        credentials = (username, password) if username is not None else None
+        self._rpc_factory = rpc_factory or (
+            lambda h, p, t: RpcConnection(h, p, timeout_s=t, credentials=credentials))
         self._clock, self._sleep = clock, sleep
         self._meta = MetadataCache()
         self._lock = threading.Lock()

@@ -20,8 +20,11 @@ class RpcConnection:
     """
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
-                 connect_timeout_s: float = 5.0):
+                 connect_timeout_s: float = 5.0, credentials: tuple[str, str] | None = None):
+        """``credentials``: (username, password) for a server with SASL (PLAIN) authentication;
+        every new socket authenticates before its first request."""
         self.host, self.port = host, int(port)
+        self._credentials = credentials
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._sock: socket.socket | None = None
@@ -78,8 +81,24 @@ class RpcConnection:
         if self._sock is None:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._credentials is not None:
+                try:
+                    self._authenticate(sock)
+                except BaseException:
+                    sock.close()
+                    raise
             self._sock = sock
         return self._sock
+
+    def _authenticate(self, sock: socket.socket) -> None:
+        user, password = self._credentials
+        token = b"\0" + user.encode() + b"\0" + password.encode()     # SASL PLAIN (RFC 4616)
+        cid = next(self._ids)
+        sock.settimeout(self.timeout_s)
+        sock.sendall(framing.encode_frame(codec.encode_request(
+            ApiKey.AUTHENTICATE, CURRENT_VERSION, cid, {"mechanism": "PLAIN", "token": token})))
+        header = _recv_or_eof(sock, framing.HEADER.size)
+        codec.decode_response(_recv_or_eof(sock, framing.decode_length(header))).raise_for_error()
 
     def _close_locked(self) -> None:
         if self._sock is not None:

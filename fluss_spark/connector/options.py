@@ -11,7 +11,7 @@ import calendar
 import difflib
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from fluss_spark.config import (MAX_LEASE_DURATION_MS, Option, boolean, duration, integer,
@@ -108,6 +108,10 @@ SPLIT_MAX_ROWS = integer("scan.split.max-rows", 0,
                          "this many rows (0: one split per bucket).", minimum=0)
 REQUEST_TIMEOUT = duration("client.request.timeout", "60s",
                            "Timeout of one request to a Fluss server.", minimum=1)
+SASL_USERNAME = _string("client.security.sasl.username",
+                        "SASL PLAIN username, for a cluster with security.protocol=SASL.")
+SASL_PASSWORD = _string("client.security.sasl.password",
+                        "SASL PLAIN password (never logged); give it with the username.")
 LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
                                 "How often list -> acquire is retried for snapshots that vanished "
                                 "before they could be leased.", minimum=0)
@@ -116,6 +120,7 @@ SOURCE_OPTIONS: list[Option] = [
     BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
     LEASE_DURATION, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, REQUEST_TIMEOUT, LEASE_ACQUIRE_RETRIES,
+    SASL_USERNAME, SASL_PASSWORD,
 ]
 
 #: ``load("name")`` puts the argument under ``path``; it is accepted as a synonym of ``table``.
@@ -143,10 +148,18 @@ class SourceOptions:
     split_max_rows: int = 0
     request_timeout_ms: int = 60_000
     lease_acquire_retries: int = 5
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)   # never in logs or errors
 
     @property
     def request_timeout_s(self) -> float:
         return self.request_timeout_ms / 1000.0
+
+    def connect(self) -> Any:
+        """A FlussConnection with these options' servers, timeout and credentials."""
+        from fluss_spark.client import FlussConnection
+        return FlussConnection(self.bootstrap_servers, request_timeout_s=self.request_timeout_s,
+                               username=self.sasl_username, password=self.sasl_password)
 
 
 def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
@@ -221,6 +234,11 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
     if lease_id is not None:
         check_lease_id(lease_id)
 
+    username, password = SASL_USERNAME.get(values), SASL_PASSWORD.get(values)
+    if (username is None) != (password is None):
+        raise ConfigError("options 'client.security.sasl.username' and "
+                          "'client.security.sasl.password' go together: give both or neither")
+
     max_rows = MAX_OFFSETS_PER_TRIGGER.get(values)
     min_rows = MIN_OFFSETS_PER_TRIGGER.get(values)
     if max_rows is not None and min_rows is not None and min_rows > max_rows:
@@ -245,6 +263,8 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         split_max_rows=SPLIT_MAX_ROWS.get(values),
         request_timeout_ms=REQUEST_TIMEOUT.get(values),
         lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
+        sasl_username=username,
+        sasl_password=password,
     )
 
 

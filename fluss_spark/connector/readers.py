@@ -26,15 +26,13 @@ _CONNECTIONS_LOCK = threading.Lock()
 
 def connection(options: SourceOptions) -> Any:
     """The worker process's cached connection to ``options.bootstrap_servers``."""
-    from fluss_spark.client import FlussConnection
 
-    key = (options.bootstrap_servers, options.request_timeout_ms)
+    key = (options.bootstrap_servers, options.request_timeout_ms, options.sasl_username,
+           options.sasl_password)
     with _CONNECTIONS_LOCK:
         conn = _CONNECTIONS.get(key)
         if conn is None:
-            conn = FlussConnection(options.bootstrap_servers,
-                                   request_timeout_s=options.request_timeout_s)
-            _CONNECTIONS[key] = conn
+            conn = _CONNECTIONS[key] = options.connect()
         return conn
 
 

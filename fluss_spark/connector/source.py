@@ -27,8 +27,7 @@ from fluss_spark.errors import ConfigError, TableNotExist
 
 
 def _connect(options: SourceOptions):
-    from fluss_spark.client import FlussConnection
-    return FlussConnection(options.bootstrap_servers, request_timeout_s=options.request_timeout_s)
+    return options.connect()
 
 
 def resolve_table_names(admin: Any, options: SourceOptions) -> list[str]:

@@ -75,6 +75,7 @@ class ApiKey(enum.IntEnum):
 
     API_VERSIONS = 0
     GET_METADATA = 1
+    AUTHENTICATE = 2
     CREATE_TABLE = 10
     DROP_TABLE = 11
     LIST_TABLES = 12

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from fluss_spark import config
-from fluss_spark.errors import (ApiError, CorruptMessage, InvalidRequest,
+from fluss_spark.errors import (ApiError, AuthenticationFailed, CorruptMessage, InvalidRequest,
                                 MetadataStoreUnavailable, UnknownServerError, UnsupportedVersion)
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
+from fluss_spark.server.security import Security, run_as
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class _Connection:
     """One client socket and where its current request or response stands."""
 
     __slots__ = ("sock", "ip", "head", "buf", "got", "length", "last_active", "request_started",
-                 "busy")
+                 "busy", "principal")
 
     def __init__(self, sock: socket.socket, ip: str, now: float):
         self.sock, self.ip = sock, ip
@@ -88,6 +89,7 @@ class _Connection:
         self.last_active = now
         self.request_started: float | None = None
         self.busy = False               # a handler runs (and answers) this connection's request
+        self.principal: str | None = None  # who authenticated on this connection (SASL)
 
 
 class RpcServer:
@@ -98,8 +100,10 @@ class RpcServer:
     """
 
     def __init__(self, host: str, port: int, *, role: str, server_id: int,
-                 disabled: frozenset[int] = frozenset(), limits: RpcLimits | None = None):
+                 disabled: frozenset[int] = frozenset(), limits: RpcLimits | None = None,
+                 security: Security | None = None):
         self.role = role
+        self.security = security or Security()
         self.server_id = server_id
         self.limits = limits or RpcLimits()
         self._handlers: dict[int, Handler] = {}
@@ -273,7 +277,7 @@ class RpcServer:
     def _run(self, conn: _Connection, payload: bytearray) -> None:
         """In a handler thread: answer one request, send the reply, hand the connection back."""
         try:
-            reply, keep = self._dispatch(payload)
+            reply, keep = self._dispatch(payload, conn)
         except Exception:  # noqa: BLE001 - _dispatch answers every error; belt and braces
             log.exception("request handling failed")
             reply, keep = codec.encode_response(-1, error=UnknownServerError("internal error")), False
@@ -354,12 +358,30 @@ class RpcServer:
             pass
 
     # -- requests ---------------------------------------------------------------------------------
-    def _dispatch(self, payload: bytes) -> tuple[bytes, bool]:
+    def _dispatch(self, payload: bytes, conn: _Connection | None = None) -> tuple[bytes, bool]:
         try:
             req = codec.decode_request(payload, max_container=_MAX_CONTAINER)
         except CorruptMessage as e:
             return codec.encode_response(-1, error=e), False
+        if self.security.sasl and conn is not None:
+            if req.api_key == ApiKey.AUTHENTICATE:
+                try:
+                    conn.principal = self.security.authenticate(req.body.get("mechanism"),
+                                                                req.body.get("token"))
+                except AuthenticationFailed as e:
+                    log.warning("authentication from %s failed", conn.ip)
+                    return codec.encode_response(req.correlation_id, error=e), False
+                return codec.encode_response(req.correlation_id, {"principal": conn.principal}), True
+            if conn.principal is None and req.api_key != ApiKey.API_VERSIONS:
+                err = AuthenticationFailed(
+                    f"the {self.role} requires SASL authentication (security.protocol=SASL): "
+                    f"authenticate before {_api_name(req.api_key)} (client username and password "
+                    f"options)")
+                return codec.encode_response(req.correlation_id, error=err), False
+        elif req.api_key == ApiKey.AUTHENTICATE:
+            return codec.encode_response(req.correlation_id, {"principal": None}), True
         handler = self._handlers.get(req.api_key)
+        principal = conn.principal if conn is not None else None
         try:
             if handler is None:
                 name = ApiKey(req.api_key).name if req.api_key in ApiKey._value2member_map_ else req.api_key
@@ -368,7 +390,7 @@ class RpcServer:
                 raise UnsupportedVersion(
                     f"API {req.api_key} version {req.api_version} is not supported "
                     f"(supported: {CURRENT_VERSION})")
-            body = handler(req.body)
+            body = run_as(principal, handler, req.body)
             return codec.encode_response(req.correlation_id, body), True
         except ApiError as e:
             if isinstance(e, MetadataStoreUnavailable):  # an outage operators must see

@@ -53,7 +53,9 @@ class LocalCluster:
 
     def __init__(self, base_dir: str | Path, tablets: int = 1, zookeeper: str | None = None,
                  server_options=(), disabled_apis=(), host: str = "127.0.0.1",
-                 startup_timeout_s: float = 60.0):
+                 startup_timeout_s: float = 60.0, sasl: bool = False):
+        """``sasl``: servers require SASL PLAIN (``security.protocol=SASL``); the principals
+        ``admin`` (a super user) and ``internal`` get random passwords in ``users_file``."""
         self.base_dir = Path(base_dir).absolute()
         if tablets < 1:
             raise FlussError(f"a cluster needs at least one tablet server, got {tablets}")
@@ -69,6 +71,36 @@ class LocalCluster:
         for key in [("coordinator", 0)] + [("tablet", i) for i in range(tablets)]:
             self._add_server(*key)
         self._merge_state()
+        if sasl and not self.sasl:
+            self.server_options += ["security.protocol=SASL",
+                                    f"security.sasl.users-file={self.users_file}",
+                                    "super.users=admin"]
+
+    @property
+    def users_file(self) -> Path:
+        return self.base_dir / "security" / "users"
+
+    @property
+    def sasl(self) -> bool:
+        return "security.protocol=SASL" in self.server_options
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        """The super user's (username, password) of a SASL cluster; None for PLAINTEXT."""
+        if not self.sasl:
+            return None
+        from fluss_spark.server.security import read_users_file
+        return "admin", read_users_file(self.users_file)["admin"]
+
+    def _ensure_users(self) -> None:
+        if not self.sasl or self.users_file.exists():
+            return
+        import secrets
+        self.users_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.users_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"# principals of this cluster: username:password\n"
+                    f"admin:{secrets.token_urlsafe(24)}\ninternal:{secrets.token_urlsafe(24)}\n")
 
     # -- state file -----------------------------------------------------------------------------
     @property
@@ -147,7 +179,9 @@ class LocalCluster:
 
     def connection(self, request_timeout_s: float = 60.0):
         from fluss_spark.client import FlussConnection
-        return FlussConnection(self.bootstrap_servers, request_timeout_s=request_timeout_s)
+        user, password = self.credentials or (None, None)
+        return FlussConnection(self.bootstrap_servers, request_timeout_s=request_timeout_s,
+                               username=user, password=password)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "LocalCluster":
@@ -157,6 +191,7 @@ class LocalCluster:
         (self.base_dir / "logs").mkdir(exist_ok=True)
         self.snapshot_dir.mkdir(exist_ok=True)
         self._ensure_zookeeper()
+        self._ensure_users()
         self._save_state()
         for s in self.servers.values():
             if s.alive and not self._serving(s):
@@ -252,7 +287,7 @@ class LocalCluster:
         from fluss_spark.protocol.api import ApiKey
         want = {s.server_id for s in self.servers.values() if s.role == "tablet"}
         coord = self._server("coordinator", 0)
-        rpc = RpcConnection(self.host, coord.port, timeout_s=5.0)
+        rpc = RpcConnection(self.host, coord.port, timeout_s=5.0, credentials=self.credentials)
         deadline = time.monotonic() + (timeout_s or self.startup_timeout_s)
         seen, last_error = set(), None
         try:

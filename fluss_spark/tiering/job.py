@@ -84,7 +84,7 @@ class TieringConfig:
     max_restarts: int = 3
     restart_backoff_s: float = 5.0
     restart_window_s: float = 600.0
-    source_options: dict = field(default_factory=dict, hash=False)
+    source_options: dict = field(default_factory=dict, hash=False, repr=False)
 
     def __post_init__(self):
         try:
@@ -257,7 +257,10 @@ class TieringJob:
     def conn(self):
         if self._conn is None:
             from fluss_spark.client import FlussConnection
-            self._conn = FlussConnection(self.config.bootstrap_servers, request_timeout_s=30.0)
+            opts = self.config.source_options
+            self._conn = FlussConnection(self.config.bootstrap_servers, request_timeout_s=30.0,
+                                         username=opts.get("client.security.sasl.username"),
+                                         password=opts.get("client.security.sasl.password"))
         return self._conn
 
     def start(self) -> "TieringJob":

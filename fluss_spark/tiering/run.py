@@ -59,7 +59,19 @@ def config_from_args(args: argparse.Namespace, bootstrap_servers: str | None = N
                          lease_duration_ms=parse_duration_ms(args.lease_duration,
                                                              "--lease-duration"),
                          discover_interval_s=args.discover_interval,
-                         max_restarts=args.max_restarts)
+                         max_restarts=args.max_restarts,
+                         source_options=_sasl_options())
+
+
+def _sasl_options() -> dict:
+    """SASL credentials from FLUSS_USERNAME / FLUSS_PASSWORD as source options (the password
+    reaches the queries' options only, never a log line or the job's files)."""
+    user, password = os.environ.get("FLUSS_USERNAME"), os.environ.get("FLUSS_PASSWORD")
+    if not user and not password:
+        return {}
+    if not (user and password):
+        raise ConfigError("set both FLUSS_USERNAME and FLUSS_PASSWORD, or neither")
+    return {"client.security.sasl.username": user, "client.security.sasl.password": password}
 
 
 def run_job(spark: Any, config: TieringConfig, duration_s: float | None = None,

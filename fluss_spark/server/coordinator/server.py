@@ -20,6 +20,7 @@ from fluss_spark.server.metadata_view import build_metadata
 from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
 from fluss_spark.server.process import ServerSettings
 from fluss_spark.server.rpc import RpcLimits, RpcServer, require
+from fluss_spark.server.security import Security
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,11 @@ class CoordinatorServer:
                                    on_unpinned=self.snapshots.collect, clock=clock,
                                    lock=self._lock)
         self.snapshots.is_pinned = self.leases.is_pinned
+        self.security = Security.from_options(settings.options)
         self._rpc = RpcServer(settings.host, settings.port, role="coordinator",
                               server_id=settings.server_id, disabled=settings.disabled_apis,
-                              limits=RpcLimits.from_options(settings.options))
+                              limits=RpcLimits.from_options(settings.options),
+                              security=self.security)
         self.host, self.port = self._rpc.host, self._rpc.port
         self._leader = threading.Event()
         #: Leader requests are served only before this (monotonic) time, which each confirmed
@@ -244,10 +247,12 @@ class CoordinatorServer:
         return {"tables": self._store.table_names()}
 
     def _create_table(self, body: dict) -> dict:
+        self.security.authorize_super(f"create table {body.get('name')!r}")
         return {"table_id": self.tables.create(body)}
 
     def _drop_table(self, body: dict) -> dict:
         name = require(body, "name", str)
+        self.security.authorize_super(f"drop table {name!r}")
         with self._lock:
             rec = self.tables.drop(name, bool(body.get("ignore_if_not_exists")))
             if rec is None:
@@ -261,6 +266,7 @@ class CoordinatorServer:
         return {}
 
     def _commit_snapshot(self, body: dict) -> dict:
+        self.security.authorize_internal("commit KV snapshots (a tablet server's call)")
         rec = SnapshotRecord(
             table_id=require(body, "table_id", int), bucket=require(body, "bucket", int),
             snapshot_id=require(body, "snapshot_id", int), path=require(body, "path", str),

@@ -19,6 +19,7 @@ from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.server.metadata_view import build_metadata
 from fluss_spark.server.process import ServerSettings
 from fluss_spark.server.rpc import RpcLimits, RpcServer, require
+from fluss_spark.server.security import Security
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
 from fluss_spark.server.tablet.snapshotter import TRIGGER_DEADLINE_S, Snapshotter, snapshot_info
@@ -50,9 +51,11 @@ class TabletServer:
         self._clock = clock
         self.store = MetadataStore(settings.zookeeper,
                                    session_timeout_s=settings.zk_session_timeout_s)
+        self.security = Security.from_options(settings.options)
         self.rpc = RpcServer(settings.host, settings.port, role="tablet",
                              server_id=settings.server_id, disabled=settings.disabled_apis,
-                             limits=RpcLimits.from_options(settings.options))
+                             limits=RpcLimits.from_options(settings.options),
+                             security=self.security)
         self.host, self.port = self.rpc.host, self.rpc.port
         self.stopping = threading.Event()
         self._registered = threading.Event()

@@ -131,7 +131,8 @@ class Snapshotter:
             if self._conn is None or (self._conn.host, self._conn.port) != (active.host, active.port):
                 if self._conn is not None:
                     self._conn.close()
-                self._conn = RpcConnection(active.host, active.port, connect_timeout_s=2.0)
+                self._conn = RpcConnection(active.host, active.port, connect_timeout_s=2.0,
+                                           credentials=self.server.security.internal_credentials)
             return self._conn
 
     def _drop_connection(self) -> None:
