@@ -30,7 +30,7 @@ def _lease_doc(lease, names: dict[int, str]) -> dict:
     return {
         "lease_id": lease.lease_id, "expires_at_ms": lease.expires_at_ms,
         "expires": _fmt_ms(lease.expires_at_ms), "created_ms": lease.created_ms,
-        "pin_count": lease.pin_count,
+        "pin_count": lease.pin_count, "owner": lease.owner,
         # The query (holder) that pinned each table; a table pinned without a holder has none.
         "holders": {t: h for t, h in sorted(lease.holders.items())},
         "tables": [{"table_id": t, "table": names.get(t), "holder": lease.holders.get(t),

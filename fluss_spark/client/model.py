@@ -90,6 +90,7 @@ class LeaseInfo:
     tables: dict = field(default_factory=dict, hash=False, compare=False)
     pin_count: int = 0
     holders: dict = field(default_factory=dict, hash=False, compare=False)
+    owner: str | None = None
 
     @classmethod
     def from_wire(cls, d: dict) -> "LeaseInfo":
@@ -98,7 +99,8 @@ class LeaseInfo:
         return cls(lease_id=d["lease_id"], expires_at_ms=int(d.get("expires_at_ms") or 0),
                    created_ms=int(d.get("created_ms") or 0), tables=tables,
                    pin_count=int(d.get("pin_count", sum(len(p) for p in tables.values()))),
-                   holders={int(t): str(h) for t, h in (d.get("holders") or {}).items()})
+                   holders={int(t): str(h) for t, h in (d.get("holders") or {}).items()},
+                   owner=d.get("owner"))
 
 
 @dataclass(frozen=True)

@@ -319,15 +319,18 @@ class LeaseRecord:
     - v1: the layout above.
     - v2: adds ``holders: {table_id: holder}``, the holder (query) that pinned each table; a v1
       record decodes with no holders.
+    - v3: adds ``owner``, the authenticated principal that created the lease (nil on a
+      PLAINTEXT cluster); v1 and v2 records decode with no owner.
     """
 
-    VERSION = 2
+    VERSION = 3
 
     lease_id: str
     created_ms: int
     expires_at_ms: int
     tables: dict = field(default_factory=dict)
     holders: dict = field(default_factory=dict)
+    owner: str | None = None
 
     def pin_count(self) -> int:
         return sum(len(p) for p in self.tables.values())
@@ -340,7 +343,8 @@ class LeaseRecord:
         payload = packb(entries)
         header = {"v": self.VERSION, "lease_id": self.lease_id, "created_ms": self.created_ms,
                   "expires_at_ms": self.expires_at_ms, "state": "ok",
-                  "holders": {int(t): h for t, h in sorted(self.holders.items())}}
+                  "holders": {int(t): h for t, h in sorted(self.holders.items())},
+                  "owner": self.owner}
         if len(payload) <= max_inline_bytes:
             header.update(pins=entries, generation=generation, chunks=0,
                           payload_bytes=len(payload), payload_crc=zlib.crc32(payload))
@@ -380,4 +384,5 @@ class LeaseRecord:
             entries = raw.get("pins") or []
         return cls(lease_id=raw["lease_id"], created_ms=int(raw.get("created_ms", 0)),
                    expires_at_ms=int(raw["expires_at_ms"]), tables=decode_lease_pins(entries),
-                   holders={int(t): str(h) for t, h in (raw.get("holders") or {}).items()})
+                   holders={int(t): str(h) for t, h in (raw.get("holders") or {}).items()},
+                   owner=raw.get("owner"))

@@ -17,7 +17,7 @@ from fluss_spark.protocol.api import ApiKey
 from fluss_spark.testing.cluster import LocalCluster
 from fluss_spark.testing.coordinator import place_snapshot_file
 
-USERS = "admin:admin-secret\ninternal:internal-secret\nbob:bob-secret\n"
+USERS = "admin:admin-secret\ninternal:internal-secret\nbob:bob-secret\ncarol:carol-secret\n"
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +111,28 @@ def test_the_cli_logs_in_to_the_local_cluster_and_takes_credentials_from_the_env
     assert bad.returncode == 1 and "wrong username or password" in bad.stderr
     assert "wrong" not in bad.stderr.replace("wrong username", "")     # no password echoed
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_only_the_principal_that_created_a_lease_or_a_super_user_may_change_it(sasl_cluster):
+    with login(sasl_cluster, "admin", "admin-secret") as conn:
+        conn.admin().create_table("s.leased", "id BIGINT NOT NULL", primary_key=["id"],
+                                  num_buckets=1)
+        conn.writer("s.leased").upsert(pa.table({"id": pa.array([1], pa.int64())}))
+        snap = conn.admin().trigger_kv_snapshot("s.leased")[0]
+        tid = conn.table("s.leased").table_id
+    pins = {tid: {0: snap.snapshot_id}}
+    with login(sasl_cluster, "bob", "bob-secret") as bob, \
+            login(sasl_cluster, "carol", "carol-secret") as carol, \
+            login(sasl_cluster, "admin", "admin-secret") as admin:
+        bob.admin().acquire_kv_snapshot_lease("bobs-job", 600_000, pins)
+        assert carol.admin().describe_kv_snapshot_lease("bobs-job").owner == "bob"
+        for call in (lambda a: a.drop_kv_snapshot_lease("bobs-job"),
+                     lambda a: a.release_kv_snapshot_lease("bobs-job", {tid: [0]}),
+                     lambda a: a.renew_kv_snapshot_lease("bobs-job", 600_000),
+                     lambda a: a.acquire_kv_snapshot_lease("bobs-job", 600_000, pins)):
+            with pytest.raises(AuthorizationFailed, match="'carol' may not .* belongs to 'bob'"):
+                call(carol.admin())
+        assert bob.admin().describe_kv_snapshot_lease("bobs-job").pin_count == 1
+        bob.admin().renew_kv_snapshot_lease("bobs-job", 600_000)
+        assert admin.admin().drop_kv_snapshot_lease("bobs-job")      # a super user may
+        assert "bobs-job" not in {x.lease_id for x in bob.admin().list_kv_snapshot_leases()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 import time
 from typing import Callable, Iterable, Mapping, Protocol
 
@@ -83,7 +84,7 @@ class LeaseManager:
     # -- the API -----------------------------------------------------------------------------
     def acquire(self, lease_id: str, duration_ms: int,
                 tables: Mapping[int, Mapping[int, int]],
-                holder: str | None = None) -> tuple[dict, int]:
+                holder: str | None = None, owner: str | None = None) -> tuple[dict, int]:
         """Pin snapshots; returns ``(unavailable {table_id: {bucket: snapshot_id}}, expires_at_ms)``.
 
         Creates the lease or extends it to now + ``duration_ms``. A bucket already pinned by
@@ -97,6 +98,8 @@ class LeaseManager:
         every requested table that has pins afterwards. Without a holder (operators, older
         clients) nothing is refused and recorded holders stay. A table's holder is forgotten
         with its last pin (release, table drop, expiry).
+
+        ``owner``: the authenticated principal, recorded when the lease is created.
         """
         check_lease_id(lease_id)
         duration_ms = _duration(duration_ms)
@@ -145,12 +148,19 @@ class LeaseManager:
             rec = LeaseRecord(lease_id=lease_id,
                               created_ms=current.created_ms if current else now,
                               expires_at_ms=now + duration_ms, tables=new_tables,
-                              holders=_held(holders, new_tables))
+                              holders=_held(holders, new_tables),
+                              owner=current.owner if current else owner)
             self._store.save_lease(rec)
             self._leases[lease_id] = rec
             self._add_refs(added)
             self._unpinned(self._remove_refs(removed))
             return unavailable, rec.expires_at_ms
+
+    def owner_of(self, lease_id: str) -> str | None:
+        """The principal that created a live lease (None: unknown lease or no owner)."""
+        with self.lock:
+            rec = self._live(lease_id, self._clock())
+            return rec.owner if rec is not None else None
 
     def renew(self, lease_id: str, duration_ms: int) -> int:
         """Extend a live lease to now + ``duration_ms``; LeaseNotFound if unknown or expired."""
@@ -162,8 +172,7 @@ class LeaseManager:
             if current is None:
                 raise LeaseNotFound(f"KV snapshot lease {lease_id!r} does not exist or has "
                                     "expired; its snapshots are no longer pinned, acquire again")
-            rec = LeaseRecord(lease_id, current.created_ms, now + duration_ms, current.tables,
-                              current.holders)
+            rec = replace(current, expires_at_ms=now + duration_ms)
             self._store.save_lease(rec)
             self._leases[lease_id] = rec
             return rec.expires_at_ms
@@ -190,8 +199,7 @@ class LeaseManager:
             if not removed:
                 return current.pin_count()
             new_tables = {t: p for t, p in new_tables.items() if p}
-            rec = LeaseRecord(lease_id, current.created_ms, current.expires_at_ms, new_tables,
-                              _held(current.holders, new_tables))
+            rec = replace(current, tables=new_tables, holders=_held(current.holders, new_tables))
             if new_tables:
                 self._store.save_lease(rec)
                 self._leases[lease_id] = rec
@@ -269,8 +277,7 @@ class LeaseManager:
                     continue
                 rest = {t: p for t, p in rec.tables.items() if t != table_id}
                 if rest:
-                    new = LeaseRecord(lease_id, rec.created_ms, rec.expires_at_ms, rest,
-                                      _held(rec.holders, rest))
+                    new = replace(rec, tables=rest, holders=_held(rec.holders, rest))
                     self._store.save_lease(new)
                     self._leases[lease_id] = new
                 else:

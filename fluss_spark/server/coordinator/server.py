@@ -20,7 +20,7 @@ from fluss_spark.server.metadata_view import build_metadata
 from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
 from fluss_spark.server.process import ServerSettings
 from fluss_spark.server.rpc import RpcLimits, RpcServer, require
-from fluss_spark.server.security import Security
+from fluss_spark.server.security import Security, current_principal
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def lease_info(rec) -> dict:
     return {"lease_id": rec.lease_id, "expires_at_ms": rec.expires_at_ms,
             "created_ms": rec.created_ms,
             "tables": {t: dict(p) for t, p in rec.tables.items()}, "pin_count": rec.pin_count(),
-            "holders": dict(rec.holders)}
+            "holders": dict(rec.holders), "owner": rec.owner}
 
 
 class CoordinatorServer:
@@ -338,14 +338,22 @@ class CoordinatorServer:
         holder = body.get("holder")
         if holder is not None:
             holder = require(body, "holder", str)
-        unavailable, expires = self.leases.acquire(require(body, "lease_id", str),
-                                                   require(body, "duration_ms", int), tables,
-                                                   holder)
+        lease_id = require(body, "lease_id", str)
+        with self._lock:
+            self._authorize_lease(lease_id, "change")
+            unavailable, expires = self.leases.acquire(lease_id, require(body, "duration_ms", int),
+                                                       tables, holder, owner=current_principal())
         return {"unavailable": unavailable, "expires_at_ms": expires}
 
+    def _authorize_lease(self, lease_id: str, action: str) -> None:
+        self.security.authorize_owner(self.leases.owner_of(lease_id),
+                                      f"{action} KV snapshot lease {lease_id!r}")
+
     def _renew(self, body: dict) -> dict:
-        expires = self.leases.renew(require(body, "lease_id", str),
-                                    require(body, "duration_ms", int))
+        lease_id = require(body, "lease_id", str)
+        with self._lock:
+            self._authorize_lease(lease_id, "renew")
+            expires = self.leases.renew(lease_id, require(body, "duration_ms", int))
         return {"expires_at_ms": expires}
 
     def _release(self, body: dict) -> dict:
@@ -353,10 +361,16 @@ class CoordinatorServer:
         for t, buckets in tables.items():
             if not isinstance(buckets, list):
                 raise InvalidRequest(f"buckets of table {t} must be a list")
-        return {"remaining_pins": self.leases.release(require(body, "lease_id", str), tables)}
+        lease_id = require(body, "lease_id", str)
+        with self._lock:
+            self._authorize_lease(lease_id, "release pins of")
+            return {"remaining_pins": self.leases.release(lease_id, tables)}
 
     def _drop_lease(self, body: dict) -> dict:
-        return {"dropped": self.leases.drop(require(body, "lease_id", str))}
+        lease_id = require(body, "lease_id", str)
+        with self._lock:
+            self._authorize_lease(lease_id, "drop")
+            return {"dropped": self.leases.drop(lease_id)}
 
     def _list_leases(self, body: dict) -> dict:
         return {"leases": [lease_info(r) for r in self.leases.list()]}

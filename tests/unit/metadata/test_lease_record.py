@@ -91,7 +91,7 @@ def test_a_v1_header_without_holders_decodes_with_none_inline_or_chunked():
 def test_v2_keeps_each_tables_holder_inline_and_chunked():
     rec = LeaseRecord("job-1", 5, 99, tables={1: {0: 3}, 2: {0: 4}}, holders={1: "q-a", 2: "q-b"})
     header, _ = rec.encode_parts(generation=1)
-    assert LeaseRecord.decode_header(header)["v"] == 2
+    assert LeaseRecord.decode_header(header)["v"] == LeaseRecord.VERSION
     back = LeaseRecord.decode(header)
     assert back == rec and back.holders == {1: "q-a", 2: "q-b"}
     big = LeaseRecord("big", 1, 2, tables={7: {b: b % 300 for b in range(5000)}}, holders={7: "q"})
@@ -99,9 +99,19 @@ def test_v2_keeps_each_tables_holder_inline_and_chunked():
     assert chunks and LeaseRecord.decode(header, chunks).holders == {7: "q"}
 
 
+def test_v3_records_the_owner_and_a_v2_header_decodes_without_one():
+    rec = LeaseRecord("job-2", 5, 99, tables={1: {0: 3}}, holders={1: "q"}, owner="alice")
+    header, _ = rec.encode_parts(generation=1)
+    assert LeaseRecord.decode(header).owner == "alice"
+    v2 = packb({"v": 2, "lease_id": "old", "created_ms": 1, "expires_at_ms": 2, "state": "ok",
+                "holders": {1: "q"}, "pins": [], "generation": 1, "chunks": 0})
+    back = LeaseRecord.decode(v2)
+    assert back.owner is None and back.holders == {1: "q"}
+
+
 def test_newer_lease_version_is_refused():
     with pytest.raises(CorruptMessage, match="newer than this software"):
-        LeaseRecord.decode(packb({"v": 3, "lease_id": "x"}))
+        LeaseRecord.decode(packb({"v": LeaseRecord.VERSION + 1, "lease_id": "x"}))
 
 
 def test_unknown_pin_encoding_is_refused():
