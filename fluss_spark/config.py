@@ -220,6 +220,10 @@ def _security_protocol(value: Any, key: str) -> str:
     return v
 
 
+ZOOKEEPER_DIGEST_FILE = string("zookeeper.auth.digest-file", None,
+                               "File holding 'username:password': the servers authenticate to "
+                               "ZooKeeper with it (digest) and only they may change /fluss "
+                               "(everyone may read).")
 SECURITY_PROTOCOL = Option("security.protocol", _security_protocol, "PLAINTEXT",
                            "PLAINTEXT (no authentication) or SASL (every client authenticates "
                            "with SASL PLAIN before any other request).")
@@ -237,7 +241,7 @@ SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SC
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
                   RPC_MAX_REQUEST_SIZE, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
                   RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, SECURITY_PROTOCOL,
-                  SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME]
+                  SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME, ZOOKEEPER_DIGEST_FILE]
 
 
 def parse_server_options(pairs: list[str]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import time
 from typing import Callable
 
 from kazoo.client import KazooClient
+from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss,
                               NodeExistsError, NoNodeError, NotEmptyError,
                               OperationTimeoutError, SessionExpiredError)
@@ -62,7 +63,9 @@ class MetadataStore:
     """
 
     def __init__(self, zookeeper_address: str, *, timeout_s: float = 15.0,
-                 session_timeout_s: float = 10.0):
+                 session_timeout_s: float = 10.0, digest: str | None = None):
+        """``digest``: ``username:password`` for ZooKeeper digest authentication; every node
+        this store creates (and ``/fluss`` itself) then lets only that user change it."""
         self.address = zookeeper_address
         hosts, slash, chroot = zookeeper_address.partition("/")
         self._chroot = "/" + chroot.strip("/") if slash and chroot.strip("/") else ""
@@ -72,7 +75,13 @@ class MetadataStore:
         # kazoo's default reconnection backoff doubles up to an hour: after an outage of t
         # seconds its next attempt can come about t seconds after ZooKeeper is back, past the
         # session timeout. At most a second between attempts resumes the session in time.
-        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_s,
+        self._acl = None
+        auth = {}
+        if digest:
+            user, _, password = digest.partition(":")
+            self._acl = [make_digest_acl(user, password, all=True), READ_ACL_UNSAFE[0]]
+            auth = {"auth_data": [("digest", digest)], "default_acl": self._acl}
+        self.zk = KazooClient(hosts=hosts, timeout=session_timeout_s, **auth,
                               handler=_BoundedWaitHandler(session_timeout_s),
                               connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2,
                                                 "max_delay": _RECONNECT_MAX_DELAY_S})
@@ -96,7 +105,24 @@ class MetadataStore:
         for path in (layout.TABLETS, layout.TABLES, layout.SNAPSHOTS, layout.LEASES,
                      layout.COORDINATOR_ELECTION, "/fluss/counters"):
             self.zk.ensure_path(path)
+        if self._acl is not None:
+            acls, _ = self.zk.get_acls(layout.ROOT)
+            if list(acls) != list(self._acl):   # first start with ZooKeeper authentication
+                self._protect(layout.ROOT)
         return self
+
+    def _protect(self, path: str) -> None:
+        """Give ``path`` and the nodes below it this store's ACL (nodes made before ZooKeeper
+        authentication was configured are open to everyone until then)."""
+        try:
+            acls, _ = self.zk.get_acls(path)
+            if list(acls) != list(self._acl):
+                self.zk.set_acls(path, self._acl)
+            children = self.zk.get_children(path)
+        except NoNodeError:
+            return
+        for child in children:
+            self._protect(f"{path}/{child}")
 
     def close(self) -> None:
         try:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fluss_spark.config import ZOOKEEPER_SESSION_TIMEOUT, parse_server_options
+from fluss_spark.config import (ZOOKEEPER_DIGEST_FILE, ZOOKEEPER_SESSION_TIMEOUT,
+                                parse_server_options)
 from fluss_spark.errors import ConfigError
 from fluss_spark.protocol.api import API_GROUPS
 
@@ -37,6 +38,20 @@ class ServerSettings:
     def zk_session_timeout_s(self) -> float:
         opt = ZOOKEEPER_SESSION_TIMEOUT
         return self.options.get(opt.key, opt.default) / 1000.0
+
+    @property
+    def zk_digest(self) -> str | None:
+        """``username:password`` from ``zookeeper.auth.digest-file`` (None: no ZooKeeper auth)."""
+        path = self.options.get(ZOOKEEPER_DIGEST_FILE.key)
+        if not path:
+            return None
+        try:
+            digest = Path(path).read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"cannot read zookeeper.auth.digest-file {path}: {e.strerror}") from None
+        if ":" not in digest:
+            raise ConfigError(f"{path} must hold username:password")
+        return digest
 
 
 def parse_args(argv: list[str]) -> ServerSettings:

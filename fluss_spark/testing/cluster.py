@@ -74,11 +74,16 @@ class LocalCluster:
         if sasl and not self.sasl:
             self.server_options += ["security.protocol=SASL",
                                     f"security.sasl.users-file={self.users_file}",
-                                    "super.users=admin"]
+                                    "super.users=admin",
+                                    f"zookeeper.auth.digest-file={self.zookeeper_digest_file}"]
 
     @property
     def users_file(self) -> Path:
         return self.base_dir / "security" / "users"
+
+    @property
+    def zookeeper_digest_file(self) -> Path:
+        return self.base_dir / "security" / "zookeeper"
 
     @property
     def sasl(self) -> bool:
@@ -93,14 +98,22 @@ class LocalCluster:
         return "admin", read_users_file(self.users_file)["admin"]
 
     def _ensure_users(self) -> None:
-        if not self.sasl or self.users_file.exists():
+        """Write the users file and the ZooKeeper credential of a SASL cluster (mode 600),
+        with random passwords, unless they exist."""
+        if not self.sasl:
             return
         import secrets
-        self.users_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.users_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"# principals of this cluster: username:password\n"
-                    f"admin:{secrets.token_urlsafe(24)}\ninternal:{secrets.token_urlsafe(24)}\n")
+        for path, text in ((self.users_file,
+                            f"# principals of this cluster: username:password\n"
+                            f"admin:{secrets.token_urlsafe(24)}\n"
+                            f"internal:{secrets.token_urlsafe(24)}\n"),
+                           (self.zookeeper_digest_file, f"fluss:{secrets.token_urlsafe(24)}\n")):
+            if path.exists():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
 
     # -- state file -----------------------------------------------------------------------------
     @property

@@ -136,3 +136,24 @@ def test_only_the_principal_that_created_a_lease_or_a_super_user_may_change_it(s
         bob.admin().renew_kv_snapshot_lease("bobs-job", 600_000)
         assert admin.admin().drop_kv_snapshot_lease("bobs-job")      # a super user may
         assert "bobs-job" not in {x.lease_id for x in bob.admin().list_kv_snapshot_leases()}
+
+
+def test_with_a_zookeeper_credential_only_the_servers_may_change_the_fluss_tree(sasl_cluster):
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+    hosts, _, chroot = sasl_cluster.zookeeper_address.partition("/")
+    outsider = KazooClient(hosts=f"{hosts}/{chroot}")
+    outsider.start(timeout=15)
+    try:
+        assert "tables" in outsider.get_children("/fluss")          # reading stays open
+        for write in (lambda: outsider.create("/fluss/leases/kv_snapshot/forged", b"x"),
+                      lambda: outsider.delete("/fluss/tables", recursive=True),
+                      lambda: outsider.set("/fluss/coordinator/epoch", b"9")):
+            with pytest.raises(NoAuthError):
+                write()
+    finally:
+        outsider.stop()
+        outsider.close()
+    with login(sasl_cluster, "admin", "admin-secret") as conn:
+        conn.admin().create_table("s.after_acl", "k BIGINT", num_buckets=1)
+        assert conn.admin().table_exists("s.after_acl")

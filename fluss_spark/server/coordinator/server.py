@@ -54,7 +54,8 @@ class CoordinatorServer:
         self.settings = settings
         self._clock = clock
         self._store = MetadataStore(settings.zookeeper,
-                                    session_timeout_s=settings.zk_session_timeout_s)
+                                    session_timeout_s=settings.zk_session_timeout_s,
+                                   digest=settings.zk_digest)
         self._lock = threading.RLock()
         self.tables = TableManager(self._store, lock=self._lock, clock=clock)
         self.snapshots = SnapshotRegistry(self._store, num_retained=self.tables.num_retained,

@@ -50,7 +50,8 @@ class TabletServer:
         self.data_dir = Path(settings.data_dir)
         self._clock = clock
         self.store = MetadataStore(settings.zookeeper,
-                                   session_timeout_s=settings.zk_session_timeout_s)
+                                   session_timeout_s=settings.zk_session_timeout_s,
+                                   digest=settings.zk_digest)
         self.security = Security.from_options(settings.options)
         self.rpc = RpcServer(settings.host, settings.port, role="tablet",
                              server_id=settings.server_id, disabled=settings.disabled_apis,
