@@ -9,6 +9,7 @@ from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from fluss_spark.errors import MetadataStoreUnavailable
+from fluss_spark.metadata.faults import ConnectionDies
 from fluss_spark.metadata.layout import LeaseRecord
 from fluss_spark.metadata.store import MetadataStore
 
@@ -23,27 +24,6 @@ class BrokenZk:
         def call(*args, **kwargs):
             raise self.error
         return call
-
-
-class ConnectionDies:
-    """Makes a real kazoo client fail its ``n``-th request and every later one with
-    ConnectionLoss, the way kazoo fails requests when its connection drops (through
-    ``KazooClient._call``, so requests kazoo makes inside one call count too)."""
-
-    def __init__(self, zk, n: int):
-        self.zk, self.n, self.requests = zk, n, 0
-        self._real = zk._call
-        zk._call = self
-
-    def __call__(self, request, async_object):
-        self.requests += 1
-        if self.requests >= self.n:
-            async_object.set_exception(ConnectionLoss())
-            return False
-        return self._real(request, async_object)
-
-    def heal(self) -> None:
-        del self.zk._call   # the instance attribute shadowed kazoo's method
 
 
 @pytest.mark.parametrize("error", [ConnectionLoss(), SessionExpiredError(), OperationTimeoutError(),

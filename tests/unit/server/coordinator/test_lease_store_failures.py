@@ -7,32 +7,12 @@ counts that match the leases, no pinned snapshot deleted, and a retry that conve
 """
 
 import pytest
-from kazoo.exceptions import ConnectionLoss
 
 from fluss_spark.errors import MetadataStoreUnavailable
+from fluss_spark.metadata.faults import ConnectionDies
 from fluss_spark.testing.coordinator import LeaseHarness
 
 HOUR = 3_600_000
-
-
-class ConnectionDies:
-    """Makes a real kazoo client fail its ``n``-th request and every later one with
-    ConnectionLoss, the way kazoo fails requests when its connection drops."""
-
-    def __init__(self, zk, n: int):
-        self.zk, self.n, self.requests = zk, n, 0
-        self._real = zk._call
-        zk._call = self
-
-    def __call__(self, request, async_object):
-        self.requests += 1
-        if self.requests >= self.n:
-            async_object.set_exception(ConnectionLoss())
-            return False
-        return self._real(request, async_object)
-
-    def heal(self) -> None:
-        del self.zk._call   # the instance attribute shadowed kazoo's method
 
 
 # The in-memory state is read through private fields on purpose: the public views (list,
