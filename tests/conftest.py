@@ -46,6 +46,44 @@ def cluster(zookeeper, tmp_path_factory):
     local.stop()
 
 
+#: Principals of the shared SASL cluster (``sasl_cluster``): username -> password.
+SASL_USERS = {"admin": "admin-secret", "internal": "internal-secret", "bob": "bob-secret",
+              "carol": "carol-secret", "reader": "s3cr3t-pw"}
+
+
+@pytest.fixture(scope="session")
+def sasl_cluster(zookeeper, tmp_path_factory):
+    """A LocalCluster (coordinator + 1 tablet) that requires SASL PLAIN, with the principals of
+    ``SASL_USERS`` (``admin`` is the super user), shared by the whole test session."""
+    from fluss_spark.testing.cluster import LocalCluster
+    local = LocalCluster(tmp_path_factory.mktemp("sasl") / "c", tablets=1, sasl=True,
+                         zookeeper=f"{zookeeper.address}/fluss-sasl-{uuid.uuid4().hex[:12]}")
+    local.users_file.parent.mkdir(parents=True)
+    local.users_file.write_text("".join(f"{u}:{p}\n" for u, p in SASL_USERS.items()))
+    local.start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture
+def local_cluster(tmp_path, request):
+    """``local_cluster(**kwargs)``: a started LocalCluster of this test (embedded ZooKeeper
+    unless ``zookeeper=`` is given); stopped afterwards, its logs printed if the test failed."""
+    from fluss_spark.testing.cluster import LocalCluster
+    made = []
+    failed_before = request.session.testsfailed
+
+    def make(**kwargs):
+        made.append(LocalCluster(tmp_path / f"c{len(made)}", **kwargs).start())
+        return made[-1]
+    yield make
+    for local in made:
+        if request.session.testsfailed > failed_before:
+            for log in sorted((local.base_dir / "logs").glob("*.log")):
+                print(f"=== {log.name}\n{log.read_text()[-5000:]}")
+        local.stop()
+
+
 @pytest.fixture
 def conn(cluster):
     """A FlussConnection to the shared test cluster, closed after the test."""

@@ -11,23 +11,15 @@ import pytest
 
 from fluss_spark.client import rpc as client_rpc
 from fluss_spark.protocol import framing
-from fluss_spark.testing.cluster import LocalCluster
 
 SEED = 20261123
 MUTATIONS_PER_REQUEST = 50
 
 
 @pytest.fixture
-def fuzz_cluster(zookeeper, tmp_path, request):
-    chroot = f"{zookeeper.address}/fluss-fuzz-{uuid.uuid4().hex[:12]}"
-    cluster = LocalCluster(tmp_path / "c", tablets=1, zookeeper=chroot)
-    cluster.start()
-    failed_before = request.session.testsfailed
-    yield cluster
-    if request.session.testsfailed > failed_before:
-        for log in sorted((tmp_path / "c" / "logs").glob("*.log")):
-            print(f"=== {log.name}\n{log.read_text()[-6000:]}")
-    cluster.stop()
+def fuzz_cluster(zookeeper, local_cluster):
+    return local_cluster(tablets=1,
+                         zookeeper=f"{zookeeper.address}/fluss-fuzz-{uuid.uuid4().hex[:12]}")
 
 
 def record_workload(cluster, monkeypatch) -> list[tuple[str, int, bytes]]:

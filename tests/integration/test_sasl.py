@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 
 import pyarrow as pa
 import pytest
@@ -14,23 +13,7 @@ from fluss_spark.client import FlussConnection
 from fluss_spark.client.rpc import RpcConnection
 from fluss_spark.errors import AuthenticationFailed, AuthorizationFailed
 from fluss_spark.protocol.api import ApiKey
-from fluss_spark.testing.cluster import LocalCluster
 from fluss_spark.testing.coordinator import place_snapshot_file
-
-USERS = "admin:admin-secret\ninternal:internal-secret\nbob:bob-secret\ncarol:carol-secret\n"
-
-
-@pytest.fixture(scope="module")
-def sasl_cluster(zookeeper, tmp_path_factory):
-    base = tmp_path_factory.mktemp("sasl")
-    cluster = LocalCluster(base / "c", tablets=1, sasl=True,
-                           zookeeper=f"{zookeeper.address}/fluss-sasl-{uuid.uuid4().hex[:12]}")
-    cluster.users_file.parent.mkdir(parents=True)
-    cluster.users_file.write_text(USERS)
-    cluster.start()
-    yield cluster
-    cluster.stop()
-
 
 def login(cluster, user=None, password=None) -> FlussConnection:
     return FlussConnection(cluster.bootstrap_servers, request_timeout_s=10,

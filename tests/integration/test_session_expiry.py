@@ -19,24 +19,18 @@ SESSION = "zookeeper.client.session-timeout=2s"
 
 
 @pytest.fixture
-def local(zookeeper, tmp_path, request):
+def local(zookeeper, local_cluster):
     chroot = f"{zookeeper.address}/fluss-expiry-{uuid.uuid4().hex[:12]}"
-    cluster = LocalCluster(tmp_path / "c", tablets=2, zookeeper=chroot, server_options=[SESSION])
-    cluster.start()
+    cluster = local_cluster(tablets=2, zookeeper=chroot, server_options=[SESSION])
     store = MetadataStore(chroot).start()
-    failed_before = request.session.testsfailed
     yield cluster, store
-    for p in cluster.processes():
+    for p in cluster.processes():           # never leave a paused process behind
         if p["pid"] and p["role"] != "zookeeper":
             try:
                 os.kill(p["pid"], signal.SIGCONT)
             except ProcessLookupError:
                 pass
-    if request.session.testsfailed > failed_before:
-        for log in sorted((tmp_path / "c" / "logs").glob("*.log")):
-            print(f"=== {log.name}\n{log.read_text()[-4000:]}")
     store.close()
-    cluster.stop()
 
 
 def tablet_pid(cluster: LocalCluster, server_id: int) -> int:

@@ -10,22 +10,14 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.errors import ApiError, FlussError
-from fluss_spark.testing.cluster import LocalCluster
 from fluss_spark.testing.ports import wait_until
 
 OUTAGE_S = 20
 
 
 @pytest.fixture
-def local(tmp_path, request):
-    cluster = LocalCluster(tmp_path / "c", tablets=2)
-    cluster.start()
-    failed_before = request.session.testsfailed
-    yield cluster
-    if request.session.testsfailed > failed_before:
-        for log in sorted((tmp_path / "c" / "logs").glob("*.log")):
-            print(f"=== {log.name}\n{log.read_text()[-5000:]}")
-    cluster.stop()
+def local(local_cluster):
+    return local_cluster(tablets=2)      # its own ZooKeeper, which the test kills
 
 
 def test_zookeeper_killed_for_20s_then_everything_serves_with_nothing_lost(local):

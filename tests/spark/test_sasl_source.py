@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from fluss_spark.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.spark
 
-USERS = "admin:admin-secret\ninternal:internal-secret\nreader:s3cr3t-pw\n"
-
-
 @pytest.fixture(scope="module")
-def sasl_cluster(zookeeper, tmp_path_factory):
-    base = tmp_path_factory.mktemp("sasl-spark")
-    cluster = LocalCluster(base / "c", tablets=1, sasl=True,
-                           zookeeper=f"{zookeeper.address}/fluss-sasl-{uuid.uuid4().hex[:12]}")
-    cluster.users_file.parent.mkdir(parents=True)
-    cluster.users_file.write_text(USERS)
-    cluster.start()
-    with cluster.connection() as conn:
+def sasl_table(sasl_cluster):
+    with sasl_cluster.connection() as conn:
         conn.admin().create_table("sec.t", "id BIGINT NOT NULL, v STRING", primary_key=["id"],
                                   num_buckets=2)
         conn.writer("sec.t").upsert(pa.table({"id": pa.array(range(100), pa.int64()),
                                               "v": [f"v{i}" for i in range(100)]}))
         conn.admin().trigger_kv_snapshot("sec.t")
-    yield cluster
-    cluster.stop()
+    return sasl_cluster
 
 
 def reader(spark, cluster, **options):
@@ -41,8 +28,8 @@ def reader(spark, cluster, **options):
     return r.load()
 
 
-def test_a_batch_read_with_credentials_returns_the_table(spark, sasl_cluster):
-    df = reader(spark, sasl_cluster, **{"client.security.sasl.username": "reader",
+def test_a_batch_read_with_credentials_returns_the_table(spark, sasl_table):
+    df = reader(spark, sasl_table, **{"client.security.sasl.username": "reader",
                                         "client.security.sasl.password": "s3cr3t-pw"})
     expected = spark.createDataFrame([(i, f"v{i}") for i in range(100)], "id long, v string")
     assert_df_equality(df.select("id", "v"), expected, ignore_row_order=True,
@@ -50,12 +37,12 @@ def test_a_batch_read_with_credentials_returns_the_table(spark, sasl_cluster):
 
 
 def test_without_or_with_wrong_credentials_the_read_fails_clearly_and_hides_the_password(
-        spark, sasl_cluster):
+        spark, sasl_table):
     with pytest.raises(Exception) as err:
-        reader(spark, sasl_cluster).collect()
+        reader(spark, sasl_table).collect()
     assert "requires SASL authentication" in str(err.value)
     with pytest.raises(Exception) as err:
-        reader(spark, sasl_cluster, **{"client.security.sasl.username": "reader",
+        reader(spark, sasl_table, **{"client.security.sasl.username": "reader",
                                        "client.security.sasl.password": "not-the-pw-123"}
                ).collect()
     assert "wrong username or password" in str(err.value)
