@@ -108,6 +108,10 @@ SPLIT_MAX_ROWS = integer("scan.split.max-rows", 0,
                          "this many rows (0: one split per bucket).", minimum=0)
 REQUEST_TIMEOUT = duration("client.request.timeout", "60s",
                            "Timeout of one request to a Fluss server.", minimum=1)
+SECURITY_PROTOCOL = Option("client.security.protocol", _choice("plaintext", "sasl"), None,
+                           "PLAINTEXT or SASL; default SASL when a username is given.")
+SASL_MECHANISM = Option("client.security.sasl.mechanism", _choice("plain"), "plain",
+                        "SASL mechanism; PLAIN (username and password) is the one supported.")
 SASL_USERNAME = _string("client.security.sasl.username",
                         "SASL PLAIN username, for a cluster with security.protocol=SASL.")
 SASL_PASSWORD = _string("client.security.sasl.password",
@@ -120,7 +124,7 @@ SOURCE_OPTIONS: list[Option] = [
     BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
     LEASE_DURATION, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, REQUEST_TIMEOUT, LEASE_ACQUIRE_RETRIES,
-    SASL_USERNAME, SASL_PASSWORD,
+    SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD,
 ]
 
 #: ``load("name")`` puts the argument under ``path``; it is accepted as a synonym of ``table``.
@@ -238,6 +242,14 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
     if (username is None) != (password is None):
         raise ConfigError("options 'client.security.sasl.username' and "
                           "'client.security.sasl.password' go together: give both or neither")
+    SASL_MECHANISM.get(values)
+    protocol = (SECURITY_PROTOCOL.get(values) or ("sasl" if username else "plaintext")).upper()
+    if protocol == "SASL" and username is None:
+        raise ConfigError("client.security.protocol=SASL needs options "
+                          "'client.security.sasl.username' and 'client.security.sasl.password'")
+    if protocol == "PLAINTEXT" and username is not None:
+        raise ConfigError("a SASL username was given with client.security.protocol=PLAINTEXT; "
+                          "drop one of them")
 
     max_rows = MAX_OFFSETS_PER_TRIGGER.get(values)
     min_rows = MIN_OFFSETS_PER_TRIGGER.get(values)

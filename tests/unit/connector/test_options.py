@@ -143,3 +143,20 @@ def test_out_of_range_values_are_one_clear_error(options, needle):
     with pytest.raises(ConfigError, match=needle) as err:
         parse_options({**BASE, **options})
     assert "\n" not in str(err.value)
+
+
+def test_security_options_are_checked_together():
+    base = {"bootstrap.servers": "h:1", "table": "t"}
+    ok = parse_options({**base, "client.security.protocol": "SASL",
+                        "client.security.sasl.mechanism": "PLAIN",
+                        "client.security.sasl.username": "u",
+                        "client.security.sasl.password": "pw-secret"})
+    assert ok.sasl_username == "u" and "pw-secret" not in repr(ok)
+    for extra, error in (({"client.security.protocol": "SASL"}, "needs options"),
+                         ({"client.security.sasl.username": "u"}, "go together"),
+                         ({"client.security.protocol": "PLAINTEXT",
+                           "client.security.sasl.username": "u",
+                           "client.security.sasl.password": "p"}, "PLAINTEXT"),
+                         ({"client.security.sasl.mechanism": "SCRAM"}, "not one of")):
+        with pytest.raises(ConfigError, match=error):
+            parse_options({**base, **extra})
