@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from fluss_spark.config import MAX_BUCKETS, bounded
+from fluss_spark.config import MAX_BUCKETS, bounded  # noqa: F401 - for the command modules
 from fluss_spark.errors import ConfigError, FlussError
 
 DEFAULT_TIMEOUT_S = 30.0
