@@ -6,6 +6,11 @@ use integer keys. A response body is returned only when ``error_code`` is 0.
 
 Shared, served by every server
   API_VERSIONS       {} -> {api_keys: [int], server: "coordinator"|"tablet", server_id: int}
+  AUTHENTICATE       {mechanism: "PLAIN", token: bytes (b"\\0user\\0password")} -> {principal}
+                     On a server with security.protocol=SASL, the only request besides
+                     API_VERSIONS that an unauthenticated connection may send; a failure
+                     (AUTHENTICATION_FAILED) closes the connection. PLAINTEXT servers answer
+                     {principal: nil}.
   GET_METADATA       {tables?: [name]} -> {coordinator: {host, port}|nil,
                      tablets: [{id, host, port}], tables: [TableInfo]}
                      TableInfo = {table_id, name, schema: bytes (Arrow IPC schema),
@@ -63,6 +68,20 @@ Tablet
                      answers {scanner_id, records: nil, has_more: false, row_count: 0}.
   LIST_SCANNERS      {} -> {scanners: [{scanner_id, table_id, bucket, snapshot_id, live, age_ms,
                      idle_ms, rows_served, next_row}]}
+
+Bounds (a value outside them is refused with INVALID_REQUEST, INVALID_SCAN_REQUEST or the
+error named; nothing is clamped unless said; integers are msgpack's 64-bit)
+  frame              at most rpc.max-request-size (32 MB by default) announced; decoded, at most
+                     2,097,152 entries per array or map and 16x the frame + 16 MB of memory
+  name               'database.table' of letters, digits and '_', matched in full
+  lease_id, holder   [A-Za-z0-9._-]{1,128}, not "." or "..", matched in full
+  num_buckets        1..1024;  bucket: 0..num_buckets-1 of its table
+  duration_ms        1..31,536,000,000 (365 days)
+  snapshot_id        COMMIT_KV_SNAPSHOT: greater than the bucket's last registered id
+  max_bytes          FETCH_LOG: at least one record is returned whatever the value
+  max_wait_ms        FETCH_LOG: 0..30,000 used (a longer wait is cut to 30 s)
+  SCAN_KV integers   0..2**53; batch_size_bytes is clamped to kv.scanner.max-batch-size;
+                     projection at most 10,000 columns
 """
 
 from __future__ import annotations
