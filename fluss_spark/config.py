@@ -227,6 +227,15 @@ ZOOKEEPER_DIGEST_FILE = string("zookeeper.auth.digest-file", None,
 SECURITY_PROTOCOL = Option("security.protocol", _security_protocol, "PLAINTEXT",
                            "PLAINTEXT (no authentication) or SASL (every client authenticates "
                            "with SASL PLAIN before any other request).")
+def _sasl_mechanism(value: Any, key: str) -> str:
+    v = str(value).strip().upper()
+    if v != "PLAIN":
+        raise ConfigError(f"{key}: SASL mechanism {value!r} is not supported; use PLAIN")
+    return v
+
+
+SASL_MECHANISM = Option("security.sasl.mechanism", _sasl_mechanism, "PLAIN",
+                        "The SASL mechanism servers accept: PLAIN (username and password).")
 SASL_USERS_FILE = string("security.sasl.users-file", None,
                          "File of 'username:password' lines: the principals a SASL server "
                          "accepts (keep it private: mode 600).")
@@ -241,7 +250,8 @@ SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SC
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
                   RPC_MAX_REQUEST_SIZE, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
                   RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, SECURITY_PROTOCOL,
-                  SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME, ZOOKEEPER_DIGEST_FILE]
+                  SASL_MECHANISM, SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME,
+                  ZOOKEEPER_DIGEST_FILE]
 
 
 def parse_server_options(pairs: list[str]) -> dict[str, Any]:
