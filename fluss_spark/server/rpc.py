@@ -129,10 +129,6 @@ class RpcServer:
         if api_key not in self._disabled:
             self._handlers[int(api_key)] = handler
 
-    @property
-    def connection_count(self) -> int:
-        return len(self._conns)
-
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(self.limits.handler_threads,
                                         thread_name_prefix=f"{self.role}-handler")
