@@ -17,9 +17,8 @@ from typing import Any, Mapping
 from fluss_spark.config import (MAX_LEASE_DURATION_MS, Option, boolean, duration, integer,
                                 parse_duration_ms, parse_size_bytes, size)
 from fluss_spark.errors import ConfigError
+from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
 
-#: Lease ids become znode names on the coordinator; the same rule is checked here, before any I/O.
-LEASE_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 STARTUP_MODES = ("full", "earliest", "latest", "timestamp")
 
@@ -302,9 +301,9 @@ def _name_list(values: Mapping[str, Any], option: Option, noun: str) -> tuple[st
 
 def check_lease_id(lease_id: str) -> str:
     """Refuse a lease id the coordinator would refuse, before any I/O."""
-    if not isinstance(lease_id, str) or not LEASE_ID_PATTERN.fullmatch(lease_id):
-        raise ConfigError(f"lease id {lease_id!r} is not allowed: use 1 to 128 characters from "
-                          "A-Z a-z 0-9 . _ - (option 'scan.kv.snapshot.lease.id')")
+    if not is_valid_lease_id(lease_id):
+        raise ConfigError(f"lease id {lease_id!r} is not allowed: use {LEASE_ID_RULE} "
+                          "(option 'scan.kv.snapshot.lease.id')")
     return lease_id
 
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from fluss_spark.errors import CorruptMessage, InvalidTable
 from fluss_spark.protocol.codec import packb, unpackb
+from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
 
 ROOT = "/fluss"
 COORDINATOR_ELECTION = f"{ROOT}/coordinator/election"
@@ -175,16 +176,14 @@ def decode_int(data: bytes) -> int:
 #: Largest lease payload stored inline in the lease znode, and the size of each chunk znode.
 #: ZooKeeper drops the connection on writes over ~1 MB, so this stays well below it.
 LEASE_CHUNK_BYTES = 900 * 1024
-LEASE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _LEASE_CHUNK = re.compile(r"^chunk-(\d+)-(\d+)$")
 
 
 def check_lease_id(lease_id) -> str:
     """Return ``lease_id`` or raise InvalidLeaseId: it becomes a znode name."""
     from fluss_spark.errors import InvalidLeaseId
-    if not isinstance(lease_id, str) or not LEASE_ID.fullmatch(lease_id) or lease_id in (".", ".."):
-        raise InvalidLeaseId(f"invalid lease id {lease_id!r}: use 1 to 128 characters of "
-                             "letters, digits, '.', '_' and '-' (not '.' or '..')")
+    if not is_valid_lease_id(lease_id):
+        raise InvalidLeaseId(f"invalid lease id {lease_id!r}: use {LEASE_ID_RULE}")
     return lease_id
 
 

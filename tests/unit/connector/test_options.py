@@ -160,3 +160,15 @@ def test_security_options_are_checked_together():
                          ({"client.security.sasl.mechanism": "SCRAM"}, "not one of")):
         with pytest.raises(ConfigError, match=error):
             parse_options({**base, **extra})
+
+
+# (Option values are stripped first: "id\n" as an option is the lease id "id".)
+@pytest.mark.parametrize("lease_id", [".", "..", "a b", "x" * 129, "a/b"])
+def test_the_source_refuses_every_lease_id_the_coordinator_refuses(lease_id):
+    from fluss_spark.errors import InvalidLeaseId
+    from fluss_spark.metadata.layout import check_lease_id as coordinator_check
+    with pytest.raises(InvalidLeaseId):
+        coordinator_check(lease_id)
+    with pytest.raises(ConfigError, match="not allowed"):
+        parse_options({"bootstrap.servers": "h:1", "table": "t",
+                       "scan.kv.snapshot.lease.id": lease_id})
