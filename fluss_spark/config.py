@@ -121,6 +121,18 @@ def integer(key: str, default: int | None, doc: str, minimum: int | None = None)
     return Option(key, parse_int, default, doc, minimum)
 
 
+def choice(key: str, choices: tuple[str, ...], default: str | None, doc: str) -> Option:
+    """An option taking one of ``choices`` (any case); the value is the choice as declared."""
+    by_lower = {c.lower(): c for c in choices}
+
+    def parse(value: Any, k: str) -> str:
+        text = str(value).strip().lower()
+        if text not in by_lower:
+            raise ConfigError(f"option {k!r}: {value!r} is not one of {', '.join(choices)}")
+        return by_lower[text]
+    return Option(key, parse, default, doc)
+
+
 def string(key: str, default: str | None, doc: str) -> Option:
     return Option(key, lambda v, k: str(v).strip(), default, doc)
 
@@ -213,28 +225,14 @@ RPC_READ_TIMEOUT = duration("rpc.request.read-timeout", "30s",
 RPC_HANDLER_THREADS = integer("rpc.handler-threads", 32,
                               "Threads that run request handlers (requests of one connection "
                               "run in order).", minimum=1)
-def _security_protocol(value: Any, key: str) -> str:
-    v = str(value).strip().upper()
-    if v not in ("PLAINTEXT", "SASL"):
-        raise ConfigError(f"{key} must be PLAINTEXT or SASL, got {value!r}")
-    return v
-
-
 ZOOKEEPER_DIGEST_FILE = string("zookeeper.auth.digest-file", None,
                                "File holding 'username:password': the servers authenticate to "
                                "ZooKeeper with it (digest) and only they may change /fluss "
                                "(everyone may read).")
-SECURITY_PROTOCOL = Option("security.protocol", _security_protocol, "PLAINTEXT",
+SECURITY_PROTOCOL = choice("security.protocol", ("PLAINTEXT", "SASL"), "PLAINTEXT",
                            "PLAINTEXT (no authentication) or SASL (every client authenticates "
                            "with SASL PLAIN before any other request).")
-def _sasl_mechanism(value: Any, key: str) -> str:
-    v = str(value).strip().upper()
-    if v != "PLAIN":
-        raise ConfigError(f"{key}: SASL mechanism {value!r} is not supported; use PLAIN")
-    return v
-
-
-SASL_MECHANISM = Option("security.sasl.mechanism", _sasl_mechanism, "PLAIN",
+SASL_MECHANISM = choice("security.sasl.mechanism", ("PLAIN",), "PLAIN",
                         "The SASL mechanism servers accept: PLAIN (username and password).")
 SASL_USERS_FILE = string("security.sasl.users-file", None,
                          "File of 'username:password' lines: the principals a SASL server "

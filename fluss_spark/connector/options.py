@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from fluss_spark.config import (MAX_LEASE_DURATION_MS, Option, boolean, duration, integer,
+from fluss_spark.config import (MAX_LEASE_DURATION_MS, Option, boolean, choice, duration, integer,
                                 parse_duration_ms, parse_size_bytes, size)
 from fluss_spark.errors import ConfigError
 from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
@@ -28,15 +28,6 @@ def _text(value: Any, key: str) -> str:
     if not text:
         raise ConfigError(f"option {key!r} must not be empty")
     return text
-
-
-def _choice(*choices: str):
-    def parse(value: Any, key: str) -> str:
-        text = str(value).strip().lower()
-        if text not in choices:
-            raise ConfigError(f"option {key!r}: {value!r} is not one of {', '.join(choices)}")
-        return text
-    return parse
 
 
 #: 9999-12-31 23:59:59.999 UTC: the latest timestamp anything downstream can show.
@@ -75,7 +66,7 @@ COLUMNS = _string("columns",
 TABLE_PATTERN = _string("table.pattern",
                         "Regex (full match) over table names, resolved when the query starts "
                         "(multi-table layout).")
-STARTUP_MODE = Option("scan.startup.mode", _choice(*STARTUP_MODES), "full",
+STARTUP_MODE = choice("scan.startup.mode", STARTUP_MODES, "full",
                       "full: PK tables read their latest KV snapshot then the changelog from it "
                       "(log tables from the earliest offset); earliest / latest / timestamp: "
                       "changelog only, from that point.")
@@ -107,9 +98,9 @@ SPLIT_MAX_ROWS = integer("scan.split.max-rows", 0,
                          "this many rows (0: one split per bucket).", minimum=0)
 REQUEST_TIMEOUT = duration("client.request.timeout", "60s",
                            "Timeout of one request to a Fluss server.", minimum=1)
-SECURITY_PROTOCOL = Option("client.security.protocol", _choice("plaintext", "sasl"), None,
+SECURITY_PROTOCOL = choice("client.security.protocol", ("plaintext", "sasl"), None,
                            "PLAINTEXT or SASL; default SASL when a username is given.")
-SASL_MECHANISM = Option("client.security.sasl.mechanism", _choice("plain"), "plain",
+SASL_MECHANISM = choice("client.security.sasl.mechanism", ("plain",), "plain",
                         "SASL mechanism; PLAIN (username and password) is the one supported.")
 SASL_USERNAME = _string("client.security.sasl.username",
                         "SASL PLAIN username, for a cluster with security.protocol=SASL.")
