@@ -42,7 +42,7 @@ def _cluster_dir(args) -> Path:
 def cmd_cluster_start(args) -> int:
     from fluss_spark.config import parse_server_options
     from fluss_spark.protocol.api import API_GROUPS
-    from fluss_spark.testing.cluster import LocalCluster, read_state
+    from fluss_spark.local.cluster import LocalCluster, read_state
     d = _cluster_dir(args)
     parse_server_options(args.option)   # refuse a bad option before starting anything
     for g in args.disable_api:
@@ -66,7 +66,7 @@ def cmd_cluster_start(args) -> int:
 
 
 def cmd_cluster_status(args) -> int:
-    from fluss_spark.testing.cluster import LocalCluster
+    from fluss_spark.local.cluster import LocalCluster
     d = _cluster_dir(args)
     cluster = LocalCluster.load(d)
     procs = cluster.processes()
@@ -96,7 +96,7 @@ def cmd_cluster_status(args) -> int:
 
 
 def cmd_cluster_stop(args) -> int:
-    from fluss_spark.testing.cluster import LocalCluster
+    from fluss_spark.local.cluster import LocalCluster
     d = _cluster_dir(args)
     cluster = LocalCluster.load(d)
     cluster.stop()

@@ -31,7 +31,7 @@ def bootstrap_servers(args) -> str:
     explicit = getattr(args, "bootstrap_servers", None) or os.environ.get("FLUSS_BOOTSTRAP_SERVERS")
     if explicit:
         return explicit
-    from fluss_spark.testing.cluster import read_state
+    from fluss_spark.local.cluster import read_state
     d = default_cluster_dir()
     state = read_state(d)
     if state is None:
@@ -47,7 +47,7 @@ def connect(args):
     cluster that is down is reported at once instead of after the retry timeout)."""
     from fluss_spark.client import FlussConnection
     from fluss_spark.client.connection import parse_bootstrap
-    from fluss_spark.testing.ports import port_open
+    from fluss_spark.local.ports import port_open
     servers = bootstrap_servers(args)
     if not any(port_open(h, p, timeout_s=2.0) for h, p in parse_bootstrap(servers)):
         raise FlussError(f"no server is reachable at {servers}; is the cluster running? "
@@ -69,7 +69,7 @@ def credentials(args, servers: str) -> tuple[str, str] | None:
                               "a password (FLUSS_PASSWORD)")
         return user, password
     from fluss_spark.client.connection import parse_bootstrap
-    from fluss_spark.testing.cluster import LocalCluster, read_state
+    from fluss_spark.local.cluster import LocalCluster, read_state
     d = default_cluster_dir()
     if read_state(d) is None:
         return None

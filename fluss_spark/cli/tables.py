@@ -108,7 +108,7 @@ def cmd_table_drop(args) -> int:
 
 
 def cmd_produce(args) -> int:
-    from fluss_spark.testing.demo_data import DemoData
+    from fluss_spark.local.demo_data import DemoData
     with connect(args) as conn:
         info = conn.table(args.table)
         if not info.has_primary_key and (args.updates or args.deletes):

@@ -1,1 +1,1 @@
-"""Process managers for a local ZooKeeper and a local cluster, reused by the CLI and the tests."""
+"""Test support: fakes with the real interfaces' contracts, harnesses and process helpers."""

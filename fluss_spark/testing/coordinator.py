@@ -9,7 +9,7 @@ from pathlib import Path
 from fluss_spark.client.rpc import RpcConnection
 from fluss_spark.metadata.layout import SnapshotRecord
 from fluss_spark.metadata.store import MetadataStore
-from fluss_spark.testing.server_process import ServerProcess
+from fluss_spark.local.server_process import ServerProcess
 
 
 class FakeClock:

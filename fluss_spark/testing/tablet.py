@@ -11,8 +11,8 @@ from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.testing.coordinator import CoordinatorProcess, call_until_leader
-from fluss_spark.testing.ports import wait_until
-from fluss_spark.testing.server_process import ServerProcess
+from fluss_spark.local.ports import wait_until
+from fluss_spark.local.server_process import ServerProcess
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 

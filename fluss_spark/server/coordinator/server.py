@@ -18,7 +18,7 @@ from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_pa
 from fluss_spark.server.coordinator.tables import TableManager
 from fluss_spark.server.metadata_view import build_metadata
 from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
-from fluss_spark.server.process import ServerSettings
+from fluss_spark.server.settings import ServerSettings
 from fluss_spark.server.rpc import RpcLimits, RpcServer, require
 from fluss_spark.server.security import Security, current_principal
 

@@ -17,7 +17,7 @@ from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.server.metadata_view import build_metadata
-from fluss_spark.server.process import ServerSettings
+from fluss_spark.server.settings import ServerSettings
 from fluss_spark.server.rpc import RpcLimits, RpcServer, require
 from fluss_spark.server.security import Security
 from fluss_spark.server.tablet.bucket import Bucket

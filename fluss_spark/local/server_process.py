@@ -12,7 +12,7 @@ from pathlib import Path
 
 import fluss_spark
 from fluss_spark.errors import FlussError
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 
 
 class ServerProcess:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from fluss_spark.errors import FlussError
-from fluss_spark.testing.ports import free_port, wait_until
+from fluss_spark.local.ports import free_port, wait_until
 
 _DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
 INSTALL_HINT = ("install Java and ZooKeeper (sudo apt-get install -y openjdk-17-jre-headless "

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from fluss_spark.errors import FlussError
-from fluss_spark.testing.ports import free_port
-from fluss_spark.testing.server_process import ServerProcess, signal_pid, stop_all, wait_dead
-from fluss_spark.testing.server_process import pid_alive as _pid_alive
-from fluss_spark.testing.zookeeper import ZooKeeperProcess, four_letter_word
+from fluss_spark.local.ports import free_port
+from fluss_spark.local.server_process import ServerProcess, signal_pid, stop_all, wait_dead
+from fluss_spark.local.server_process import pid_alive as _pid_alive
+from fluss_spark.local.zookeeper import ZooKeeperProcess, four_letter_word
 
 log = logging.getLogger(__name__)
 
