@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything this project needs on a fresh Debian machine, then run one task.
 #   ./dev.sh demo    install, then run the quickstart job (local cluster + Spark streaming read)
-#   ./dev.sh test    install, then run the whole test suite
+#   ./dev.sh test    install, then type-check (mypy) and run the whole test suite
+#   ./dev.sh typecheck  install, then run mypy (configured in setup.cfg, section [mypy])
 #   ./dev.sh install install only
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -23,7 +24,7 @@ PY=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa' >/dev/null 2>&1 \
+if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, mypy' >/dev/null 2>&1 \
    || [ setup.cfg -nt "$VENV/.installed" ]; then
   echo "Installing Python packages into $VENV (log: $VENV/install.log)"
   # compat mode puts the checkout on sys.path, where Spark's lookup of pyspark_* modules sees
@@ -35,16 +36,23 @@ if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa' >/dev/null 2>&1
     echo "error: installing the Python packages failed; see $VENV/install.log" >&2
     exit 1
   fi
-  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss'
+  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss, mypy'
   touch "$VENV/.installed"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
 export PYSPARK_PYTHON="$PWD/$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"
 
+typecheck() {
+  python -m mypy
+}
+
 case "${1:-}" in
   demo)    shift; exec python examples/quickstart.py "$@" ;;
-  test)    shift; exec python -m pytest "$@" ;;
+  test)    shift
+           typecheck          # a type error fails the run (and CI) before any test
+           exec python -m pytest "$@" ;;
+  typecheck) shift; typecheck ;;
   install) echo "Installed: $(python -c 'import fluss_spark; print(fluss_spark.__version__)')" ;;
-  *) echo "usage: ./dev.sh demo|test|install" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test|typecheck|install" >&2; exit 2 ;;
 esac

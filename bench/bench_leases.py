@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python bench/bench_leases.py [--acquire-buckets 100000] [--lease-buckets 1000000]
 
-It starts its own ZooKeeper (``fluss_spark.testing.zookeeper``) in a temporary directory and
+It starts its own ZooKeeper (``fluss_spark.local.zookeeper``) in a temporary directory and
 prints one JSON document. Measured:
 
 - ``acquire``: LeaseManager.acquire of N buckets whose snapshots are registered in ZooKeeper
@@ -30,7 +30,7 @@ from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.server.coordinator.leases import LeaseManager
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry
 from fluss_spark.testing.coordinator import FakeClock
-from fluss_spark.testing.zookeeper import ZooKeeperProcess
+from fluss_spark.local.zookeeper import ZooKeeperProcess
 
 HOUR = 3_600_000
 

@@ -29,7 +29,7 @@ def download(body):
     return {"data": b"x" * body["size"]}
 
 if sys.argv[1] == "rpc":
-    from fluss_spark.server.rpc import RpcServer
+    from fluss_spark.transport.server import RpcServer
     srv = RpcServer("127.0.0.1", 0, role="tablet", server_id=1)
     srv.register(ApiKey.LIST_TABLES, upload)
     srv.register(ApiKey.GET_METRICS, download)
@@ -63,16 +63,16 @@ time.sleep(3600)
 
 def measure(kind: str, calls: dict[str, int]) -> dict[str, float]:
     """Microseconds per call of each workload against a server of ``kind`` (rpc|bare)."""
-    from fluss_spark.client.rpc import RpcConnection
+    from fluss_spark.transport.client import RpcConnection
     from fluss_spark.protocol.api import ApiKey
     proc = subprocess.Popen([sys.executable, "-c", SERVER, kind], stdout=subprocess.PIPE,
                             text=True, env=dict(os.environ))
     try:
         port = int(proc.stdout.readline())
         conn = RpcConnection("127.0.0.1", port)
-        work = {"small request": lambda: conn.call(ApiKey.LIST_TABLES, {}),
-                "1 MB request": lambda: conn.call(ApiKey.LIST_TABLES, {"data": b"y" * (1 << 20)}),
-                "4 MB reply": lambda: conn.call(ApiKey.GET_METRICS, {"size": 4 << 20})}
+        work = {"small request": lambda: conn.call_raw(ApiKey.LIST_TABLES, {}),
+                "1 MB request": lambda: conn.call_raw(ApiKey.LIST_TABLES, {"data": b"y" * (1 << 20)}),
+                "4 MB reply": lambda: conn.call_raw(ApiKey.GET_METRICS, {"size": 4 << 20})}
         out = {}
         for name, n in calls.items():
             work[name]()

@@ -28,7 +28,7 @@ import time
 import pyarrow as pa
 
 from fluss_spark.config import parse_size_bytes
-from fluss_spark.testing.cluster import LocalCluster
+from fluss_spark.local.cluster import LocalCluster
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE, category STRING, ts BIGINT"
 

@@ -46,7 +46,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa
 from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
 from fluss_spark.connector.schema import with_snapshot_metadata  # noqa: E402
-from fluss_spark.testing.cluster import LocalCluster  # noqa: E402
+from fluss_spark.local.cluster import LocalCluster  # noqa: E402
 
 
 class _FilePartition(InputPartition):

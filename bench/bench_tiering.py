@@ -39,7 +39,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from fluss_spark.testing.cluster import LocalCluster  # noqa: E402
+from fluss_spark.local.cluster import LocalCluster  # noqa: E402
 from fluss_spark.tiering.job import TieringConfig, TieringJob  # noqa: E402
 from fluss_spark.tiering.lake import LakeTable, table_dir  # noqa: E402
 

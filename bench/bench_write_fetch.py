@@ -28,13 +28,13 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from fluss_spark.client.rpc import RpcConnection, parse_address
+from fluss_spark.transport.client import RpcConnection, parse_address
 from fluss_spark.config import parse_size_bytes
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema, table_to_bytes
 from fluss_spark.protocol.rows import split_by_bucket
 from fluss_spark.protocol.types import parse_schema
-from fluss_spark.testing.cluster import LocalCluster
+from fluss_spark.local.cluster import LocalCluster
 
 SCHEMA = parse_schema("id BIGINT, name STRING, amount DOUBLE, category STRING, ts BIGINT")
 
@@ -54,7 +54,7 @@ def create(coord: RpcConnection, name: str, pk: bool, buckets: int) -> int:
     deadline = time.monotonic() + 30
     while True:
         try:
-            return coord.call(ApiKey.CREATE_TABLE, body)["table_id"]
+            return coord.call_raw(ApiKey.CREATE_TABLE, body)["table_id"]
         except Exception:
             if time.monotonic() > deadline:
                 raise
@@ -79,12 +79,12 @@ def write(address: str, table_id: int, buckets: int, op: str,
     host, port = parse_address(address)
     conns = [RpcConnection(host, port) for _ in range(buckets)]
     for c in conns:
-        c.call(ApiKey.API_VERSIONS)
+        c.call_raw(ApiKey.API_VERSIONS)
 
     def run(b: int):
         for bucket, payload in payloads:
             if bucket == b:
-                conns[b].call(ApiKey.PRODUCE, {"table_id": table_id, "bucket": b, "op": op,
+                conns[b].call_raw(ApiKey.PRODUCE, {"table_id": table_id, "bucket": b, "op": op,
                                                "records": payload})
 
     threads = [threading.Thread(target=run, args=(b,)) for b in range(buckets)]
@@ -105,7 +105,7 @@ def fetch_all(address: str, table_id: int, max_bytes: int) -> tuple[int, int, fl
     rows = nbytes = offset = 0
     start = time.perf_counter()
     while True:
-        r = conn.call(ApiKey.FETCH_LOG, {"table_id": table_id, "bucket": 0, "offset": offset,
+        r = conn.call_raw(ApiKey.FETCH_LOG, {"table_id": table_id, "bucket": 0, "offset": offset,
                                          "max_bytes": max_bytes, "max_wait_ms": 0})
         if r["records"] is None:
             break

@@ -25,8 +25,8 @@ import pyarrow as pa
 
 from fluss_spark.errors import FlussError
 from fluss_spark.protocol.api import ApiKey
-from fluss_spark.testing.cluster import LocalCluster
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.ports import wait_until
 
 SESSION_S = 4
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             for pid_row in cluster.processes():
                 if pid_row["role"] == "tablet":
                     rpc = conn.tablet(pid_row["id"])
-                    n += len(rpc.call(ApiKey.LIST_SCANNERS, {})["scanners"])
+                    n += len(rpc.call_raw(ApiKey.LIST_SCANNERS, {})["scanners"])
             return n == 0
         try:
             wait_until(no_sessions, 60, "scan sessions to close")

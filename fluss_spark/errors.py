@@ -24,6 +24,9 @@ Retry loops read ``retriable`` / ``refresh_metadata``; they never parse messages
 from __future__ import annotations
 
 
+_REGISTRY: dict[int, type[ApiError]] = {}
+
+
 class FlussError(Exception):
     """Root of every exception raised by fluss_spark."""
 
@@ -39,79 +42,287 @@ class ApiError(FlussError):
     retriable: bool = False
     refresh_metadata: bool = False
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # Each subclass owns one wire code; an inherited code would let two classes claim it and
+        # make the decoding on the client depend on definition order.
+        if "code" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__} must set its own wire code")
+        if cls.code in _REGISTRY:
+            raise TypeError(f"error code {cls.code} registered twice "
+                            f"({_REGISTRY[cls.code].__name__} and {cls.__name__})")
+        _REGISTRY[cls.code] = cls
+
     def __init__(self, message: str = ""):
         super().__init__(message or self.__class__.__name__)
         self.message = message or self.__class__.__name__
 
 
-_REGISTRY: dict[int, type[ApiError]] = {}
+class UnknownServerError(ApiError):
+    """The server failed unexpectedly."""
+
+    code = -1
+    retriable = False
+    refresh_metadata = False
 
 
-def _register(code: int, name: str, *, retriable: bool = False, refresh_metadata: bool = False,
-              doc: str) -> type[ApiError]:
-    if code in _REGISTRY:
-        raise RuntimeError(f"error code {code} registered twice")
-    cls = type(name, (ApiError,), {
-        "code": code, "retriable": retriable, "refresh_metadata": refresh_metadata,
-        "__doc__": doc, "__module__": __name__,
-    })
-    _REGISTRY[code] = cls
-    return cls
+class NetworkError(ApiError):
+    """The connection failed or was closed before a response arrived."""
+
+    code = 1
+    retriable = True
+    refresh_metadata = True
 
 
-UnknownServerError = _register(-1, "UnknownServerError", doc="The server failed unexpectedly.")
-NetworkError = _register(1, "NetworkError", retriable=True, refresh_metadata=True,
-                         doc="The connection failed or was closed before a response arrived.")
-UnsupportedVersion = _register(2, "UnsupportedVersion",
-                               doc="The server does not offer this API (or this version of it).")
-CorruptMessage = _register(3, "CorruptMessage", doc="A frame or message could not be decoded.")
-TableNotExist = _register(7, "TableNotExist", refresh_metadata=True, doc="The table does not exist.")
-TableAlreadyExist = _register(8, "TableAlreadyExist", doc="The table already exists.")
-LogStorageError = _register(10, "LogStorageError", doc="The changelog store failed.")
-KvStorageError = _register(11, "KvStorageError", doc="The KV store failed.")
-NotLeaderOrFollower = _register(12, "NotLeaderOrFollower", retriable=True, refresh_metadata=True,
-                                doc="This server does not host the bucket.")
-RecordTooLarge = _register(13, "RecordTooLarge", doc="A batch is larger than the server accepts.")
-InvalidTable = _register(15, "InvalidTable", doc="The table definition or table name is invalid.")
-LogOffsetOutOfRange = _register(19, "LogOffsetOutOfRange",
-                                doc="The offset is below the retained log start or past its end.")
-NonPrimaryKeyTable = _register(20, "NonPrimaryKeyTable",
-                               doc="The operation needs a primary-key table.")
-UnknownTableOrBucket = _register(21, "UnknownTableOrBucket", retriable=True, refresh_metadata=True,
-                                 doc="The table or bucket is not known to this server (yet).")
-RequestTimeout = _register(25, "RequestTimeout", retriable=True, doc="The request timed out.")
-StorageError = _register(26, "StorageError", doc="A storage operation failed.")
-InvalidColumnProjection = _register(34, "InvalidColumnProjection",
-                                    doc="The requested columns are not in the table.")
-InvalidTimestamp = _register(38, "InvalidTimestamp", doc="The timestamp is invalid.")
-InvalidConfig = _register(39, "InvalidConfig", doc="A table property or request option is invalid.")
-KvSnapshotNotExist = _register(41, "KvSnapshotNotExist", doc="The KV snapshot does not exist.")
-LeaderNotAvailable = _register(44, "LeaderNotAvailable", retriable=True, refresh_metadata=True,
-                               doc="No live server hosts the bucket right now.")
-NotCoordinatorLeader = _register(65, "NotCoordinatorLeader", retriable=True,
-                                 refresh_metadata=True,
-                                 doc="This coordinator is not the active one.")
-ScannerExpired = _register(66, "ScannerExpired",
-                           doc="The scan session expired after being idle.")
-UnknownScannerId = _register(67, "UnknownScannerId", doc="The scan session id is not known.")
-InvalidScanRequest = _register(68, "InvalidScanRequest", doc="The scan request is invalid.")
-TooManyScanners = _register(69, "TooManyScanners", retriable=True,
-                            doc="The per-bucket or per-server scan session limit is reached.")
+class UnsupportedVersion(ApiError):
+    """The server does not offer this API (or this version of it)."""
+
+    code = 2
+    retriable = False
+    refresh_metadata = False
+
+
+class CorruptMessage(ApiError):
+    """A frame or message could not be decoded."""
+
+    code = 3
+    retriable = False
+    refresh_metadata = False
+
+
+class TableNotExist(ApiError):
+    """The table does not exist."""
+
+    code = 7
+    retriable = False
+    refresh_metadata = True
+
+
+class TableAlreadyExist(ApiError):
+    """The table already exists."""
+
+    code = 8
+    retriable = False
+    refresh_metadata = False
+
+
+class LogStorageError(ApiError):
+    """The changelog store failed."""
+
+    code = 10
+    retriable = False
+    refresh_metadata = False
+
+
+class KvStorageError(ApiError):
+    """The KV store failed."""
+
+    code = 11
+    retriable = False
+    refresh_metadata = False
+
+
+class NotLeaderOrFollower(ApiError):
+    """This server does not host the bucket."""
+
+    code = 12
+    retriable = True
+    refresh_metadata = True
+
+
+class RecordTooLarge(ApiError):
+    """A batch is larger than the server accepts."""
+
+    code = 13
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidTable(ApiError):
+    """The table definition or table name is invalid."""
+
+    code = 15
+    retriable = False
+    refresh_metadata = False
+
+
+class LogOffsetOutOfRange(ApiError):
+    """The offset is below the retained log start or past its end."""
+
+    code = 19
+    retriable = False
+    refresh_metadata = False
+
+
+class NonPrimaryKeyTable(ApiError):
+    """The operation needs a primary-key table."""
+
+    code = 20
+    retriable = False
+    refresh_metadata = False
+
+
+class UnknownTableOrBucket(ApiError):
+    """The table or bucket is not known to this server (yet)."""
+
+    code = 21
+    retriable = True
+    refresh_metadata = True
+
+
+class RequestTimeout(ApiError):
+    """The request timed out."""
+
+    code = 25
+    retriable = True
+    refresh_metadata = False
+
+
+class StorageError(ApiError):
+    """A storage operation failed."""
+
+    code = 26
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidColumnProjection(ApiError):
+    """The requested columns are not in the table."""
+
+    code = 34
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidTimestamp(ApiError):
+    """The timestamp is invalid."""
+
+    code = 38
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidConfig(ApiError):
+    """A table property or request option is invalid."""
+
+    code = 39
+    retriable = False
+    refresh_metadata = False
+
+
+class KvSnapshotNotExist(ApiError):
+    """The KV snapshot does not exist."""
+
+    code = 41
+    retriable = False
+    refresh_metadata = False
+
+
+class LeaderNotAvailable(ApiError):
+    """No live server hosts the bucket right now."""
+
+    code = 44
+    retriable = True
+    refresh_metadata = True
+
+
+class NotCoordinatorLeader(ApiError):
+    """This coordinator is not the active one."""
+
+    code = 65
+    retriable = True
+    refresh_metadata = True
+
+
+class ScannerExpired(ApiError):
+    """The scan session expired after being idle."""
+
+    code = 66
+    retriable = False
+    refresh_metadata = False
+
+
+class UnknownScannerId(ApiError):
+    """The scan session id is not known."""
+
+    code = 67
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidScanRequest(ApiError):
+    """The scan request is invalid."""
+
+    code = 68
+    retriable = False
+    refresh_metadata = False
+
+
+class TooManyScanners(ApiError):
+    """The per-bucket or per-server scan session limit is reached."""
+
+    code = 69
+    retriable = True
+    refresh_metadata = False
+
+
 # Codes of our own.
-LeaseNotFound = _register(1001, "LeaseNotFound",
-                          doc="The KV snapshot lease does not exist or has expired.")
-InvalidLeaseId = _register(1002, "InvalidLeaseId",
-                           doc="The lease id is not [A-Za-z0-9._-]{1,128}.")
-InvalidRequest = _register(1003, "InvalidRequest",
-                           doc="A request is missing a field or has a field of the wrong type.")
-LeaseHeldByOther = _register(1004, "LeaseHeldByOther",
-                             doc="Another holder (query) pins the table under this lease.")
-MetadataStoreUnavailable = _register(1005, "MetadataStoreUnavailable", retriable=True,
-                                     doc="The coordinator lost its ZooKeeper connection; retry.")
-AuthenticationFailed = _register(1006, "AuthenticationFailed",
-                                 doc="No or wrong credentials for a server that requires SASL.")
-AuthorizationFailed = _register(1007, "AuthorizationFailed",
-                                doc="The authenticated principal may not do this.")
+
+
+class LeaseNotFound(ApiError):
+    """The KV snapshot lease does not exist or has expired."""
+
+    code = 1001
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidLeaseId(ApiError):
+    """The lease id is not [A-Za-z0-9._-]{1,128}."""
+
+    code = 1002
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidRequest(ApiError):
+    """A request is missing a field or has a field of the wrong type."""
+
+    code = 1003
+    retriable = False
+    refresh_metadata = False
+
+
+class LeaseHeldByOther(ApiError):
+    """Another holder (query) pins the table under this lease."""
+
+    code = 1004
+    retriable = False
+    refresh_metadata = False
+
+
+class MetadataStoreUnavailable(ApiError):
+    """The coordinator lost its ZooKeeper connection; retry."""
+
+    code = 1005
+    retriable = True
+    refresh_metadata = False
+
+
+class AuthenticationFailed(ApiError):
+    """No or wrong credentials for a server that requires SASL."""
+
+    code = 1006
+    retriable = False
+    refresh_metadata = False
+
+
+class AuthorizationFailed(ApiError):
+    """The authenticated principal may not do this."""
+
+    code = 1007
+    retriable = False
+    refresh_metadata = False
 
 
 def error_class(code: int) -> type[ApiError]:

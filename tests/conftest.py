@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from fluss_spark.testing.zookeeper import ZooKeeperProcess
+from fluss_spark.local.zookeeper import ZooKeeperProcess
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +37,7 @@ CLUSTER_TEST_OPTIONS = (
 def cluster(zookeeper, tmp_path_factory):
     """A real LocalCluster (coordinator + 2 tablet servers) on the session ZooKeeper, in a
     chroot of its own, shared by the whole test session."""
-    from fluss_spark.testing.cluster import LocalCluster
+    from fluss_spark.local.cluster import LocalCluster
     local = LocalCluster(tmp_path_factory.mktemp("cluster"), tablets=2,
                          zookeeper=f"{zookeeper.address}/fluss-cluster-{uuid.uuid4().hex[:12]}",
                          server_options=CLUSTER_TEST_OPTIONS)
@@ -55,7 +55,7 @@ SASL_USERS = {"admin": "admin-secret", "internal": "internal-secret", "bob": "bo
 def sasl_cluster(zookeeper, tmp_path_factory):
     """A LocalCluster (coordinator + 1 tablet) that requires SASL PLAIN, with the principals of
     ``SASL_USERS`` (``admin`` is the super user), shared by the whole test session."""
-    from fluss_spark.testing.cluster import LocalCluster
+    from fluss_spark.local.cluster import LocalCluster
     local = LocalCluster(tmp_path_factory.mktemp("sasl") / "c", tablets=1, sasl=True,
                          zookeeper=f"{zookeeper.address}/fluss-sasl-{uuid.uuid4().hex[:12]}")
     local.users_file.parent.mkdir(parents=True)
@@ -69,7 +69,7 @@ def sasl_cluster(zookeeper, tmp_path_factory):
 def local_cluster(tmp_path, request):
     """``local_cluster(**kwargs)``: a started LocalCluster of this test (embedded ZooKeeper
     unless ``zookeeper=`` is given); stopped afterwards, its logs printed if the test failed."""
-    from fluss_spark.testing.cluster import LocalCluster
+    from fluss_spark.local.cluster import LocalCluster
     made = []
     failed_before = request.session.testsfailed
 

@@ -69,7 +69,7 @@ def cmd_tier_status(args) -> int:
     servers = getattr(args, "bootstrap_servers", None) or os.environ.get("FLUSS_BOOTSTRAP_SERVERS")
     if not servers and job_file.exists():
         servers = json.loads(job_file.read_text()).get("bootstrap_servers")
-    latest = None
+    latest: dict[str, dict[int, int]] | None = None
     if servers:
         # An exact lag needs the tables' latest offsets; without the cluster, the job's last one.
         from fluss_spark.client import FlussConnection

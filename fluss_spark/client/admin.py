@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from dataclasses import asdict
+from typing import Iterable, Mapping, TypeVar
 
 import pyarrow as pa
 
-from fluss_spark.client.model import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.config import validate_table_properties
 from fluss_spark.errors import ConfigError, NetworkError, TableNotExist
-from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.arrow_ipc import serialize_schema
+from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.types import parse_schema, validate_table_schema
 
 _OFFSET_SPECS = ("earliest", "latest", "timestamp")
+R = TypeVar("R", bound=m.Message)
 
 
 class Admin:
@@ -43,21 +45,21 @@ class Admin:
             raise ConfigError(f"num_buckets must be a positive integer, got {num_buckets!r}")
         validate_table_schema(schema, primary_key, bucket_key)
         props = validate_table_properties(dict(properties or {}))
-        self._conn.call_coordinator(ApiKey.CREATE_TABLE, {
-            "name": name, "schema": serialize_schema(schema), "primary_key": primary_key,
-            "bucket_key": bucket_key, "num_buckets": num_buckets, "properties": props,
-            "ignore_if_exists": bool(ignore_if_exists)})
+        self._conn.call_coordinator(m.CreateTableRequest(
+            name=name, schema=serialize_schema(schema), primary_key=tuple(primary_key),
+            bucket_key=tuple(bucket_key), num_buckets=num_buckets, properties=props,
+            ignore_if_exists=bool(ignore_if_exists)))
         return self._conn.refresh_table(name)
 
     def drop_table(self, name: str, ignore_if_not_exists: bool = False) -> None:
         try:
-            self._conn.call_coordinator(ApiKey.DROP_TABLE, {
-                "name": name, "ignore_if_not_exists": bool(ignore_if_not_exists)})
+            self._conn.call_coordinator(m.DropTableRequest(
+                name=name, ignore_if_not_exists=bool(ignore_if_not_exists)))
         finally:
             self._conn.forget_table(name)
 
     def list_tables(self) -> list[str]:
-        return sorted(self._conn.call_coordinator(ApiKey.LIST_TABLES, {})["tables"])
+        return sorted(self._conn.call_coordinator(m.ListTablesRequest()).tables)
 
     def get_table(self, name: str) -> TableInfo:
         """Fresh metadata of ``name``; TableNotExist when there is no such table."""
@@ -82,35 +84,31 @@ class Admin:
             raise ConfigError("offset spec 'timestamp' needs timestamp_ms")
         wanted = info.buckets if buckets is None else list(buckets)
 
-        def body(group):
-            b = {"table_id": info.table_id, "buckets": group, "spec": spec}
-            if timestamp_ms is not None:
-                b["timestamp_ms"] = int(timestamp_ms)
-            return b
+        def request(group: list[int]) -> m.ListOffsetsRequest:
+            return m.ListOffsetsRequest(
+                table_id=info.table_id, buckets=tuple(group), spec=spec,
+                timestamp_ms=None if timestamp_ms is None else int(timestamp_ms))
 
         out: dict[int, int] = {}
-        for _, resp in self._conn.call_buckets(info, wanted, ApiKey.LIST_OFFSETS, body):
-            out.update({int(b): int(o) for b, o in resp["offsets"].items()})
+        for _, resp in self._conn.call_buckets(info, wanted, request):
+            out.update(resp.offsets)
         return dict(sorted(out.items()))
 
     # -- KV snapshots ---------------------------------------------------------------------------
     def list_kv_snapshots(self, table: str | TableInfo, bucket: int | None = None) -> list[SnapshotInfo]:
         """Registered snapshots, ordered by bucket then snapshot id."""
         info = self._conn.resolve(table)
-        body = {"table_id": info.table_id}
-        if bucket is not None:
-            body["bucket"] = int(bucket)
-        resp = self._conn.call_coordinator(ApiKey.LIST_KV_SNAPSHOTS, body)
-        snaps = [SnapshotInfo.from_wire(s) for s in resp["snapshots"]]
-        return sorted(snaps, key=lambda s: (s.bucket, s.snapshot_id))
+        resp = self._conn.call_coordinator(m.ListKvSnapshotsRequest(
+            table_id=info.table_id, bucket=None if bucket is None else int(bucket)))
+        return sorted(resp.snapshots, key=lambda s: (s.bucket, s.snapshot_id))
 
     def latest_kv_snapshots(self, table: str | TableInfo) -> dict[int, SnapshotInfo]:
         """The newest snapshot of every bucket that has one."""
         info = self._conn.resolve(table)
-        resp = self._conn.call_coordinator(ApiKey.LIST_KV_SNAPSHOTS,
-                                           {"table_id": info.table_id, "latest_only": True})
+        resp = self._conn.call_coordinator(m.ListKvSnapshotsRequest(table_id=info.table_id,
+                                                                    latest_only=True))
         out: dict[int, SnapshotInfo] = {}
-        for s in map(SnapshotInfo.from_wire, resp["snapshots"]):
+        for s in resp.snapshots:
             if s.bucket not in out or s.snapshot_id > out[s.bucket].snapshot_id:
                 out[s.bucket] = s
         return dict(sorted(out.items()))
@@ -123,22 +121,22 @@ class Admin:
         wanted = info.buckets if buckets is None else list(buckets)
         out: dict[int, SnapshotInfo | None] = {}
         for _, resp in self._conn.call_buckets(
-                info, wanted, ApiKey.TRIGGER_KV_SNAPSHOT,
-                lambda group: {"table_id": info.table_id, "buckets": group}):
-            for b, s in resp["snapshots"].items():
-                out[int(b)] = SnapshotInfo.from_wire(s) if s else None
+                info, wanted,
+                lambda group: m.TriggerKvSnapshotRequest(table_id=info.table_id,
+                                                         buckets=tuple(group))):
+            out.update(resp.snapshots)
         return dict(sorted(out.items()))
 
     # -- KV snapshot leases ---------------------------------------------------------------------
     def supports_leases(self) -> bool:
         """Whether the coordinator offers the KV snapshot lease APIs."""
         return self._conn.with_coordinator(
-            lambda rpc: rpc.supports(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE))
+            lambda rpc: rpc.supports(m.AcquireLeaseRequest.API_KEY))
 
-    def _lease_call(self, api_key: ApiKey, body: dict) -> dict:
+    def _lease_call(self, request: m.Request[R]) -> R:
         def call(rpc):
-            rpc.require(api_key, "KV snapshot leases")
-            return rpc.call(api_key, body)
+            rpc.require(request.API_KEY, "KV snapshot leases")
+            return rpc.call(request)
         return self._conn.with_coordinator(call)
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int,
@@ -152,54 +150,49 @@ class Admin:
         recorded for a different holder, the whole call raises ``LeaseHeldByOther`` (not
         retriable) and nothing changes; the same holder again is granted. ``None`` (operators,
         older clients) is never refused and leaves recorded holders as they are."""
-        body = {"lease_id": lease_id, "duration_ms": int(duration_ms),
-                "tables": {int(t): {int(b): int(s) for b, s in pins.items()}
-                           for t, pins in tables.items()}}
-        if holder is not None:
-            body["holder"] = holder
-        resp = self._lease_call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, body)
-        return {int(t): {int(b): int(s) for b, s in pins.items()}
-                for t, pins in (resp.get("unavailable") or {}).items() if pins}
+        resp = self._lease_call(m.AcquireLeaseRequest(
+            lease_id=lease_id, duration_ms=int(duration_ms), holder=holder,
+            tables={int(t): {int(b): int(s) for b, s in pins.items()}
+                    for t, pins in tables.items()}))
+        return {t: pins for t, pins in resp.unavailable.items() if pins}
 
     def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
         """Extend the lease to now + ``duration_ms``; LeaseNotFound when it is gone."""
-        resp = self._lease_call(ApiKey.RENEW_KV_SNAPSHOT_LEASE,
-                                {"lease_id": lease_id, "duration_ms": int(duration_ms)})
-        return int(resp["expires_at_ms"])
+        return self._lease_call(m.RenewLeaseRequest(lease_id=lease_id,
+                                                    duration_ms=int(duration_ms))).expires_at_ms
 
     def release_kv_snapshot_lease(self, lease_id: str,
                                   tables: Mapping[int, Iterable[int]]) -> int:
         """Unpin buckets ``{table_id: [bucket]}``; returns the pins the lease still holds."""
-        body = {"lease_id": lease_id,
-                "tables": {int(t): [int(b) for b in bs] for t, bs in tables.items()}}
-        return int(self._lease_call(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, body)["remaining_pins"])
+        return self._lease_call(m.ReleaseLeaseRequest(
+            lease_id=lease_id, tables={int(t): tuple(int(b) for b in bs)
+                                       for t, bs in tables.items()})).remaining_pins
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
         """Remove the lease and its pins; False when there was no such lease."""
-        resp = self._lease_call(ApiKey.DROP_KV_SNAPSHOT_LEASE, {"lease_id": lease_id})
-        return bool(resp.get("dropped", True))  # servers before this field always dropped
+        return self._lease_call(m.DropLeaseRequest(lease_id=lease_id)).dropped
 
     def list_kv_snapshot_leases(self) -> list[LeaseInfo]:
-        resp = self._lease_call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})
-        return sorted(map(LeaseInfo.from_wire, resp["leases"]), key=lambda l: l.lease_id)
+        resp = self._lease_call(m.ListLeasesRequest())
+        return sorted(resp.leases, key=lambda lease: lease.lease_id)
 
     def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:
-        return LeaseInfo.from_wire(self._lease_call(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE,
-                                                    {"lease_id": lease_id}))
+        return self._lease_call(m.DescribeLeaseRequest(lease_id=lease_id))
 
     # -- operations -----------------------------------------------------------------------------
     def metrics(self) -> dict:
         """The coordinator's metrics: ``{metrics: {name: n}, tables: {table: {name: n}}}``."""
-        return self._conn.call_coordinator(ApiKey.GET_METRICS, {})
+        resp = self._conn.call_coordinator(m.GetMetricsRequest())
+        return {"metrics": resp.metrics, "tables": resp.tables}
 
     def list_scanners(self) -> list[dict]:
         """Open scan sessions of every live tablet server, each row with its ``server_id``."""
-        rows = []
+        rows: list[dict] = []
         self._conn.refresh_metadata()
         for tablet_id in sorted(self._conn.tablets):
             try:
-                resp = self._conn.tablet(tablet_id).call(ApiKey.LIST_SCANNERS, {})
+                resp = self._conn.tablet(tablet_id).call(m.ListScannersRequest())
             except NetworkError:
                 continue  # a registered server that just died has no sessions to show
-            rows.extend({"server_id": tablet_id, **s} for s in resp["scanners"])
+            rows.extend({"server_id": tablet_id, **asdict(s)} for s in resp.scanners)
         return rows

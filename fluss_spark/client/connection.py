@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, TypeVar
 
 from fluss_spark.client.metadata import MetadataCache
-from fluss_spark.client.model import TableInfo
-from fluss_spark.client.rpc import RpcConnection, parse_address
-from fluss_spark.errors import (ApiError, ConfigError, NetworkError, NotCoordinatorLeader,
-                                TableNotExist)
-from fluss_spark.protocol.api import ApiKey
+from fluss_spark.errors import ConfigError, NetworkError, NotCoordinatorLeader, TableNotExist
+from fluss_spark.protocol.messages import GetMetadataRequest, Message, Request, TableInfo
+from fluss_spark.retry import retry
+from fluss_spark.transport.client import RpcConnection, parse_address
 
-#: First and largest pause between two attempts of a retriable call.
-_BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 1.0
+R = TypeVar("R", bound=Message)
+T = TypeVar("T")
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
@@ -49,7 +49,8 @@ class FlussConnection:
         self.request_timeout_s = float(request_timeout_s)
         if (username is None) != (password is None):
             raise ConfigError("give both a username and a password, or neither")
-        credentials = (username, password) if username is not None else None
+        credentials = (username, password) if username is not None and password is not None \
+            else None
         self._rpc_factory = rpc_factory or (
             lambda h, p, t: RpcConnection(h, p, timeout_s=t, credentials=credentials))
         self._clock, self._sleep = clock, sleep
@@ -58,7 +59,7 @@ class FlussConnection:
         # One socket per (server, thread): a long call in one thread never blocks another.
         self._rpcs: dict[tuple[tuple[str, int], int], Any] = {}
         self._closed = False
-        self._executor = None
+        self._executor: ThreadPoolExecutor | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -74,7 +75,6 @@ class FlussConnection:
         """A small shared thread pool for calls that fan out to several servers."""
         with self._lock:
             if self._executor is None:
-                from concurrent.futures import ThreadPoolExecutor
                 self._executor = ThreadPoolExecutor(max_workers=8,
                                                     thread_name_prefix="fluss-client")
             return self._executor
@@ -121,14 +121,14 @@ class FlussConnection:
 
     def refresh_table(self, name: str) -> TableInfo:
         try:
-            return self._ask_metadata({"tables": [name]})[0]
+            return self._ask_metadata(GetMetadataRequest(tables=(name,)))[0]
         except TableNotExist:
             self._meta.forget(name)
             raise TableNotExist(f"table {name} does not exist") from None
 
     def refresh_metadata(self) -> list[TableInfo]:
         """Fetch the whole cluster metadata (every table) from any reachable server."""
-        return self._ask_metadata({}, complete=True)
+        return self._ask_metadata(GetMetadataRequest(), complete=True)
 
     def forget_table(self, name: str) -> None:
         self._meta.forget(name)
@@ -140,12 +140,13 @@ class FlussConnection:
             self.refresh_metadata()
         return dict(self._meta.tablets)
 
-    def _ask_metadata(self, body: dict, complete: bool = False) -> list[TableInfo]:
+    def _ask_metadata(self, request: GetMetadataRequest,
+                      complete: bool = False) -> list[TableInfo]:
         tried, last = [], None
         for addr in dict.fromkeys(self._meta.addresses() + self.bootstrap):
             tried.append(f"{addr[0]}:{addr[1]}")
             try:
-                answer = self._rpc(addr).call(ApiKey.GET_METADATA, body)
+                answer = self._rpc(addr).call(request)
             except NetworkError as e:
                 last = e
                 continue
@@ -186,58 +187,50 @@ class FlussConnection:
         return self._rpc(addr)
 
     # -- calls with retries ---------------------------------------------------------------------
-    def retry(self, op: Callable[[], Any], refresh: Callable[[], Any]) -> Any:
+    def retry(self, op: Callable[[], T], refresh: Callable[[], Any]) -> T:
         """Run ``op`` until it succeeds, retrying retriable errors with backoff.
 
         ``refresh`` runs before a retry whose error asks for fresh metadata. Gives up with the
         last error once ``request_timeout_s`` has passed.
         """
-        deadline = self._clock() + self.request_timeout_s
-        delay = _BACKOFF_START_S
-        while True:
-            try:
-                return op()
-            except ApiError as e:
-                if not e.retriable or self._clock() + delay > deadline:
-                    raise
-                if e.refresh_metadata:
-                    try:
-                        refresh()
-                    except NetworkError:
-                        pass  # nothing reachable yet; the next attempt reports it
-            self._sleep(delay)
-            delay = min(delay * 2, _BACKOFF_MAX_S)
+        def before_retry(e):
+            if e.refresh_metadata:
+                try:
+                    refresh()
+                except NetworkError:
+                    pass  # nothing reachable yet; the next attempt reports it
+        return retry(op, timeout_s=self.request_timeout_s, on_retry=before_retry,
+                     clock=self._clock, sleep=self._sleep)
 
-    def call_coordinator(self, api_key: ApiKey, body: dict | None = None) -> dict:
-        return self.with_coordinator(lambda rpc: rpc.call(api_key, body or {}))
+    def call_coordinator(self, request: Request[R]) -> R:
+        return self.with_coordinator(lambda rpc: rpc.call(request))
 
     def with_coordinator(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(coordinator rpc)`` with retries, following a moved coordinator."""
         return self.retry(lambda: fn(self.coordinator()), self.refresh_metadata)
 
-    def call_bucket(self, table: TableInfo, bucket: int, api_key: ApiKey, body: dict) -> dict:
-        """Send ``body`` to the tablet hosting ``bucket``, retrying retriable errors."""
+    def call_bucket(self, table: TableInfo, bucket: int, request: Request[R]) -> R:
+        """Send ``request`` to the tablet hosting ``bucket``, retrying retriable errors."""
         def op():
-            return self._rpc(self._meta.tablet_address(table, bucket)[1]).call(api_key, body)
+            return self._rpc(self._meta.tablet_address(table, bucket)[1]).call(request)
         return self.retry(op, lambda: self._refresh_same_table(table))
 
-    def call_buckets(self, table: TableInfo, buckets: Iterable[int], api_key: ApiKey,
-                     make_body: Callable[[list[int]], dict]) -> list[tuple[list[int], dict]]:
-        """One call per tablet server for the buckets it hosts; [(buckets, response body)].
+    def call_buckets(self, table: TableInfo, buckets: Iterable[int],
+                     make_request: Callable[[list[int]], Request[R]]) -> list[tuple[list[int], R]]:
+        """One call per tablet server for the buckets it hosts; [(buckets, response)].
 
         A group that fails with a retriable error is regrouped after a metadata refresh and
         retried until ``request_timeout_s``.
         """
         pending = sorted(set(buckets))
-        results: list[tuple[list[int], dict]] = []
+        results: list[tuple[list[int], R]] = []
 
         def attempt():
             groups: dict[tuple[str, int], list[int]] = {}
             for b in pending:
                 groups.setdefault(self._meta.tablet_address(table, b)[1], []).append(b)
             for addr, group in groups.items():
-                body = self._rpc(addr).call(api_key, make_body(group))
-                results.append((group, body))
+                results.append((group, self._rpc(addr).call(make_request(group))))
                 for b in group:
                     pending.remove(b)
 

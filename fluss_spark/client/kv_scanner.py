@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 import pyarrow as pa
 
-from fluss_spark.errors import (ConfigError, FlussError, KvSnapshotNotExist, NetworkError,
-                                ScannerExpired, TooManyScanners, UnknownScannerId)
-from fluss_spark.protocol.api import ApiKey
+from fluss_spark.errors import (ApiError, ConfigError, FlussError, KvSnapshotNotExist,
+                                NetworkError, ScannerExpired, TooManyScanners, UnknownScannerId)
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
+from fluss_spark.protocol.messages import (CloseScan, ContinueScan, ListKvSnapshotsRequest,
+                                           OpenScan, ScanKvResponse, SnapshotInfo)
+from fluss_spark.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,8 @@ class KvScan:
     ``with`` block) closes the server session.
     """
 
-    def __init__(self, gen_factory: Callable[["KvScan"], Iterator[pa.RecordBatch]], *,
-                 bucket: int, snapshot_id: int | None, live: bool):
+    def __init__(self, gen_factory: Callable[["KvScan"], Generator[pa.RecordBatch, None, None]],
+                 *, bucket: int, snapshot_id: int | None, live: bool):
         self.bucket = bucket
         self.snapshot_id = snapshot_id
         self.live = live
@@ -107,16 +109,16 @@ class KvScanner:
         self.open_timeout_s = open_timeout_s
         self._sleep, self._clock = sleep, clock
 
-    def latest_snapshot(self, bucket: int) -> dict:
-        """The bucket's newest registered snapshot (a SnapshotInfo body), or KvSnapshotNotExist."""
-        resp = self._conn.call_coordinator(ApiKey.LIST_KV_SNAPSHOTS, {
-            "table_id": self.table.table_id, "bucket": bucket, "latest_only": True})
-        mine = [s for s in resp.get("snapshots") or [] if int(s["bucket"]) == bucket]
+    def latest_snapshot(self, bucket: int) -> SnapshotInfo:
+        """The bucket's newest registered snapshot, or KvSnapshotNotExist."""
+        resp = self._conn.call_coordinator(ListKvSnapshotsRequest(
+            table_id=self.table.table_id, bucket=bucket, latest_only=True))
+        mine = [s for s in resp.snapshots if s.bucket == bucket]
         if not mine:
             raise KvSnapshotNotExist(
                 f"bucket {bucket} of table {self.table.name} has no KV snapshot yet; trigger "
                 "one (fluss-spark snapshot trigger) or scan the live state (live=True)")
-        return max(mine, key=lambda s: int(s["snapshot_id"]))
+        return max(mine, key=lambda s: s.snapshot_id)
 
     def scan(self, bucket: int, snapshot_id: int | None = None, live: bool = False,
              projection: list[str] | None = None, limit: int | None = None, start_row: int = 0,
@@ -158,11 +160,11 @@ class KvScanner:
 
     # -- the pager ------------------------------------------------------------------------------
     def _pages(self, scan: KvScan, projection, limit, start_row,
-               batch_size) -> Iterator[pa.RecordBatch]:
+               batch_size) -> Generator[pa.RecordBatch, None, None]:
         if not scan.live and scan.snapshot_id is None:
             latest = self.latest_snapshot(scan.bucket)
-            scan.snapshot_id = int(latest["snapshot_id"])
-            scan.log_offset = int(latest["log_offset"])
+            scan.snapshot_id = latest.snapshot_id
+            scan.log_offset = latest.log_offset
         rpc, scanner_id, seq, has_more, lost = None, None, 0, True, None
         try:
             while has_more:
@@ -181,10 +183,10 @@ class KvScanner:
                         lost, scanner_id = (rpc, scanner_id), None
                         scan.resumes += 1
                         continue
-                has_more = bool(resp.get("has_more"))
-                scanner_id = resp.get("scanner_id") if has_more else None
-                if resp.get("log_offset") is not None:
-                    scan.log_offset = int(resp["log_offset"])
+                has_more = resp.has_more
+                scanner_id = resp.scanner_id if has_more else None
+                if resp.log_offset is not None:
+                    scan.log_offset = resp.log_offset
                 for batch in self._batches(scan, resp, expected):
                     scan.rows += batch.num_rows
                     yield batch
@@ -195,46 +197,41 @@ class KvScanner:
     def _close_session(self, rpc, scanner_id: str) -> None:
         """Best effort: a session left open is evicted by the server after kv.scanner.ttl."""
         try:
-            rpc.call(ApiKey.SCAN_KV, {"scanner_id": scanner_id, "close": True},
-                     timeout_s=_CLOSE_TIMEOUT_S)
+            rpc.call(CloseScan(scanner_id=scanner_id), timeout_s=_CLOSE_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001
             log.debug("closing scan session %s failed: %s", scanner_id, e)
 
     def _open(self, scan: KvScan, projection, limit, start_row, batch_size):
-        body = {"table_id": self.table.table_id, "bucket": scan.bucket, "call_seq_id": 0,
-                "batch_size_bytes": batch_size}
-        if scan.live:
-            body["live"] = True
-        else:
-            body["snapshot_id"] = scan.snapshot_id
-        if projection is not None:
-            body["projection"] = projection
-        if limit is not None:
-            body["limit"] = limit
-        if start_row:
-            body["start_row"] = start_row
+        request = OpenScan(
+            table_id=self.table.table_id, bucket=scan.bucket, batch_size_bytes=batch_size,
+            call_seq_id=0, snapshot_id=None if scan.live else scan.snapshot_id, live=scan.live,
+            projection=tuple(projection) if projection is not None else None, limit=limit,
+            start_row=start_row)
 
         def attempt():
             rpc = self._conn.tablet_for(self.table.table_id, scan.bucket)
-            return rpc, rpc.call(ApiKey.SCAN_KV, body)
+            return rpc, rpc.call(request)
 
+        # Past the connection's own retries, a full server is waited for a while longer: its
+        # sessions end as their scans finish or go idle.
         deadline = self._clock() + self.open_timeout_s
-        delay = 0.05
-        while True:
+        for delay in Backoff().delays():
             try:
                 return self._conn.retry(attempt, lambda: self._conn.refresh_table(self.table.name))
             except TooManyScanners:
                 if self._clock() + delay > deadline:
                     raise
             self._sleep(delay)
-            delay = min(delay * 2, 1.0)
 
-    def _continue(self, scan: KvScan, rpc, scanner_id: str, seq: int, batch_size) -> dict | None:
+    def _continue(self, scan: KvScan, rpc, scanner_id: str, seq: int,
+                  batch_size) -> ScanKvResponse | None:
         """The next batch; None when the session is lost and a snapshot scan should reopen."""
-        body = {"scanner_id": scanner_id, "call_seq_id": seq, "batch_size_bytes": batch_size}
+        request = ContinueScan(scanner_id=scanner_id, call_seq_id=seq,
+                               batch_size_bytes=batch_size)
+        error: ApiError            # set by every attempt that does not return
         for attempt in range(self.continue_retries + 1):
             try:
-                return rpc.call(ApiKey.SCAN_KV, body)
+                return rpc.call(request)
             except NetworkError as e:
                 error = e
                 if attempt < self.continue_retries:
@@ -253,15 +250,16 @@ class KvScanner:
                  scan.rows, type(error).__name__)
         return None
 
-    def _batches(self, scan: KvScan, resp: dict, expected: int) -> Iterator[pa.RecordBatch]:
+    def _batches(self, scan: KvScan, resp: ScanKvResponse,
+                 expected: int) -> Iterator[pa.RecordBatch]:
         """The response's record batches, trimmed so the scan stays gapless and duplicate-free."""
-        records = resp.get("records")
+        records = resp.records
         if not records:
             return
         table = bytes_to_table(records)
         if scan.schema is None:
             scan.schema = table.schema
-        row_start = resp.get("row_start", expected)
+        row_start = resp.row_start if resp.row_start is not None else expected
         if row_start > expected:
             raise FlussError(f"scan of {self.table.name} bucket {scan.bucket} got rows from "
                              f"{row_start}, expected {expected}: rows would be skipped")

@@ -8,11 +8,11 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from fluss_spark.client.model import (CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET, LogBatch,
-                                      TableInfo)
+from fluss_spark.client.model import LogBatch
 from fluss_spark.errors import ConfigError, LogOffsetOutOfRange
-from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
+from fluss_spark.protocol.changelog import CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET
+from fluss_spark.protocol.messages import FetchLogRequest, TableInfo
 
 _TS_TYPE = pa.timestamp("ms", tz="UTC")
 
@@ -39,17 +39,16 @@ class LogScanner:
 
         ``max_wait_ms`` > 0 long-polls when nothing is there yet.
         """
-        body = {"table_id": self.table.table_id, "bucket": int(bucket), "offset": int(offset),
-                "max_bytes": int(max_bytes), "max_wait_ms": int(max_wait_ms)}
-        if end_offset is not None:
-            body["end_offset"] = int(end_offset)
-        if self.projection is not None:
-            body["projection"] = self.projection
-        resp = self._conn.call_bucket(self.table, bucket, ApiKey.FETCH_LOG, body)
-        records = self._decode(resp.get("records"), int(resp.get("base_offset", offset)))
-        return LogBatch(records=records, next_offset=int(resp["next_offset"]),
-                        high_watermark=int(resp["high_watermark"]),
-                        log_start_offset=int(resp.get("log_start_offset", 0)))
+        request = FetchLogRequest(
+            table_id=self.table.table_id, bucket=int(bucket), offset=int(offset),
+            end_offset=None if end_offset is None else int(end_offset),
+            max_bytes=int(max_bytes), max_wait_ms=int(max_wait_ms),
+            projection=tuple(self.projection) if self.projection is not None else None)
+        resp = self._conn.call_bucket(self.table, bucket, request)
+        records = self._decode(resp.records, resp.base_offset)
+        return LogBatch(records=records, next_offset=resp.next_offset,
+                        high_watermark=resp.high_watermark,
+                        log_start_offset=resp.log_start_offset)
 
     def read(self, bucket: int, start: int, end: int,
              max_bytes: int = 8 << 20) -> Iterator[pa.RecordBatch]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from fluss_spark.client.model import TableInfo
 from fluss_spark.errors import ConfigError, LeaderNotAvailable
+from fluss_spark.protocol.messages import GetMetadataResponse, TableInfo
 
 
 class MetadataCache:
@@ -18,14 +18,13 @@ class MetadataCache:
         self._by_name: dict[str, TableInfo] = {}
         self._by_id: dict[int, TableInfo] = {}
 
-    def update(self, body: dict, *, complete: bool = False) -> list[TableInfo]:
-        """Merge one GET_METADATA body; ``complete`` means it listed every table."""
-        tables = [TableInfo.from_wire(t) for t in body.get("tables") or []]
-        coord = body.get("coordinator")
+    def update(self, answer: GetMetadataResponse, *, complete: bool = False) -> list[TableInfo]:
+        """Merge one GET_METADATA answer; ``complete`` means it listed every table."""
+        tables = list(answer.tables)
+        coord = answer.coordinator
         with self._lock:
-            self.coordinator = (coord["host"], int(coord["port"])) if coord else None
-            self.tablets = {int(t["id"]): (t["host"], int(t["port"]))
-                            for t in body.get("tablets") or []}
+            self.coordinator = (coord.host, coord.port) if coord else None
+            self.tablets = {t.id: (t.host, t.port) for t in answer.tablets}
             if complete:
                 self._by_name, self._by_id = {}, {}
             for t in tables:
@@ -59,7 +58,7 @@ class MetadataCache:
             current = self._by_id.get(table.table_id, table)
             tablet = current.assignment.get(bucket)
             addr = self.tablets.get(tablet) if tablet is not None else None
-        if addr is None:
+        if tablet is None or addr is None:
             raise LeaderNotAvailable(f"no live tablet server hosts bucket {bucket} of "
                                      f"{table.name} (assigned to {tablet})")
         return tablet, addr

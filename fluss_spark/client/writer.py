@@ -5,21 +5,20 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeAlias
 
 import pyarrow as pa
 
-from fluss_spark.client.model import TableInfo
 from fluss_spark.errors import ConfigError, NonPrimaryKeyTable
-from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import table_to_bytes
+from fluss_spark.protocol.messages import ProduceRequest, TableInfo
 from fluss_spark.protocol.rows import split_by_bucket
 from fluss_spark.protocol.types import cast_columns
 
 #: Largest Arrow payload sent in one PRODUCE request; bigger batches go in several.
 MAX_REQUEST_BYTES = 8 << 20
 
-Data = pa.Table | pa.RecordBatch | Sequence[dict] | Sequence[tuple]
+Data: TypeAlias = pa.Table | pa.RecordBatch | Sequence[dict] | Sequence[tuple]
 
 
 def to_arrow(data: Any, schema: pa.Schema, what: str = "rows") -> pa.Table:
@@ -220,14 +219,13 @@ class TableWriter:
         return out
 
     def _produce_bucket(self, op: str, bucket: int, part: pa.Table) -> tuple[int, int] | None:
-        base = end = None
+        span: tuple[int, int] | None = None       # [first chunk's base, last chunk's end)
         for chunk in chunks(part, self.max_request_bytes):
-            resp = self._conn.call_bucket(self.table, bucket, ApiKey.PRODUCE, {
-                "table_id": self.table.table_id, "bucket": bucket, "op": op,
-                "records": table_to_bytes(chunk)})
-            base = int(resp["base_offset"]) if base is None else base
-            end = int(resp["end_offset"])
-        return None if base is None else (base, end)
+            resp = self._conn.call_bucket(self.table, bucket, ProduceRequest(
+                table_id=self.table.table_id, bucket=bucket, op=op,
+                records=table_to_bytes(chunk)))
+            span = (resp.base_offset if span is None else span[0], resp.end_offset)
+        return span
 
 
 def _given_names(data: Any) -> list[str] | None:

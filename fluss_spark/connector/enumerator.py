@@ -1,13 +1,17 @@
-"""The driver-side enumerator: plans offsets, holds the query's KV snapshot lease, plans splits.
+"""The driver-side enumerator: sequences Spark's calls, binds the run to its checkpoint, keeps the lease.
 
 It lives in the one long-lived Python process Spark keeps per source per query run, and starts
-fresh on every restart. Spark calls (see docs/spark_source.md, "How the source meets Spark"):
+fresh on every restart. Where offsets go is planned by ``fluss_spark/connector/planning.py``, the
+lease is held by ``fluss_spark/connector/lease_session.py``; this module decides when each
+happens. Spark calls (see docs/spark_source.md, "How the source meets Spark"):
 
 - ``initial_offset()`` (twice on a fresh start: planned once and memoised). It lists the latest KV
   snapshots of every PK table (``full`` mode) and names a lease id and a holder id, but acquires
   NOTHING: on a restart before batch 0 committed Spark calls it again, and the checkpoint's batch
   0 offset, not this new plan, names the query's lease.
-- ``latest_offset(start, limit)``: the next end offset under the read limit.
+- ``latest_offset(start, limit)``: the next end offset under the read limit (a ``start`` that
+  is not this run's own unlogged initial offset first binds the run, renews the lease and
+  releases the tables ``start`` shows done, see ``commit``).
 - ``partitions(start, end)``: splits of a batch whose ``end`` Spark has already written to its
   offset log. The first offset of a run that Spark read from its checkpoint (``end`` here, or a
   ``start`` that is not this run's own initial offset) binds the run to the checkpoint: its
@@ -25,34 +29,34 @@ fresh on every restart. Spark calls (see docs/spark_source.md, "How the source m
 A snapshot listed by ``initial_offset`` may be removed by retention before the first batch leases
 it. Nothing of it was read yet, so the bucket continues from its newest snapshot with no loss.
 
-Nothing here depends on ``stop()``: it only stops the renewal thread and closes connections. The
-lease is deliberately NOT dropped there: ``stop()`` also runs when a query is stopped to be
-restarted from its checkpoint, and the restarted run needs the same pins. A query abandoned in the
-middle of its snapshot phase leaves its pins until the lease expires
-(``scan.kv.snapshot.lease.duration``) or an operator drops it.
+Nothing here depends on ``stop()`` (Spark often kills the process instead of calling it): it only
+stops the renewal thread and closes connections. The lease is deliberately NOT dropped there:
+``stop()`` also runs when a query is stopped to be restarted from its checkpoint, and the
+restarted run needs the same pins. A query abandoned in the middle of its snapshot phase leaves
+its pins until the lease expires (``scan.kv.snapshot.lease.duration``) or an operator drops it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
-from typing import Any, Callable
+from typing import Callable
 
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              ReadMinRows)
+from pyspark.sql.streaming.datasource import ReadLimit
 
+from fluss_spark.client.cluster import Cluster, TableInfo
+from fluss_spark.clock import Clock, monotonic_ms
+from fluss_spark.connector.lease_keeper import LeaseKeeper
 from fluss_spark.connector.lease_session import LeaseSession
 from fluss_spark.connector.offsets import (QueryIdentity, SnapshotPos, SourceOffset, TablePos,
                                            decode)
 from fluss_spark.connector.options import SourceOptions
+from fluss_spark.connector.planning import OffsetPlanner
 from fluss_spark.connector.splits import plan_splits
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist
 
 log = logging.getLogger(__name__)
-
-BucketKey = tuple[int, int]  # (table id, bucket)
 
 _NEW_CHECKPOINT = ("A checkpoint belongs to one query: restore the options it was started with, "
                    "or start this query with a new checkpointLocation.")
@@ -62,83 +66,58 @@ class CheckpointMismatch(ConfigError):
     """The query restarted on a checkpoint does not read what the checkpoint was made for."""
 
 
-def spread(pending: dict[BucketKey, int], budget: int) -> dict[BucketKey, int]:
-    """Share ``budget`` fairly over buckets (water-filling: small backlogs are served whole, the
-    rest split evenly); deterministic, and at least one unit goes out while any is pending."""
-    alloc = {k: 0 for k in pending}
-    items = sorted(((p, k) for k, p in pending.items() if p > 0))
-    remaining = max(0, budget)
-    for i, (p, k) in enumerate(items):
-        give = min(p, remaining // (len(items) - i))
-        alloc[k] = give
-        remaining -= give
-    for p, k in sorted(items, key=lambda pk: pk[1]):  # rounding leftovers, in bucket order
-        if remaining <= 0:
-            break
-        if alloc[k] < p:
-            alloc[k] += 1
-            remaining -= 1
-    return alloc
-
-
 class Enumerator:
     """Offsets, lease and splits of one streaming query run (driver side)."""
 
     def __init__(self, options: SourceOptions, table_names: list[str],
-                 connect: Callable[[], Any], *, clock: Callable[[], float] = time.time,
+                 connect: Callable[[], Cluster], *, clock: Clock = monotonic_ms,
                  renew_in_thread: bool = True,
-                 check_table: Callable[[Any], None] | None = None):
-        """``connect()`` returns a client connection (``.admin()``, ``.close()``).
-        ``check_table(info)`` may refuse a table when the query starts (e.g. a column the
-        query's schema names but the table lacks)."""
+                 check_table: Callable[[TableInfo], None] | None = None):
+        """``connect()`` opens a ``Cluster``. ``check_table(info)`` may refuse a table when the
+        query starts (e.g. a column the query's schema names but the table lacks)."""
         self.options = options
         self.check_table = check_table
         self.table_names = list(table_names)
         self._connect = connect
         self.clock = clock
-        self._conn = None
-        self.lease = LeaseSession(options, lambda: self.admin, connect, clock=clock,
+        self._cluster: Cluster | None = None
+        self.lease = LeaseSession(options, lambda: self.cluster, connect, clock=clock,
                                   renew_in_thread=renew_in_thread)
+        self.planner = OffsetPlanner(options, lambda: self.cluster, clock=clock)
         self._initial: dict | None = None
         self.identity: QueryIdentity | None = None
         # Offsets this run returned before it was bound to a checkpoint (JSON text): an offset
         # among them that comes back from Spark was never read by an earlier run.
         self._produced: set[str] = set()
         self.released: set[int] = set()
-        self._infos: dict[int, Any] = {}
+        self._infos: dict[int, TableInfo] = {}
         # (table id, bucket, lost snapshot id) -> (snapshot the bucket continues with or None,
         # changelog offset it continues at or None to keep its own)
         self._replacements: dict[tuple[int, int, int], tuple[SnapshotPos | None, int | None]] = {}
-        self._last_batch_ms = self._now_ms()
-        self._available_now_target: dict[BucketKey, int] | None = None
-        self._latest_available: dict | None = None
 
     # -- plumbing -----------------------------------------------------------------------------
-    def _now_ms(self) -> int:
-        return int(self.clock() * 1000)
-
     @property
-    def admin(self):
-        if self._conn is None:
-            self._conn = self._connect()
-        return self._conn.admin()
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = self._connect()
+        return self._cluster
 
     @property
     def lease_id(self) -> str | None:
         return self.lease.lease_id
 
     @property
-    def keeper(self):
+    def keeper(self) -> LeaseKeeper | None:
         return self.lease.keeper
 
     def _leases_supported(self) -> bool:
         return self.lease.supported(self.table_names)
 
-    def _resolve(self) -> list[Any]:
+    def _resolve(self) -> list[TableInfo]:
         infos = []
         for name in self.table_names:
             try:
-                infos.append(self.admin.get_table(name))
+                infos.append(self.cluster.get_table(name))
             except TableNotExist:
                 raise TableNotExist(f"table {name!r} does not exist on "
                                     f"{self.options.bootstrap_servers}; create it or fix option "
@@ -163,30 +142,8 @@ class Enumerator:
 
     def _plan_initial(self) -> SourceOffset:
         """Where a new query starts; no lease yet (see the module docstring)."""
-        opts = self.options
-        tables: dict[int, TablePos] = {}
-        for info in self._resolve():
-            name = info.name
-            if opts.startup_mode == "full" and info.has_primary_key:
-                snaps = self.admin.latest_kv_snapshots(name)
-                earliest = self._offsets(name, "earliest")
-                snapshot = {b: SnapshotPos(s.snapshot_id, s.row_count, 0, s.log_offset)
-                            for b, s in sorted(snaps.items())}
-                logs = {b: (snapshot[b].log_offset if b in snapshot else earliest.get(b, 0))
-                        for b in range(info.num_buckets)}
-                tables[info.table_id] = TablePos(name, snapshot, logs)
-            else:
-                spec = {"full": "earliest"}.get(opts.startup_mode, opts.startup_mode)
-                logs = self._offsets(name, spec, opts.startup_timestamp_ms)
-                tables[info.table_id] = TablePos(name, {}, {b: logs.get(b, 0)
-                                                            for b in range(info.num_buckets)})
-        return SourceOffset(opts.lease_id or str(uuid.uuid4()), tables,
-                            self._identity(uuid.uuid4().hex))
-
-    def _offsets(self, table: str, spec: str, timestamp_ms: int | None = None) -> dict[int, int]:
-        if spec == "timestamp":
-            return self.admin.list_offsets(table, spec="timestamp", timestamp_ms=timestamp_ms)
-        return self.admin.list_offsets(table, spec=spec)
+        return self.planner.initial(self._resolve(), self.options.lease_id or str(uuid.uuid4()),
+                                    self._identity(uuid.uuid4().hex))
 
     # -- binding to the checkpoint ------------------------------------------------------------
     def _is_own(self, offset: SourceOffset) -> bool:
@@ -277,9 +234,10 @@ class Enumerator:
                 f"snapshot")
         attempts = self.options.lease_acquire_retries + 1
         for _ in range(attempts):
-            latest = self.admin.latest_kv_snapshots(t.name).get(bucket)
+            latest = self.cluster.latest_kv_snapshots(t.name).get(bucket)
             if latest is None:  # no snapshot any more: the bucket reads its changelog
-                log_from = self._offsets(t.name, "earliest").get(bucket, 0) if lossless else None
+                log_from = (self.planner.offsets(t.name, "earliest").get(bucket, 0) if lossless
+                            else None)
                 replacement: tuple[SnapshotPos | None, int | None] = (None, log_from)
                 break
             if not self.lease.acquire({tid: {bucket: latest.snapshot_id}}, {tid: t.name}):
@@ -305,8 +263,8 @@ class Enumerator:
         tables = dict(offset.tables)
         for (tid, b, sid), (new, log_from) in self._replacements.items():
             t = tables.get(tid)
-            cur = t.snapshot.get(b) if t else None
-            if cur is None or cur.snapshot_id != sid:
+            cur = t.snapshot.get(b) if t is not None else None
+            if t is None or cur is None or cur.snapshot_id != sid:
                 continue
             snapshot, logs = dict(t.snapshot), dict(t.log)
             if new is None:
@@ -320,20 +278,12 @@ class Enumerator:
 
     # -- micro-batches ------------------------------------------------------------------------
     def default_read_limit(self) -> ReadLimit:
-        if self.options.min_offsets_per_trigger is not None:
-            return ReadMinRows(self.options.min_offsets_per_trigger)
-        if self.options.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self.options.max_offsets_per_trigger)
-        return ReadAllAvailable()
+        return self.planner.default_read_limit()
 
     def prepare_for_available_now(self) -> None:
         """Fix the target: the changelog ends as of now (snapshots are bounded anyway)."""
-        infos = self._infos.values() if self._infos else self._resolve()
-        target = {}
-        for info in infos:
-            for b, off in self.admin.list_offsets(info.name, spec="latest").items():
-                target[(info.table_id, b)] = off
-        self._available_now_target = target
+        self.planner.prepare_for_available_now(self._infos.values() if self._infos
+                                               else self._resolve())
 
     def latest_offset(self, start_json: dict, limit: ReadLimit | None = None) -> dict:
         start = decode(start_json)
@@ -348,71 +298,19 @@ class Enumerator:
             # commit log, so a table whose snapshot ``start`` shows consumed can be released now.
             # This also covers the last batch of Trigger.AvailableNow, which never sees a commit().
             self._release_finished(start)
-        pending, latest_log = self._pending(start)
-        self._latest_available = self._advance(start, pending, latest_log).to_json()
-
-        limit = limit if limit is not None else self.default_read_limit()
-        budget = None
-        if isinstance(limit, ReadMaxRows):
-            budget = limit.max_rows
-        elif isinstance(limit, ReadMinRows):
-            total = sum(pending.values())
-            waited = self._now_ms() - self._last_batch_ms
-            # Under AvailableNow no more data is coming: waiting for a minimum would only stall.
-            if (total < limit.min_rows and waited < self.options.max_trigger_delay_ms
-                    and self._available_now_target is None):
-                return start_json
-            budget = self.options.max_offsets_per_trigger
-        alloc = pending if budget is None else spread(pending, budget)
-        if not any(alloc.values()):
-            end = self._advance(start, {}, {}).to_json()
+        step = self.planner.next_end(start, limit, self.identity)
+        if step is None:
+            return start_json
+        end = step.end.to_json()
+        if not step.reads:
             return start_json if end == start_json else end
-        self._last_batch_ms = self._now_ms()
-        end = self._advance(start, alloc, latest_log).to_json()
         if not self.lease.bound:
             self._produced.add(json.dumps(end))
         return end
 
-    def _pending(self, start: SourceOffset) -> tuple[dict[BucketKey, int], dict[BucketKey, int]]:
-        """Units available per bucket: unread snapshot rows, or (once the snapshot was fully
-        read in an earlier batch) changelog records up to the latest offset."""
-        pending: dict[BucketKey, int] = {}
-        latest_log: dict[BucketKey, int] = {}
-        for tid, t in start.tables.items():
-            in_snapshot = {b for b, s in t.snapshot.items() if not s.complete}
-            for b, s in t.snapshot.items():
-                if not s.complete:
-                    pending[(tid, b)] = s.remaining
-            log_buckets = [b for b in t.log if b not in in_snapshot]
-            if not log_buckets:
-                continue
-            latest = self.admin.list_offsets(t.name, spec="latest")
-            for b in log_buckets:
-                end = latest.get(b, t.log[b])
-                if self._available_now_target is not None:
-                    end = min(end, self._available_now_target.get((tid, b), end))
-                latest_log[(tid, b)] = end
-                pending[(tid, b)] = max(0, end - t.log[b])
-        return pending, latest_log
-
-    def _advance(self, start: SourceOffset, alloc: dict[BucketKey, int],
-                 latest_log: dict[BucketKey, int]) -> SourceOffset:
-        tables = {}
-        for tid, t in start.tables.items():
-            snapshot, logs = dict(t.snapshot), dict(t.log)
-            for b, s in t.snapshot.items():
-                n = alloc.get((tid, b), 0) if not s.complete else 0
-                if n:
-                    snapshot[b] = SnapshotPos(s.snapshot_id, s.row_count, s.next_row + n,
-                                              s.log_offset)
-            for b in t.log:
-                if (tid, b) in latest_log:
-                    logs[b] = t.log[b] + min(alloc.get((tid, b), 0), latest_log[(tid, b)] - t.log[b])
-            tables[tid] = TablePos(t.name, snapshot, logs)
-        return SourceOffset(start.lease_id, tables, start.query or self.identity)
-
     def report_latest_offset(self) -> dict | None:
-        return self._latest_available
+        latest = self.planner.latest_available
+        return latest.to_json() if latest is not None else None
 
     def partitions(self, start_json: dict, end_json: dict) -> list:
         start, end = decode(start_json), decode(end_json)
@@ -442,11 +340,11 @@ class Enumerator:
         """Best-effort cleanup only (see the module docstring: the lease is kept on purpose)."""
         self.lease.close()
         try:
-            if self._conn is not None:
-                self._conn.close()
+            if self._cluster is not None:
+                self._cluster.close()
         except Exception:  # noqa: BLE001 - cleanup must not raise
             pass
-        self._conn = None
+        self._cluster = None
 
 
 def _reads(before: TablePos | None, bucket: int, pos: SnapshotPos) -> bool:

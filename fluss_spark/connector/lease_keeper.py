@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from typing import Any, Callable
+from typing import Callable
 
+from fluss_spark.client.cluster import Cluster, Pins
+from fluss_spark.clock import Clock, monotonic_ms
 from fluss_spark.errors import FlussError, LeaseNotFound
 
 log = logging.getLogger(__name__)
+
+#: Longest pause before a failed renewal is tried again (the lease outlives a few misses).
+_RETRY_MS = 5_000
 
 
 class LeaseKeeper:
@@ -19,56 +23,81 @@ class LeaseKeeper:
     opportunistically by the enumerator on every ``latestOffset``; tests call it with a fake clock.
     When the coordinator no longer knows the lease (it expired, or was dropped by an operator),
     ``lost`` becomes True: the pins are gone and the enumerator re-asserts them.
+
+    A cluster whose ``capabilities().lease_renewal`` is ``reacquire`` has no renew call: the
+    keeper acquires the pins the query still holds (``pins()``) again under the same holder,
+    which extends the lease. A pin that comes back unavailable means the lease had lapsed and
+    retention took its snapshot, so that too makes the lease ``lost``. ``lock`` is shared with
+    whoever releases pins, so a re-acquire never brings back a table released meanwhile.
     """
 
-    def __init__(self, admin: Any, lease_id: str, duration_ms: int, *,
-                 clock: Callable[[], float] = time.time, interval_ms: int | None = None):
-        self.admin = admin
+    def __init__(self, cluster: Cluster, lease_id: str, duration_ms: int, *,
+                 clock: Clock = monotonic_ms, interval_ms: int | None = None,
+                 pins: Callable[[], Pins] | None = None, holder: str | None = None,
+                 lock: threading.RLock | None = None):
+        self.cluster = cluster
         self.lease_id = lease_id
         self.duration_ms = duration_ms
         self.interval_ms = interval_ms or max(1, duration_ms // 3)
         self.clock = clock
-        self.next_due_ms = self._now_ms() + self.interval_ms
+        self.reacquire = cluster.capabilities().lease_renewal == "reacquire"
+        if self.reacquire and pins is None:
+            raise ValueError("a cluster that renews by re-acquiring needs the pins to acquire")
+        self.pins = pins
+        self.holder = holder
+        self.next_due_ms = self.clock() + self.interval_ms
         self.lost = False
         self.renewals = 0
+        #: The lease's expiry (epoch ms) after the last renew call; None when re-acquiring.
         self.expires_at_ms: int | None = None
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = lock or threading.RLock()
         self._thread: threading.Thread | None = None
-
-    def _now_ms(self) -> int:
-        return int(self.clock() * 1000)
 
     def acquired(self) -> None:
         """The enumerator just (re)acquired pins, which also extends the lease: reset the timer."""
         with self._lock:
             self.lost = False
-            self.next_due_ms = self._now_ms() + self.interval_ms
+            self.next_due_ms = self.clock() + self.interval_ms
 
     def tick(self, force: bool = False) -> bool:
         """Renew if due (or ``force``); returns True if a renewal was sent and succeeded."""
         with self._lock:
             if self._stop.is_set() or self.lost:
                 return False
-            now = self._now_ms()
+            now = self.clock()
             if not force and now < self.next_due_ms:
                 return False
             try:
-                self.expires_at_ms = self.admin.renew_kv_snapshot_lease(self.lease_id,
-                                                                        self.duration_ms)
+                intact = self._renew()
             except LeaseNotFound:
+                intact = False
+            except FlussError as e:
+                log.warning("renewing KV snapshot lease %r failed: %s", self.lease_id, e)
+                self.next_due_ms = now + min(self.interval_ms, _RETRY_MS)
+                return False
+            if not intact:
                 log.warning("KV snapshot lease %r is gone (expired or dropped); its snapshots "
                             "are no longer protected, the source re-acquires them", self.lease_id)
                 self.lost = True
                 return False
-            except FlussError as e:
-                # A failed renewal is retried soon; the lease outlives a few missed renewals.
-                log.warning("renewing KV snapshot lease %r failed: %s", self.lease_id, e)
-                self.next_due_ms = now + min(self.interval_ms, 5_000)
-                return False
             self.renewals += 1
             self.next_due_ms = now + self.interval_ms
             return True
+
+    def _renew(self) -> bool:
+        """One renewal; False when the lease (or some of its pins) is gone."""
+        if not self.reacquire:
+            self.expires_at_ms = self.cluster.renew_kv_snapshot_lease(self.lease_id,
+                                                                      self.duration_ms)
+            return True
+        assert self.pins is not None
+        pins = self.pins()
+        if not pins:
+            return True           # nothing left to protect: the lease goes with its last pin
+        unavailable = self.cluster.acquire_kv_snapshot_lease(self.lease_id, self.duration_ms,
+                                                             pins, holder=self.holder)
+        return not any(unavailable.values())
 
     def start(self) -> None:
         """Renew from a daemon thread (the driver-side source process lives as long as the query)."""

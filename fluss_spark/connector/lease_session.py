@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any, Callable, Mapping
+import threading
+from typing import Callable, Mapping
 
+from fluss_spark.client.cluster import Cluster, Pins
+from fluss_spark.clock import Clock, monotonic_ms
 from fluss_spark.connector.lease_keeper import LeaseKeeper
 from fluss_spark.connector.options import SourceOptions
 from fluss_spark.errors import FlussError, LeaseHeldByOther, LeaseNotFound, UnsupportedVersion
 
 log = logging.getLogger(__name__)
-
-#: {table_id: {bucket: snapshot_id}}
-Pins = Mapping[int, Mapping[int, int]]
 
 
 class LeaseSession:
@@ -24,23 +23,31 @@ class LeaseSession:
     fail with a retriable error (a coordinator that lost ZooKeeper for a moment, a dropped
     connection) are retried by the client within ``client.request.timeout``; acquire and release
     are idempotent, so a retry after a lost answer is harmless.
+
+    The session remembers the pins it holds (granted, not yet released): a cluster that renews a
+    lease by acquiring it again (``Capabilities.lease_renewal == "reacquire"``) is renewed by
+    acquiring exactly those.
     """
 
-    def __init__(self, options: SourceOptions, admin: Callable[[], Any],
-                 connect: Callable[[], Any], *, clock: Callable[[], float] = time.time,
+    def __init__(self, options: SourceOptions, cluster: Callable[[], Cluster],
+                 connect: Callable[[], Cluster], *, clock: Clock = monotonic_ms,
                  renew_in_thread: bool = True):
-        """``admin()`` is the enumerator's admin; ``connect()`` opens the keeper's own connection
+        """``cluster()`` is the enumerator's cluster; ``connect()`` opens the keeper's own
         (its thread never shares a socket with the enumerator)."""
         self.options = options
-        self._admin = admin
+        self._cluster = cluster
         self._connect = connect
         self.clock = clock
         self.renew_in_thread = renew_in_thread
         self.lease_id: str | None = None
         self.holder: str | None = None
         self.keeper: LeaseKeeper | None = None
-        self._keeper_conn = None
+        self._keeper_cluster: Cluster | None = None
         self._supported: bool | None = None
+        #: {table_id: {bucket: snapshot_id}} granted under the lease and not released.
+        self._pins: dict[int, dict[int, int]] = {}
+        # Shared with the keeper: a renewal by re-acquiring never overlaps a release.
+        self._lock = threading.RLock()
 
     @property
     def bound(self) -> bool:
@@ -49,11 +56,16 @@ class LeaseSession:
     def bind(self, lease_id: str, holder: str) -> None:
         self.lease_id, self.holder = lease_id, holder
 
+    def _bound_id(self) -> str:
+        if self.lease_id is None:
+            raise RuntimeError("the lease session is used before it is bound to a checkpoint")
+        return self.lease_id
+
     def supported(self, tables: list[str]) -> bool:
         """Whether the cluster has the lease API; an older server gets one warning."""
         if self._supported is None:
             try:
-                self._supported = bool(self._admin().supports_leases())
+                self._supported = bool(self._cluster().capabilities().leases)
             except UnsupportedVersion:
                 self._supported = False
             if not self._supported:
@@ -63,48 +75,78 @@ class LeaseSession:
                             self.options.bootstrap_servers, ", ".join(tables))
         return self._supported
 
+    def held(self) -> dict[int, dict[int, int]]:
+        """A copy of the pins the session holds."""
+        with self._lock:
+            return {t: dict(bs) for t, bs in self._pins.items() if bs}
+
     def acquire(self, pins: Pins, names: Mapping[int, str]) -> dict[int, dict[int, int]]:
         """Pin snapshots under the lease; returns the unavailable ones ``{table_id: {bucket:
         snapshot_id}}``. Acquiring also extends the lease, and the renewal thread starts."""
-        try:
-            unavailable = self._admin().acquire_kv_snapshot_lease(
-                self.lease_id, self.options.lease_duration_ms, pins, holder=self.holder)
-        except LeaseHeldByOther as e:
-            tables = ", ".join(repr(names.get(t, t)) for t in sorted(pins))
-            raise LeaseHeldByOther(
-                f"KV snapshot lease {self.lease_id!r} already pins table(s) {tables} for another "
-                f"query (this query's checkpoint holds it as {self.holder!r}). Two running queries "
-                f"cannot share option 'scan.kv.snapshot.lease.id': give this query its own id, or, "
-                f"if the other query is gone for good, drop the lease (fluss-spark lease drop "
-                f"{self.lease_id}) and start again. Coordinator: {e}") from None
-        self._start_keeper()
-        return {int(t): {int(b): int(s) for b, s in bs.items()}
-                for t, bs in (unavailable or {}).items() if bs}
+        lease_id = self._bound_id()
+        with self._lock:
+            try:
+                unavailable = self._cluster().acquire_kv_snapshot_lease(
+                    lease_id, self.options.lease_duration_ms, pins, holder=self.holder)
+            except LeaseHeldByOther as e:
+                tables = ", ".join(repr(names.get(t, t)) for t in sorted(pins))
+                raise LeaseHeldByOther(
+                    f"KV snapshot lease {lease_id!r} already pins table(s) {tables} for another "
+                    f"query (this query's checkpoint holds it as {self.holder!r}). Two running "
+                    f"queries cannot share option 'scan.kv.snapshot.lease.id': give this query "
+                    f"its own id, or, if the other query is gone for good, drop the lease "
+                    f"(fluss-spark lease drop {lease_id}) and start again. Coordinator: {e}"
+                ) from None
+            missing = {int(t): {int(b): int(s) for b, s in bs.items()}
+                       for t, bs in (unavailable or {}).items() if bs}
+            for t, bs in pins.items():
+                held = self._pins.setdefault(t, {})
+                for b, sid in bs.items():
+                    if b not in missing.get(t, {}):
+                        held[b] = sid
+                    elif held.get(b) == sid:
+                        del held[b]     # the coordinator no longer has it under the lease
+                if not held:
+                    del self._pins[t]
+            self._start_keeper()
+        return missing
 
     def release(self, table_id: int, buckets: list[int], name: str) -> bool:
         """Unpin a table's buckets; True when they are gone (also when the lease already is)."""
-        try:
-            self._admin().release_kv_snapshot_lease(self.lease_id, {table_id: buckets})
-        except LeaseNotFound:
-            return True  # released earlier, expired, or emptied
-        except FlussError as e:
-            log.warning("releasing table %r from KV snapshot lease %r failed (retried at the next "
-                        "commit; the lease expires anyway): %s", name, self.lease_id, e)
-            return False
+        lease_id = self._bound_id()
+        with self._lock:
+            try:
+                self._cluster().release_kv_snapshot_lease(lease_id, {table_id: buckets})
+            except LeaseNotFound:
+                self._forget(table_id, buckets)
+                return True  # released earlier, expired, or emptied
+            except FlussError as e:
+                log.warning("releasing table %r from KV snapshot lease %r failed (retried at the "
+                            "next commit; the lease expires anyway): %s", name, lease_id, e)
+                return False
+            self._forget(table_id, buckets)
         log.info("table %r finished its snapshot phase; released it from lease %r",
-                 name, self.lease_id)
+                 name, lease_id)
         return True
+
+    def _forget(self, table_id: int, buckets: list[int]) -> None:
+        pins = self._pins.get(table_id, {})
+        for b in buckets:
+            pins.pop(b, None)
+        if not pins:
+            self._pins.pop(table_id, None)
 
     # -- renewal ------------------------------------------------------------------------------
     def _start_keeper(self) -> None:
         if self.keeper is None:
             if self.renew_in_thread:
-                self._keeper_conn = self._connect()
-                keeper_admin = self._keeper_conn.admin()
+                self._keeper_cluster = self._connect()
+                keeper_cluster = self._keeper_cluster
             else:
-                keeper_admin = self._admin()
-            self.keeper = LeaseKeeper(keeper_admin, self.lease_id, self.options.lease_duration_ms,
-                                      clock=self.clock)
+                keeper_cluster = self._cluster()
+            self.keeper = LeaseKeeper(keeper_cluster, self._bound_id(),
+                                      self.options.lease_duration_ms, clock=self.clock,
+                                      pins=self.held, holder=self.holder, lock=self._lock)
             if self.renew_in_thread:
                 self.keeper.start()
         self.keeper.acquired()
@@ -124,9 +166,9 @@ class LeaseSession:
 
     def close(self) -> None:
         self.stop_renewing()
-        if self._keeper_conn is not None:
+        if self._keeper_cluster is not None:
             try:
-                self._keeper_conn.close()
+                self._keeper_cluster.close()
             except Exception:  # noqa: BLE001 - cleanup must not raise
                 pass
-            self._keeper_conn = None
+            self._keeper_cluster = None

@@ -12,12 +12,15 @@ import difflib
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fluss_spark.config import (MAX_LEASE_DURATION_MS, Option, boolean, choice, duration, integer,
                                 parse_duration_ms, parse_size_bytes, size)
 from fluss_spark.errors import ConfigError
 from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
+
+if TYPE_CHECKING:  # the client is imported only where a cluster is opened (driver, executors)
+    from fluss_spark.client.cluster import Cluster
 
 
 STARTUP_MODES = ("full", "earliest", "latest", "timestamp")
@@ -149,11 +152,12 @@ class SourceOptions:
     def request_timeout_s(self) -> float:
         return self.request_timeout_ms / 1000.0
 
-    def connect(self) -> Any:
-        """A FlussConnection with these options' servers, timeout and credentials."""
-        from fluss_spark.client import FlussConnection
-        return FlussConnection(self.bootstrap_servers, request_timeout_s=self.request_timeout_s,
-                               username=self.sasl_username, password=self.sasl_password)
+    def connect(self) -> "Cluster":
+        """The cluster at these options' servers, with their timeout and credentials."""
+        from fluss_spark.client.fluss_cluster import FlussCluster
+        return FlussCluster.connect(self.bootstrap_servers,
+                                    request_timeout_s=self.request_timeout_s,
+                                    username=self.sasl_username, password=self.sasl_password)
 
 
 def parse_options(raw: Mapping[str, Any]) -> SourceOptions:

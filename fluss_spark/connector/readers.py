@@ -1,59 +1,63 @@
 """Executor-side split readers: snapshot pages, changelog ranges, and folded batch reads.
 
-Clients are opened lazily inside ``read()`` and cached per worker process (Spark reuses Python
-workers), one ``FlussConnection`` per bootstrap-servers string.
+Clusters are opened lazily inside ``read()`` and cached per worker process (Spark reuses Python
+workers), one per bootstrap servers, timeout and credentials.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fluss_spark.client.cluster import CHANGE_TYPE, RETRACTIONS, Cluster
 from fluss_spark.connector.options import SourceOptions
-from fluss_spark.connector.schema import CHANGE_TYPE, Layout, with_snapshot_metadata
+from fluss_spark.connector.schema import Layout, with_snapshot_metadata
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit, SnapshotSplit
 from fluss_spark.errors import KvSnapshotNotExist, LogOffsetOutOfRange
 
 log = logging.getLogger(__name__)
 
-_CONNECTIONS: dict[tuple[str, int], Any] = {}
-_CONNECTIONS_LOCK = threading.Lock()
+_ClusterKey = tuple[str, int, str | None, str | None]
+_CLUSTERS: dict[_ClusterKey, Cluster] = {}
+_CLUSTERS_LOCK = threading.Lock()
 
 
-def connection(options: SourceOptions) -> Any:
-    """The worker process's cached connection to ``options.bootstrap_servers``."""
-
-    key = (options.bootstrap_servers, options.request_timeout_ms, options.sasl_username,
-           options.sasl_password)
-    with _CONNECTIONS_LOCK:
-        conn = _CONNECTIONS.get(key)
-        if conn is None:
-            conn = _CONNECTIONS[key] = options.connect()
-        return conn
+def _key(options: SourceOptions) -> _ClusterKey:
+    return (options.bootstrap_servers, options.request_timeout_ms, options.sasl_username,
+            options.sasl_password)
 
 
-def drop_cached_connection(options: SourceOptions) -> None:
-    with _CONNECTIONS_LOCK:
-        conn = _CONNECTIONS.pop((options.bootstrap_servers, options.request_timeout_ms), None)
-    if conn is not None:
+def cached_cluster(options: SourceOptions) -> Cluster:
+    """The worker process's cached cluster for ``options`` (servers, timeout, credentials)."""
+    with _CLUSTERS_LOCK:
+        cluster = _CLUSTERS.get(_key(options))
+        if cluster is None:
+            cluster = _CLUSTERS[_key(options)] = options.connect()
+        return cluster
+
+
+def drop_cached_cluster(options: SourceOptions) -> None:
+    with _CLUSTERS_LOCK:
+        cluster = _CLUSTERS.pop(_key(options), None)
+    if cluster is not None:
         try:
-            conn.close()
+            cluster.close()
         except Exception:  # noqa: BLE001 - a broken connection is being thrown away anyway
             pass
 
 
 class SplitReader:
-    """Reads any split into batches of the output layout; ``conn_factory`` is injectable."""
+    """Reads any split into batches of the output layout; ``cluster_factory`` is injectable."""
 
     def __init__(self, options: SourceOptions, layout: Layout,
-                 conn_factory: Callable[[SourceOptions], Any] = connection):
+                 cluster_factory: Callable[[SourceOptions], Cluster] = cached_cluster):
         self.options = options
         self.layout = layout
-        self.conn_factory = conn_factory
+        self.cluster_factory = cluster_factory
 
     def read(self, split) -> Iterator[pa.RecordBatch]:
         target = self.layout.arrow_schema
@@ -81,11 +85,11 @@ class SplitReader:
 
     # -- snapshot splits ----------------------------------------------------------------------
     def snapshot_rows(self, split: SnapshotSplit) -> Iterator[pa.RecordBatch]:
-        kv = self.conn_factory(self.options).kv_scanner(split.table)
         seen = 0
-        scan = kv.scan(split.bucket, snapshot_id=split.snapshot_id, start_row=split.row_start,
-                       limit=split.rows, batch_size_bytes=self.options.scan_batch_bytes,
-                       projection=self.columns(split.table))
+        scan = self.cluster_factory(self.options).read_snapshot(
+            split.table, split.bucket, split.snapshot_id, start_row=split.row_start,
+            limit=split.rows, projection=self.columns(split.table),
+            batch_size_bytes=self.options.scan_batch_bytes)
         try:
             for batch in scan:
                 if seen + batch.num_rows > split.rows:
@@ -105,9 +109,7 @@ class SplitReader:
             log.warning("%s; skipped (failOnDataLoss=false)", what)
             return
         finally:
-            close = getattr(scan, "close", None)
-            if close is not None:
-                close()
+            scan.close()      # frees the server's scan session when the split ends early
         if seen != split.rows:
             raise KvSnapshotNotExist(
                 f"table {split.table!r} bucket {split.bucket}: KV snapshot {split.snapshot_id} "
@@ -116,11 +118,11 @@ class SplitReader:
 
     # -- changelog splits ---------------------------------------------------------------------
     def log_records(self, split: LogSplit) -> Iterator[pa.RecordBatch]:
-        scanner = self.conn_factory(self.options).log_scanner(split.table,
-                                                              self.columns(split.table))
+        cluster = self.cluster_factory(self.options)
+        columns = self.columns(split.table)
         start = split.start
         try:
-            yield from scanner.read(split.bucket, start, split.end)
+            yield from cluster.read_log(split.table, split.bucket, start, split.end, columns)
             return
         except LogOffsetOutOfRange:
             if self.options.fail_on_data_loss:
@@ -128,14 +130,14 @@ class SplitReader:
                     f"table {split.table!r} bucket {split.bucket}: changelog records "
                     f"[{split.start}, {split.end}) are no longer retained (table.log.ttl); set "
                     f"failOnDataLoss=false to skip what was deleted") from None
-        admin = self.conn_factory(self.options).admin()
-        earliest = admin.list_offsets(split.table, buckets=[split.bucket],
-                                      spec="earliest").get(split.bucket, split.end)
+        earliest = cluster.list_offsets(split.table, buckets=[split.bucket],
+                                        spec="earliest").get(split.bucket, split.end)
         log.warning("table %r bucket %d: changelog records [%d, %d) were deleted before they "
                     "were read; skipped (failOnDataLoss=false)", split.table, split.bucket,
                     split.start, min(earliest, split.end))
         if earliest < split.end:
-            yield from scanner.read(split.bucket, max(earliest, start), split.end)
+            yield from cluster.read_log(split.table, split.bucket, max(earliest, start),
+                                        split.end, columns)
 
     # -- batch reads --------------------------------------------------------------------------
     def merged_rows(self, split: MergedBucketSplit) -> Iterator[pa.RecordBatch]:
@@ -145,15 +147,15 @@ class SplitReader:
         bucket is re-planned from its latest snapshot (and its changelog up to ``log_end``; if that
         snapshot is already past ``log_end`` the bucket is read as of that snapshot instead).
         """
-        conn = self.conn_factory(self.options)
+        cluster = self.cluster_factory(self.options)
         columns = self.columns(split.table, tuple(split.primary_key))
         snapshot_id, log_start = split.snapshot_id, split.snapshot_log_offset
         for _ in range(3):
             try:
-                snap = self._snapshot_table(conn, split, snapshot_id, log_start, columns)
+                snap = self._snapshot_table(cluster, split, snapshot_id, log_start, columns)
                 break
             except KvSnapshotNotExist:
-                latest = conn.admin().latest_kv_snapshots(split.table).get(split.bucket)
+                latest = cluster.latest_kv_snapshots(split.table).get(split.bucket)
                 if latest is None:
                     raise
                 snapshot_id, log_start = latest.snapshot_id, latest.log_offset
@@ -163,21 +165,21 @@ class SplitReader:
                                      f"read")
         parts = [snap] if snap is not None else []
         if split.log_end > log_start:
-            batches = list(conn.log_scanner(split.table, columns).read(split.bucket, log_start,
-                                                                       split.log_end))
+            batches = list(cluster.read_log(split.table, split.bucket, log_start, split.log_end,
+                                            columns))
             if batches:
                 parts.append(pa.Table.from_batches(batches))
         if not parts:
             return
         yield from fold_latest(parts, list(split.primary_key)).to_batches()
 
-    def _snapshot_table(self, conn, split: MergedBucketSplit, snapshot_id: int | None,
+    def _snapshot_table(self, cluster: Cluster, split: MergedBucketSplit, snapshot_id: int | None,
                         log_offset: int, columns: list[str] | None) -> pa.Table | None:
         if snapshot_id is None:
             return None
-        batches = [with_snapshot_metadata(b, log_offset) for b in conn.kv_scanner(split.table).scan(
-            split.bucket, snapshot_id=snapshot_id, batch_size_bytes=self.options.scan_batch_bytes,
-            projection=columns)]
+        batches = [with_snapshot_metadata(b, log_offset) for b in cluster.read_snapshot(
+            split.table, split.bucket, snapshot_id, projection=columns,
+            batch_size_bytes=self.options.scan_batch_bytes)]
         return pa.Table.from_batches(batches) if batches else None
 
 
@@ -201,9 +203,9 @@ def fold_latest(parts: list[pa.Table], key: list[str]) -> pa.Table:
     keep = pc.sort_indices(last.column("__seq_max"))
     idx = pc.take(last.column("__seq_max"), keep)
     rows = table.take(idx).drop_columns(["__seq"])
-    alive = pc.invert(pc.is_in(rows.column(CHANGE_TYPE), pa.array(["-D", "-U"])))
+    alive = pc.invert(pc.is_in(rows.column(CHANGE_TYPE), pa.array(list(RETRACTIONS))))
     rows = rows.filter(alive)
     return rows
 
 
-__all__ = ["SplitReader", "connection", "drop_cached_connection", "fold_latest"]
+__all__ = ["SplitReader", "cached_cluster", "drop_cached_cluster", "fold_latest"]

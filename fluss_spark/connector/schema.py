@@ -26,18 +26,18 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, Date
                                StringType, StructField, StructType, TimestampNTZType,
                                TimestampType)
 
+from fluss_spark.client.cluster import (CHANGE_TYPE, CHANGELOG_FIELDS, COMMIT_TIMESTAMP, INSERT,
+                                        LOG_OFFSET)
 from fluss_spark.errors import ConfigError
 
-CHANGE_TYPE = "_change_type"
-LOG_OFFSET = "_log_offset"
-COMMIT_TIMESTAMP = "_commit_timestamp"
 TABLE_COLUMN = "_table"
 META_COLUMNS = (CHANGE_TYPE, LOG_OFFSET, COMMIT_TIMESTAMP)
 
 #: Snapshot rows are ``+I`` with no commit timestamp. Their ``_log_offset`` is the snapshot's
 #: ``log_offset - 1``: the last changelog offset the snapshot includes, so ordering a bucket's rows
 #: by ``_log_offset`` is ordering them in time, even across a snapshot replaced after data loss.
-SNAPSHOT_CHANGE_TYPE = "+I"
+SNAPSHOT_CHANGE_TYPE = INSERT
+_COMMIT_TIMESTAMP_TYPE = CHANGELOG_FIELDS[2].type
 
 _META_FIELDS = [StructField(CHANGE_TYPE, StringType(), True),
                 StructField(LOG_OFFSET, LongType(), True),
@@ -167,7 +167,7 @@ def with_snapshot_metadata(batch: pa.RecordBatch, log_offset: int = 0) -> pa.Rec
     arrays = list(batch.columns) + [
         _constant(SNAPSHOT_CHANGE_TYPE, n),
         pa.array(np.full(n, log_offset - 1, dtype=np.int64)),
-        pa.nulls(n, pa.timestamp("ms", tz="UTC")),
+        pa.nulls(n, _COMMIT_TIMESTAMP_TYPE),
     ]
     names = list(batch.schema.names) + list(META_COLUMNS)
     return pa.RecordBatch.from_arrays(arrays, names=names)

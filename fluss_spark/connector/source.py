@@ -10,7 +10,8 @@ layout, never a connection or the enumerator.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from contextlib import closing
+from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -18,6 +19,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from fluss_spark.client.cluster import Cluster, TableInfo
 from fluss_spark.connector.enumerator import Enumerator
 from fluss_spark.connector.options import SourceOptions, parse_options
 from fluss_spark.connector.readers import SplitReader
@@ -26,27 +28,27 @@ from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
 from fluss_spark.errors import ConfigError, TableNotExist
 
 
-def _connect(options: SourceOptions):
+def _connect(options: SourceOptions) -> Cluster:
     return options.connect()
 
 
-def resolve_table_names(admin: Any, options: SourceOptions) -> list[str]:
+def resolve_table_names(cluster: Cluster, options: SourceOptions) -> list[str]:
     """The tables the query reads: as listed, or every table matching ``table.pattern``."""
     if options.table_pattern is None:
         return list(options.tables)
     pattern = re.compile(options.table_pattern)
-    names = sorted(n for n in admin.list_tables() if pattern.fullmatch(n))
+    names = sorted(n for n in cluster.list_tables() if pattern.fullmatch(n))
     if not names:
         raise ConfigError(f"option 'table.pattern' {options.table_pattern!r} matches no table on "
                           f"{options.bootstrap_servers}")
     return names
 
 
-def infer_schema(admin: Any, options: SourceOptions) -> StructType:
+def infer_schema(cluster: Cluster, options: SourceOptions) -> StructType:
     infos = []
-    for name in resolve_table_names(admin, options):
+    for name in resolve_table_names(cluster, options):
         try:
-            infos.append(admin.get_table(name))
+            infos.append(cluster.get_table(name))
         except TableNotExist:
             raise TableNotExist(f"table {name!r} does not exist on {options.bootstrap_servers}; "
                                 "create it or fix option 'table'/'tables'") from None
@@ -67,7 +69,7 @@ def check_columns_option(options: SourceOptions, layout: Layout) -> None:
                           f"({', '.join(given)}) name different table columns; give one of them")
 
 
-def check_read_columns(info: Any, layout: Layout) -> None:
+def check_read_columns(info: TableInfo, layout: Layout) -> None:
     """Refuse, before any task runs, a query schema naming columns the table does not have."""
     project(info.name, info.schema, layout.table_columns(info.name), "the query's schema")
 
@@ -89,8 +91,8 @@ class FlussDataSource(DataSource):
 
     def schema(self) -> StructType:
         options = self._options()
-        with _connect(options) as conn:
-            return infer_schema(conn.admin(), options)
+        with closing(_connect(options)) as cluster:
+            return infer_schema(cluster, options)
 
     def streamReader(self, schema: StructType) -> "FlussStreamReader":
         return FlussStreamReader(self._options(), schema)
@@ -165,26 +167,26 @@ class FlussBatchReader(DataSourceReader):
         check_columns_option(options, self.layout)
 
     def partitions(self) -> list[InputPartition]:
-        with _connect(self.options) as conn:
-            return plan_batch(conn.admin(), self.options, table_names(self.options, self.layout),
+        with closing(_connect(self.options)) as cluster:
+            return plan_batch(cluster, self.options, table_names(self.options, self.layout),
                               self.layout)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return SplitReader(self.options, self.layout).read(partition)
 
 
-def plan_batch(admin: Any, options: SourceOptions, names: list[str], layout: Layout | None = None
-               ) -> list[InputPartition]:
+def plan_batch(cluster: Cluster, options: SourceOptions, names: list[str],
+               layout: Layout | None = None) -> list[InputPartition]:
     """One split per bucket: fixed end offsets taken now, so the read is a consistent cut."""
     splits: list[InputPartition] = []
     for name in names:
-        info = admin.get_table(name)
+        info = cluster.get_table(name)
         if layout is not None:
             check_read_columns(info, layout)
-        latest = admin.list_offsets(name, spec="latest")
+        latest = cluster.list_offsets(name, spec="latest")
         if info.has_primary_key:
-            snaps = admin.latest_kv_snapshots(name)
-            earliest = admin.list_offsets(name, spec="earliest")
+            snaps = cluster.latest_kv_snapshots(name)
+            earliest = cluster.list_offsets(name, spec="earliest")
             for b in range(info.num_buckets):
                 s = snaps.get(b)
                 start = s.log_offset if s is not None else earliest.get(b, 0)
@@ -193,12 +195,12 @@ def plan_batch(admin: Any, options: SourceOptions, names: list[str], layout: Lay
                                                 start, latest.get(b, start), info.primary_key))
         else:
             if options.startup_mode == "timestamp":
-                first = admin.list_offsets(name, spec="timestamp",
+                first = cluster.list_offsets(name, spec="timestamp",
                                            timestamp_ms=options.startup_timestamp_ms)
             elif options.startup_mode == "latest":
                 first = latest
             else:
-                first = admin.list_offsets(name, spec="earliest")
+                first = cluster.list_offsets(name, spec="earliest")
             for b in range(info.num_buckets):
                 lo, hi = first.get(b, 0), latest.get(b, 0)
                 if hi > lo:

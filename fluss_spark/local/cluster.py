@@ -227,12 +227,14 @@ class LocalCluster:
 
     def _serving(self, server: ServerProcess, timeout_s: float = 5.0) -> bool:
         """Whether ``server`` answers an API_VERSIONS request within ``timeout_s``."""
-        from fluss_spark.client.rpc import RpcConnection
+        from fluss_spark.transport.client import RpcConnection
         from fluss_spark.protocol.api import ApiKey
+        if server.port is None:   # never got ready, so nothing of it can answer
+            return False
         rpc = RpcConnection(self.host, server.port, timeout_s=timeout_s,
                             connect_timeout_s=timeout_s)
         try:
-            rpc.call(ApiKey.API_VERSIONS)
+            rpc.call_raw(ApiKey.API_VERSIONS)
             return True
         except FlussError:
             return False
@@ -296,17 +298,19 @@ class LocalCluster:
 
     def wait_registered(self, timeout_s: float | None = None) -> None:
         """Wait until GET_METADATA lists a coordinator and every tablet server."""
-        from fluss_spark.client.rpc import RpcConnection
+        from fluss_spark.transport.client import RpcConnection
         from fluss_spark.protocol.api import ApiKey
         want = {s.server_id for s in self.servers.values() if s.role == "tablet"}
         coord = self._server("coordinator", 0)
+        if coord.port is None:
+            raise FlussError("the coordinator has not started (no port yet); call start()")
         rpc = RpcConnection(self.host, coord.port, timeout_s=5.0, credentials=self.credentials)
         deadline = time.monotonic() + (timeout_s or self.startup_timeout_s)
         seen, last_error = set(), None
         try:
             while time.monotonic() < deadline:
                 try:
-                    md = rpc.call(ApiKey.GET_METADATA, {})
+                    md = rpc.call_raw(ApiKey.GET_METADATA, {})
                     seen = {int(t["id"]) for t in md.get("tablets") or ()}
                     if md.get("coordinator") and want <= seen:
                         return
@@ -357,6 +361,7 @@ class LocalCluster:
             wait_dead([(self._zk_pid, self._zk_proc)], 10.0)
         zk = ZooKeeperProcess(zk_dir, port=self._zk_port, host=self.host)
         zk.start(timeout_s=self.startup_timeout_s)
+        assert zk.proc is not None   # start() returns only once its process serves
         self._zk_port, self._zk_pid, self._zk_proc = zk.port, zk.proc.pid, zk.proc
 
     def _zk_alive_pid(self) -> int | None:

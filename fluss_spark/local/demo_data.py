@@ -53,9 +53,9 @@ class DemoData:
             vals = idx.astype(np.float64) if key else np.round(rng.random(n) * 1000, 2)
             return pa.array(vals).cast(t)
         if pa.types.is_decimal(t):
-            vals = idx if key else rng.integers(0, 10 ** min(t.precision, 9), size=n)
+            units = idx if key else rng.integers(0, 10 ** min(t.precision, 9), size=n)
             q = decimal.Decimal(1).scaleb(-t.scale)
-            return pa.array([decimal.Decimal(int(v)).scaleb(-t.scale).quantize(q) for v in vals],
+            return pa.array([decimal.Decimal(int(v)).scaleb(-t.scale).quantize(q) for v in units],
                             type=t)
         if pa.types.is_string(t) or pa.types.is_large_string(t):
             if key:

@@ -104,7 +104,10 @@ class ServerProcess:
 
     @property
     def alive(self) -> bool:
-        return bool(self.pid) and pid_alive(self.pid, self.proc, str(self.data_dir))
+        pid = self.pid
+        if not pid:
+            return False
+        return pid_alive(pid, self.proc, str(self.data_dir))
 
     def kill(self) -> None:
         """kill -9 (no shutdown code runs) and wait until the process is gone."""

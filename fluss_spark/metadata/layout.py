@@ -70,7 +70,7 @@ def lease_path(lease_id: str) -> str:
     return f"{LEASES}/{lease_id}"
 
 
-def check_table_name(name: str) -> str:
+def check_table_name(name: object) -> str:
     if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
         raise InvalidTable(f"invalid table name {name!r}: expected 'database.table' of letters, "
                            "digits and underscores")

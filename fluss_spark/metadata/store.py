@@ -108,21 +108,21 @@ class MetadataStore:
         if self._acl is not None:
             acls, _ = self.zk.get_acls(layout.ROOT)
             if list(acls) != list(self._acl):   # first start with ZooKeeper authentication
-                self._protect(layout.ROOT)
+                self._protect(layout.ROOT, self._acl)
         return self
 
-    def _protect(self, path: str) -> None:
+    def _protect(self, path: str, acl: list) -> None:
         """Give ``path`` and the nodes below it this store's ACL (nodes made before ZooKeeper
         authentication was configured are open to everyone until then)."""
         try:
             acls, _ = self.zk.get_acls(path)
-            if list(acls) != list(self._acl):
-                self.zk.set_acls(path, self._acl)
+            if list(acls) != list(acl):
+                self.zk.set_acls(path, acl)
             children = self.zk.get_children(path)
         except NoNodeError:
             return
         for child in children:
-            self._protect(f"{path}/{child}")
+            self._protect(f"{path}/{child}", acl)
 
     def close(self) -> None:
         try:
@@ -512,10 +512,10 @@ class MetadataStore:
                     paths += [layout.snapshot_path(table_id, bucket, int(s)) for s in ids]
         out = []
         for i in range(0, len(paths), 1000):
-            futures = [self.zk.get_async(p) for p in paths[i:i + 1000]]
-            for f in futures:
+            reads = [self.zk.get_async(p) for p in paths[i:i + 1000]]
+            for read in reads:
                 try:
-                    out.append(SnapshotRecord.decode(f.get()[0]))
+                    out.append(SnapshotRecord.decode(read.get()[0]))
                 except NoNodeError:
                     continue
         return out

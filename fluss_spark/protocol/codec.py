@@ -41,7 +41,7 @@ def packb(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def unpackb(data: bytes, max_container: int | None = None) -> Any:
+def unpackb(data: bytes | bytearray, max_container: int | None = None) -> Any:
     """Inverse of ``packb``; integer map keys are allowed (bucket ids).
 
     With ``max_container`` (servers decoding requests), no array or map may have more entries
@@ -90,7 +90,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, body: di
                   "correlation_id": correlation_id, "body": body})
 
 
-def decode_request(data: bytes, max_container: int | None = None) -> Request:
+def decode_request(data: bytes | bytearray, max_container: int | None = None) -> Request:
     msg = _unpack_map(data, max_container)
     try:
         api_key, version, cid = msg["api_key"], msg["api_version"], msg["correlation_id"]
@@ -111,7 +111,7 @@ def encode_response(correlation_id: int, body: dict | None = None,
     return packb(msg)
 
 
-def decode_response(data: bytes) -> Response:
+def decode_response(data: bytes | bytearray) -> Response:
     msg = _unpack_map(data)
     try:
         return Response(msg["correlation_id"], msg.get("error_code", 0),
@@ -120,7 +120,7 @@ def decode_response(data: bytes) -> Response:
         raise CorruptMessage(f"response is missing the field {e.args[0]!r}") from None
 
 
-def _unpack_map(data: bytes, max_container: int | None = None) -> dict:
+def _unpack_map(data: bytes | bytearray, max_container: int | None = None) -> dict:
     try:
         msg = unpackb(data, max_container)
     except CorruptMessage:

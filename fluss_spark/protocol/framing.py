@@ -1,6 +1,6 @@
 """Length-prefixed frames: a 4-byte big-endian length, then that many bytes of payload.
 
-Encoding and decoding never touch sockets; ``recv_exact`` is the one read loop both ends share.
+Encoding and decoding never touch sockets (``transport/`` reads and writes them).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def encode_frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def decode_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
+def decode_length(header: bytes | bytearray, limit: int = MAX_FRAME_BYTES) -> int:
     """Read the payload length from a 4-byte header, refusing lengths over ``limit``."""
     (length,) = HEADER.unpack(header)
     if length > limit:
@@ -29,19 +29,3 @@ def decode_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
             f"frame length {length} exceeds the limit of {limit} bytes: not a fluss_spark peer, "
             f"or a request larger than the server's rpc.max-request-size")
     return length
-
-
-def recv_exact(sock, n: int) -> bytearray | None:
-    """Read exactly ``n`` bytes from a socket into one preallocated buffer; None on EOF.
-
-    ``recv_into`` a single buffer avoids joining chunks, which is ~4x faster on large frames.
-    """
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        read = sock.recv_into(view[got:], min(n - got, 16 * 1024 * 1024))
-        if not read:
-            return None
-        got += read
-    return buf

@@ -9,6 +9,7 @@ from typing import Callable
 import pyarrow as pa
 
 from fluss_spark.errors import ConfigError
+from fluss_spark.protocol.changelog import CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET
 
 _SIMPLE = {
     "TINYINT": pa.int8(), "INT8": pa.int8(),
@@ -27,8 +28,9 @@ _SIMPLE = {
 _DECIMAL = re.compile(r"^DECIMAL\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 _COLUMN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+(.+?)\s*(NOT\s+NULL)?\s*$", re.IGNORECASE)
 
-#: Column names the changelog adds; a table may not use them.
-RESERVED_COLUMNS = ("_change_type", "_log_offset", "_commit_timestamp", "_table")
+#: Column names the changelog (and the multi-table source layout's ``_table``) adds; a table
+#: may not use them.
+RESERVED_COLUMNS = (CHANGE_TYPE, LOG_OFFSET, COMMIT_TIMESTAMP, "_table")
 
 
 def parse_type(text: str) -> pa.DataType:
@@ -120,7 +122,9 @@ def cast_columns(data: pa.Table, fields: list[pa.Field],
 
 def _split_columns(text: str) -> list[str]:
     """Split on commas that are not inside parentheses (DECIMAL(10, 2))."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

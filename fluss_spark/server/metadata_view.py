@@ -1,23 +1,27 @@
-"""The GET_METADATA answer, built from ZooKeeper; served by coordinator and tablets alike."""
+"""Wire views of metadata records: GET_METADATA answers, snapshot and lease infos."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
+from fluss_spark.errors import TableNotExist
+from fluss_spark.metadata.layout import AssignmentRecord, LeaseRecord, SnapshotRecord, TableRecord
 from fluss_spark.metadata.store import MetadataStore
+from fluss_spark.protocol import messages as m
+from fluss_spark.protocol.arrow_ipc import deserialize_schema
 
 
-def table_info(table, assignment) -> dict:
-    return {
-        "table_id": table.table_id, "name": table.name, "schema": table.schema,
-        "primary_key": list(table.primary_key), "bucket_key": list(table.bucket_key),
-        "num_buckets": table.num_buckets, "properties": dict(table.properties),
-        "created_ms": table.created_ms,
-        "assignment": {b: t for b, t in enumerate(assignment.buckets)} if assignment else {},
-    }
+def table_info(table: TableRecord, assignment: AssignmentRecord | None) -> m.TableInfo:
+    return m.TableInfo(
+        table_id=table.table_id, name=table.name, schema=deserialize_schema(table.schema),
+        primary_key=tuple(table.primary_key), bucket_key=tuple(table.bucket_key),
+        num_buckets=table.num_buckets, properties=dict(table.properties),
+        created_ms=table.created_ms,
+        assignment=dict(enumerate(assignment.buckets)) if assignment else {})
 
 
-def build_metadata(store: MetadataStore, names: list[str] | None) -> dict:
+def build_metadata(store: MetadataStore, names: Iterable[str] | None) -> m.GetMetadataResponse:
     """Coordinator address, live tablets, and the requested tables (all when ``names`` is None)."""
-    from fluss_spark.errors import TableNotExist
     coord = store.active_coordinator()
     tables = []
     for name in (names if names is not None else store.table_names()):
@@ -27,9 +31,22 @@ def build_metadata(store: MetadataStore, names: list[str] | None) -> dict:
                 raise TableNotExist(f"table {name} does not exist")
             continue
         tables.append(table_info(rec, store.assignment(name)))
-    return {
-        "coordinator": {"host": coord.host, "port": coord.port} if coord else None,
-        "tablets": [{"id": t.id, "host": t.host, "port": t.port}
-                    for t in store.tablets().values()],
-        "tables": tables,
-    }
+    return m.GetMetadataResponse(
+        coordinator=m.ServerAddress(coord.host, coord.port) if coord else None,
+        tablets=tuple(m.TabletAddress(t.id, t.host, t.port) for t in store.tablets().values()),
+        tables=tuple(tables))
+
+
+def snapshot_info(rec: SnapshotRecord, pinned_by: Iterable[str] = ()) -> m.SnapshotInfo:
+    """The wire SnapshotInfo of a registered snapshot and the leases pinning it."""
+    return m.SnapshotInfo(table_id=rec.table_id, bucket=rec.bucket, snapshot_id=rec.snapshot_id,
+                          path=rec.path, log_offset=rec.log_offset, row_count=rec.row_count,
+                          size_bytes=rec.size_bytes, created_ms=rec.created_ms,
+                          pinned_by=tuple(pinned_by))
+
+
+def lease_info(rec: LeaseRecord) -> m.LeaseInfo:
+    return m.LeaseInfo(lease_id=rec.lease_id, expires_at_ms=rec.expires_at_ms,
+                       created_ms=rec.created_ms,
+                       tables={t: dict(p) for t, p in rec.tables.items()},
+                       pin_count=rec.pin_count(), holders=dict(rec.holders), owner=rec.owner)

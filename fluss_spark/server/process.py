@@ -10,11 +10,23 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Protocol
 
 from fluss_spark.config import parse_server_options
 from fluss_spark.errors import ConfigError
 from fluss_spark.protocol.api import API_GROUPS
 from fluss_spark.server.settings import ServerSettings
+
+
+class _Server(Protocol):
+    """What ``main`` needs of a coordinator or tablet server."""
+
+    host: str
+    port: int
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
 
 
 def parse_args(argv: list[str]) -> ServerSettings:
@@ -62,11 +74,13 @@ def main(argv: list[str] | None = None) -> int:
                         format=f"%(asctime)s {settings.role}-{settings.server_id} "
                                "%(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    server: _Server
     if settings.role == "coordinator":
-        from fluss_spark.server.coordinator.server import CoordinatorServer as Server
+        from fluss_spark.server.coordinator.server import CoordinatorServer
+        server = CoordinatorServer(settings)
     else:
-        from fluss_spark.server.tablet.server import TabletServer as Server
-    server = Server(settings)
+        from fluss_spark.server.tablet.server import TabletServer
+        server = TabletServer(settings)
     stopped = threading.Event()
 
     def _on_signal(signum, frame):

@@ -14,7 +14,6 @@ that created it or a super user.
 
 from __future__ import annotations
 
-import contextvars
 import hmac
 import os
 from dataclasses import dataclass, field
@@ -23,24 +22,7 @@ from typing import Any, Mapping
 
 from fluss_spark import config
 from fluss_spark.errors import AuthenticationFailed, AuthorizationFailed, ConfigError
-
-#: The principal of the connection whose request the current thread handles (None: PLAINTEXT).
-_principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("principal",
-                                                                         default=None)
-
-
-def current_principal() -> str | None:
-    return _principal.get()
-
-
-def run_as(principal: str | None, fn, *args):
-    """Call ``fn(*args)`` with ``principal`` as the current principal."""
-    token = _principal.set(principal)
-    try:
-        return fn(*args)
-    finally:
-        _principal.reset(token)
-
+from fluss_spark.transport.server import current_principal
 
 def read_users_file(path: str | Path) -> dict[str, str]:
     """``username:password`` lines (blank lines and ``#`` comments ignored) -> {user: password}."""

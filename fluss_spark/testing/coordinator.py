@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
+from typing import Sequence
 
-from fluss_spark.client.rpc import RpcConnection
+from fluss_spark.clock import FakeClock
 from fluss_spark.metadata.layout import SnapshotRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.local.server_process import ServerProcess
+from fluss_spark.retry import Backoff, retry
+from fluss_spark.transport.client import RpcConnection
 
-
-class FakeClock:
-    """A millisecond clock that only moves when a test advances it."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000):
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
+__all__ = ["CoordinatorProcess", "FakeClock", "LeaseHarness", "call_until_leader",
+           "place_snapshot_file"]
 
 
 class LeaseHarness:
@@ -38,6 +30,7 @@ class LeaseHarness:
         self.snapshot_dir = Path(snapshot_dir)
         self.clock = clock or FakeClock()
         self.retained: dict[int, int] = {}
+        self.dropped_tables: set[int] = set()
         self.default_retained = num_retained
         self.store = MetadataStore(zk_address).start()
         self._build()
@@ -60,10 +53,14 @@ class LeaseHarness:
         self.store.close()
         self.store = MetadataStore(self.zk_address).start()
         self._build()
-        self.registry.load()
-        self.leases.load()
-        self.leases.expire_once()
-        self.registry.gc_all()
+        from fluss_spark.server.coordinator.recovery import recover
+        recover(self.registry, self.leases, table_exists=lambda t: t not in self.dropped_tables)
+
+    def drop_table(self, table_id: int) -> None:
+        """What dropping a table does to its pins and snapshots (the coordinator's order)."""
+        self.dropped_tables.add(table_id)
+        self.leases.drop_table_pins(table_id)
+        self.registry.drop_table(table_id)
 
     def file_of(self, table_id: int, bucket: int, snapshot_id: int) -> Path:
         return self.snapshot_dir / str(table_id) / str(bucket) / f"snap-{snapshot_id}.arrow"
@@ -106,7 +103,7 @@ class CoordinatorProcess(ServerProcess):
     """``python -m fluss_spark.server coordinator ...`` as a child process."""
 
     def __init__(self, zk_address: str, base_dir: str | Path, *, port: int = 0,
-                 options: list[str] = (), disable_apis: list[str] = (),
+                 options: Sequence[str] = (), disable_apis: Sequence[str] = (),
                  remote_data_dir: str | Path | None = None):
         self.base_dir = Path(base_dir)
         super().__init__("coordinator", zk_address, port=port, options=options,
@@ -124,17 +121,12 @@ class CoordinatorProcess(ServerProcess):
         return self
 
     def connection(self) -> RpcConnection:
+        assert self.port is not None, "the coordinator process has not been started"
         return RpcConnection(self.host, self.port, timeout_s=30)
 
 
 def call_until_leader(conn: RpcConnection, api_key, body: dict, timeout_s: float = 30.0):
-    """Call, retrying retriable errors (NotCoordinatorLeader, NetworkError) until ``timeout_s``."""
-    from fluss_spark.errors import ApiError
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return conn.call(api_key, body)
-        except ApiError as e:
-            if not e.retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    """A raw call, retrying retriable errors (NotCoordinatorLeader, NetworkError) until
+    ``timeout_s``."""
+    return retry(lambda: conn.call_raw(api_key, body), timeout_s=timeout_s,
+                 backoff=Backoff(0.2, 0.2))

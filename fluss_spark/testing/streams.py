@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from fluss_spark.client.cluster import APPEND, CHANGE_TYPE, INSERT, LOG_OFFSET, UPDATE_AFTER
+
 
 def table_state(conn, table: str) -> dict[int, str]:
     """The table's current content, read through live scans of every bucket."""
@@ -27,10 +29,9 @@ def fold(df) -> dict[int, str]:
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
-    w = Window.partitionBy("id").orderBy(F.col("_log_offset").desc(),
-                                         F.col("_change_type").desc())
+    w = Window.partitionBy("id").orderBy(F.col(LOG_OFFSET).desc(), F.col(CHANGE_TYPE).desc())
     last = (df.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
-            .where(F.col("_change_type").isin("+I", "+U", "+A")))
+            .where(F.col(CHANGE_TYPE).isin(INSERT, UPDATE_AFTER, APPEND)))
     return {r["id"]: r["v"] for r in last.select("id", "v").collect()}
 
 

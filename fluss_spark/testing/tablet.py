@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import pyarrow as pa
 
-from fluss_spark.client.rpc import RpcConnection
+from fluss_spark.transport.client import RpcConnection
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.api import ApiKey
@@ -21,7 +22,7 @@ class TabletProcess(ServerProcess):
     """``python -m fluss_spark.server tablet ...`` as a child process (restartable, killable)."""
 
     def __init__(self, zk_address: str, base_dir: str | Path, *, server_id: int = 0,
-                 remote_data_dir: str | Path | None = None, options: list[str] = (),
+                 remote_data_dir: str | Path | None = None, options: Sequence[str] = (),
                  port: int = 0):
         self.base_dir = Path(base_dir)
         super().__init__("tablet", zk_address, server_id=server_id, port=port, options=options,
@@ -35,6 +36,7 @@ class TabletProcess(ServerProcess):
         return self
 
     def connection(self, timeout_s: float = 30.0) -> RpcConnection:
+        assert self.port is not None, "the tablet process has not been started"
         return RpcConnection(self.host, self.port, timeout_s=timeout_s)
 
 

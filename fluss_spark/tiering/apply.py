@@ -15,12 +15,12 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fluss_spark.client.cluster import (APPEND, CHANGE_TYPE, INSERT, LOG_OFFSET, RETRACTIONS,
+                                        UPDATE_AFTER)
 from fluss_spark.errors import ConfigError
 
-CHANGE_TYPE = "_change_type"
-LOG_OFFSET = "_log_offset"
-UPSERT_TYPES = ("+I", "+U", "+A")
-DELETE_TYPES = ("-U", "-D")
+UPSERT_TYPES = (INSERT, UPDATE_AFTER, APPEND)
+DELETE_TYPES = RETRACTIONS
 
 
 def conform(rows: pa.Table, schema: pa.Schema, *, keep: Sequence[str] = ()) -> pa.Table:
@@ -96,9 +96,9 @@ def apply_pk(existing: pa.Table | None, changes: pa.Table, key: Sequence[str]) -
 def append_rows(changes: pa.Table) -> pa.Table:
     """A log table's round without its metadata columns (every record is an append)."""
     types = set(changes.column(CHANGE_TYPE).unique().to_pylist()) if changes.num_rows else set()
-    if types - {"+A", "+I"}:
-        raise ConfigError(f"a log table's changelog has change type(s) {sorted(types - {'+A'})}; "
-                          "only appends (+A) are expected")
+    if types - {APPEND, INSERT}:
+        raise ConfigError(f"a log table's changelog has change type(s) {sorted(types - {APPEND})}; "
+                          f"only appends ({APPEND}) are expected")
     return changes.select([c for c in changes.column_names if c not in (CHANGE_TYPE, LOG_OFFSET)])
 
 

@@ -38,7 +38,8 @@ import pyarrow.parquet as pq
 from fluss_spark.errors import FlussError
 from fluss_spark.protocol.rows import split_by_bucket
 from fluss_spark.protocol.types import format_schema, parse_schema
-from fluss_spark.tiering.apply import append_rows, apply_pk, conform, CHANGE_TYPE, LOG_OFFSET
+from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET
+from fluss_spark.tiering.apply import append_rows, apply_pk, conform
 
 FORMAT = "fluss-lake"
 VERSION = 1
@@ -357,7 +358,7 @@ class LakeTable:
         the retained versions names (orphans of interrupted rounds included). Returns them."""
         versions = self.versions()
         keep = versions[-max(1, retain_versions):]
-        needed = set()
+        needed: set[str] = set()
         for v in keep:
             needed.update(f.path for f in self.manifest(v).files)
         removed = []

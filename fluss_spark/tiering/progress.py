@@ -66,7 +66,7 @@ def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]
     """
     status = read_status(lake_root)
     per_table = status.get("tables") or {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for lake in list_lake_tables(lake_root):
         try:
             m = lake.manifest()
@@ -74,6 +74,7 @@ def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]
             rows.append({"table": str(lake.path), "error": str(e)})
             continue
         s = per_table.get(m.table) or {}
+        lag: int | None
         if latest is not None and m.table in latest:
             lag = lag_from_manifest(m, latest[m.table])
         else:

@@ -12,7 +12,9 @@ from typing import Any
 
 from fluss_spark.config import bounded
 from fluss_spark.errors import ConfigError, FlussError
-from fluss_spark.tiering.job import TieringConfig, TieringJob, error_summary
+from fluss_spark.tiering.config import TieringConfig
+from fluss_spark.tiering.job import TieringJob
+from fluss_spark.tiering.restarts import error_summary
 
 
 def build_arg_parser(prog: str = "tier_tables.py") -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 
-from fluss_spark.testing.cluster import LocalCluster
+from fluss_spark.local.cluster import LocalCluster
 
 
 def fs(*argv, env_dir=None, timeout=120):

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from fluss_spark.errors import LeaseNotFound, UnsupportedVersion
-from fluss_spark.testing.cluster import LocalCluster
+from fluss_spark.local.cluster import LocalCluster
 
 
 def test_lease_round_trip(conn, table_name):

@@ -9,8 +9,8 @@ import threading
 import pyarrow as pa
 
 from fluss_spark.metadata.store import MetadataStore
-from fluss_spark.testing.cluster import LocalCluster
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.ports import wait_until
 
 
 def _fold(changelog: pa.Table) -> dict:

@@ -13,7 +13,7 @@ from fluss_spark.protocol.arrow_ipc import deserialize_schema, serialize_schema
 from fluss_spark.protocol.types import parse_schema
 from fluss_spark.testing.coordinator import (CoordinatorProcess, call_until_leader,
                                             place_snapshot_file)
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 
 SCHEMA = parse_schema("id BIGINT NOT NULL, name STRING, amount DECIMAL(10, 2)")
 
@@ -44,16 +44,16 @@ def coordinator(zk_address, tmp_path):
 def test_table_lifecycle_over_rpc(coordinator, meta):
     conn = coordinator.connection()
     with pytest.raises(LeaderNotAvailable, match="no tablet server is registered; start one"):
-        conn.call(ApiKey.CREATE_TABLE, table_body())
+        conn.call_raw(ApiKey.CREATE_TABLE, table_body())
     for i in (2, 1):
         meta.register_tablet(TabletRecord(id=i, host="127.0.0.1", port=9000 + i))
-    table_id = conn.call(ApiKey.CREATE_TABLE, table_body())["table_id"]
+    table_id = conn.call_raw(ApiKey.CREATE_TABLE, table_body())["table_id"]
     with pytest.raises(TableAlreadyExist):
-        conn.call(ApiKey.CREATE_TABLE, table_body())
-    assert conn.call(ApiKey.CREATE_TABLE, table_body(ignore_if_exists=True)) == {
+        conn.call_raw(ApiKey.CREATE_TABLE, table_body())
+    assert conn.call_raw(ApiKey.CREATE_TABLE, table_body(ignore_if_exists=True)) == {
         "table_id": table_id}
-    assert conn.call(ApiKey.LIST_TABLES, {}) == {"tables": ["db.t"]}
-    md = conn.call(ApiKey.GET_METADATA, {"tables": ["db.t"]})
+    assert conn.call_raw(ApiKey.LIST_TABLES, {}) == {"tables": ["db.t"]}
+    md = conn.call_raw(ApiKey.GET_METADATA, {"tables": ["db.t"]})
     assert md["coordinator"] == {"host": coordinator.host, "port": coordinator.port}
     (info,) = md["tables"]
     assert deserialize_schema(info["schema"]) == SCHEMA
@@ -61,40 +61,40 @@ def test_table_lifecycle_over_rpc(coordinator, meta):
     ids = [1, 2]
     assert info["assignment"] == {b: ids[(table_id + b) % 2] for b in range(3)}
     assert info["properties"] == {"kv.snapshot.num-retained": "3"}
-    conn.call(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": False})
-    assert conn.call(ApiKey.LIST_TABLES, {}) == {"tables": []}
+    conn.call_raw(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": False})
+    assert conn.call_raw(ApiKey.LIST_TABLES, {}) == {"tables": []}
     with pytest.raises(TableNotExist):
-        conn.call(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": False})
-    assert conn.call(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": True}) == {}
+        conn.call_raw(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": False})
+    assert conn.call_raw(ApiKey.DROP_TABLE, {"name": "db.t", "ignore_if_not_exists": True}) == {}
     with pytest.raises(TableNotExist):
-        conn.call(ApiKey.GET_METADATA, {"tables": ["db.t"]})
+        conn.call_raw(ApiKey.GET_METADATA, {"tables": ["db.t"]})
 
 
 def test_bad_input_gets_clear_errors_and_the_server_keeps_serving(coordinator, meta):
     meta.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=9001))
     conn = coordinator.connection()
     with pytest.raises(InvalidTable, match="invalid table name"):
-        conn.call(ApiKey.CREATE_TABLE, table_body(name="no-dots"))
+        conn.call_raw(ApiKey.CREATE_TABLE, table_body(name="no-dots"))
     with pytest.raises(InvalidTable, match="primary key column 'nope'"):
-        conn.call(ApiKey.CREATE_TABLE, table_body(primary_key=["nope"]))
+        conn.call_raw(ApiKey.CREATE_TABLE, table_body(primary_key=["nope"]))
     with pytest.raises(InvalidConfig, match="unknown table property"):
-        conn.call(ApiKey.CREATE_TABLE, table_body(properties={"bogus": "1"}))
+        conn.call_raw(ApiKey.CREATE_TABLE, table_body(properties={"bogus": "1"}))
     with pytest.raises(InvalidRequest, match="lease_id"):
-        conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"duration_ms": 1, "tables": {}})
+        conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"duration_ms": 1, "tables": {}})
     with pytest.raises(TableNotExist):
-        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {"table_id": 77, "bucket": 0, "snapshot_id": 1,
+        conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {"table_id": 77, "bucket": 0, "snapshot_id": 1,
                                               "path": "/x", "log_offset": 0, "row_count": 0})
     with socket.create_connection((coordinator.host, coordinator.port)) as s:
         s.sendall(b"\x00\x00\x00\x05garbage-garbage")
-    assert conn.call(ApiKey.LIST_TABLES, {}) == {"tables": []}
+    assert conn.call_raw(ApiKey.LIST_TABLES, {}) == {"tables": []}
 
 
 def test_kill_9_and_restart_recovers_tables_and_snapshots(coordinator, meta, tmp_path):
     meta.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=9001))
     conn = coordinator.connection()
-    table_id = conn.call(ApiKey.CREATE_TABLE, table_body())["table_id"]
+    table_id = conn.call_raw(ApiKey.CREATE_TABLE, table_body())["table_id"]
     for s in (1, 2):
-        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {
+        conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {
             "table_id": table_id, "bucket": 2, "snapshot_id": s,
             "path": place_snapshot_file(coordinator.remote_data_dir, table_id, 2, s),
             "log_offset": s, "row_count": s, "size_bytes": 0, "created_ms": 5})
@@ -105,8 +105,8 @@ def test_kill_9_and_restart_recovers_tables_and_snapshots(coordinator, meta, tmp
                               timeout_s=60)["snapshots"]
     assert [(s["bucket"], s["snapshot_id"], s["log_offset"]) for s in snaps] == [(2, 1, 1),
                                                                                 (2, 2, 2)]
-    assert conn.call(ApiKey.GET_METRICS, {})["metrics"]["table_count"] == 1
-    next_id = conn.call(ApiKey.CREATE_TABLE, table_body(name="db.u"))["table_id"]
+    assert conn.call_raw(ApiKey.GET_METRICS, {})["metrics"]["table_count"] == 1
+    next_id = conn.call_raw(ApiKey.CREATE_TABLE, table_body(name="db.u"))["table_id"]
     assert next_id == table_id + 1
 
 
@@ -117,18 +117,18 @@ def test_only_one_coordinator_is_active_and_a_standby_takes_over(zk_address, tmp
     try:
         standby = second.connection()
         with pytest.raises(NotCoordinatorLeader) as e:
-            standby.call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})
+            standby.call_raw(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})
         assert e.value.retriable
         # Metadata works everywhere and names the active coordinator.
-        assert standby.call(ApiKey.GET_METADATA, {})["coordinator"]["port"] == first.port
-        first.connection().call(ApiKey.CREATE_TABLE, table_body())
+        assert standby.call_raw(ApiKey.GET_METADATA, {})["coordinator"]["port"] == first.port
+        first.connection().call_raw(ApiKey.CREATE_TABLE, table_body())
         first.kill()
         # The standby takes over once the dead leader's ZooKeeper session expires.
         assert call_until_leader(standby, ApiKey.LIST_KV_SNAPSHOT_LEASES, {},
                                  timeout_s=60) == {"leases": []}
         wait_until(lambda: (meta.active_coordinator() or None) and
                    meta.active_coordinator().port == second.port, 30, "the new active record")
-        assert standby.call(ApiKey.CREATE_TABLE, table_body(ignore_if_exists=True))[
+        assert standby.call_raw(ApiKey.CREATE_TABLE, table_body(ignore_if_exists=True))[
             "table_id"] == 1
     finally:
         first.stop()
@@ -155,11 +155,11 @@ def test_a_coordinator_paused_past_its_session_serves_and_writes_nothing_when_it
     try:
         old, new = first.connection(), second.connection()
         t = call_until_leader(old, ApiKey.CREATE_TABLE, table_body())["table_id"]
-        old.call(ApiKey.COMMIT_KV_SNAPSHOT, {
+        old.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {
             "table_id": t, "bucket": 0, "snapshot_id": 1,
             "path": place_snapshot_file(remote, t, 0, 1), "log_offset": 5, "row_count": 1,
             "size_bytes": 4, "created_ms": 1})
-        old.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE,
+        old.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE,
                  {"lease_id": "short", "duration_ms": 3_000, "tables": {t: {0: 1}}})
         os.kill(first.pid, signal.SIGSTOP)
         paused_at = time.monotonic()
@@ -168,7 +168,7 @@ def test_a_coordinator_paused_past_its_session_serves_and_writes_nothing_when_it
             # lease alive; the paused leader still holds its old copy, due to expire.
             call_until_leader(new, ApiKey.RENEW_KV_SNAPSHOT_LEASE,
                               {"lease_id": "short", "duration_ms": 3_600_000}, timeout_s=60)
-            new.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE,
+            new.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE,
                      {"lease_id": "later", "duration_ms": 3_600_000, "tables": {t: {0: 1}}})
             wait_until(lambda: time.monotonic() - paused_at > 4, 10, "the old copy to expire")
         finally:
@@ -176,13 +176,13 @@ def test_a_coordinator_paused_past_its_session_serves_and_writes_nothing_when_it
         # Awake, the old leader neither answers from its stale state nor acts on it.
         for lease_id in ("later", "short"):
             with pytest.raises(ApiError) as err:
-                old.call(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": lease_id})
+                old.call_raw(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": lease_id})
             assert err.value.retriable and not isinstance(err.value, LeaseNotFound), err.value
         wait_until(lambda: "stepping down" in first.log() or "session lost" in first.log()
                    or "ZooKeeper session lost" in first.log(), 30, "the old leader to step down")
         assert sorted(meta.lease_ids()) == ["later", "short"]
         assert meta.load_lease("short").expires_at_ms > time.time() * 1000 + 3_000_000
-        assert new.call(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "short"})["pin_count"] == 1
+        assert new.call_raw(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "short"})["pin_count"] == 1
     finally:
         first.stop()
         second.stop()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fluss_spark.client.rpc import RpcConnection
+from fluss_spark.transport.client import RpcConnection
 from fluss_spark.errors import (InvalidRequest, LeaseHeldByOther, LeaseNotFound,
                                 UnsupportedVersion)
 from fluss_spark.metadata.layout import TabletRecord
@@ -16,7 +16,7 @@ from fluss_spark.protocol.types import parse_schema
 from fluss_spark.server.snapshot_store import snapshot_location
 from fluss_spark.testing.coordinator import (CoordinatorProcess, call_until_leader,
                                             place_snapshot_file)
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 
 HOUR = 3_600_000
 
@@ -50,14 +50,14 @@ def create_table(conn, name="db.t", buckets=2, **props) -> int:
 
 def commit(conn, remote: Path, table_id, bucket, snapshot_id) -> Path:
     f = Path(place_snapshot_file(remote, table_id, bucket, snapshot_id))
-    conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {
+    conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {
         "table_id": table_id, "bucket": bucket, "snapshot_id": snapshot_id, "path": str(f),
         "log_offset": snapshot_id * 10, "row_count": 1, "size_bytes": 4, "created_ms": 1})
     return f
 
 
 def snapshot_ids(conn, table_id, bucket):
-    return [s["snapshot_id"] for s in conn.call(ApiKey.LIST_KV_SNAPSHOTS,
+    return [s["snapshot_id"] for s in conn.call_raw(ApiKey.LIST_KV_SNAPSHOTS,
                                                  {"table_id": table_id, "bucket": bucket})["snapshots"]]
 
 
@@ -67,7 +67,7 @@ def test_kill_9_right_after_a_granted_acquire_keeps_the_lease(coordinator, tmp_p
     remote = tmp_path / "coord" / "remote"
     commit(conn, remote, table_id, 0, 1)
     commit(conn, remote, table_id, 1, 1)
-    reply = conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
+    reply = conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
         "lease_id": "job-1", "duration_ms": HOUR, "tables": {table_id: {0: 1, 1: 1}},
         "holder": "query-a"})
     assert reply["unavailable"] == {}
@@ -81,7 +81,7 @@ def test_kill_9_right_after_a_granted_acquire_keeps_the_lease(coordinator, tmp_p
     assert info["expires_at_ms"] == reply["expires_at_ms"]
     # The holder survived too: another query still cannot move the pins.
     with pytest.raises(LeaseHeldByOther):
-        conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
+        conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
             "lease_id": "job-1", "duration_ms": HOUR, "tables": {table_id: {0: 1}},
             "holder": "query-b"})
     # The pins still protect after the restart.
@@ -96,26 +96,26 @@ def test_a_leased_snapshot_survives_two_newer_ones_and_is_collected_after_releas
     table_id = create_table(conn)
     remote = tmp_path / "coord" / "remote"
     first = commit(conn, remote, table_id, 0, 1)
-    conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": HOUR,
+    conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": HOUR,
                                                  "tables": {table_id: {0: 1}}})
     commit(conn, remote, table_id, 0, 2)
     commit(conn, remote, table_id, 0, 3)
-    snaps = conn.call(ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table_id})["snapshots"]
+    snaps = conn.call_raw(ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table_id})["snapshots"]
     assert [(s["snapshot_id"], s["pinned_by"]) for s in snaps] == [(1, ["a"]), (2, []), (3, [])]
     assert first.exists()
-    latest = conn.call(ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table_id, "latest_only": True})
+    latest = conn.call_raw(ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table_id, "latest_only": True})
     assert [s["snapshot_id"] for s in latest["snapshots"]] == [3]
-    metrics = conn.call(ApiKey.GET_METRICS, {})
+    metrics = conn.call_raw(ApiKey.GET_METRICS, {})
     assert metrics["metrics"]["lease_count"] == 1
     assert metrics["metrics"]["leased_snapshot_count"] == 1
     assert metrics["tables"]["db.t"] == {"snapshot_count": 3, "leased_snapshot_count": 1,
                                          "lease_pin_count": 1}
-    reply = conn.call(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, {"lease_id": "a",
+    reply = conn.call_raw(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, {"lease_id": "a",
                                                          "tables": {table_id: [0]}})
     assert reply == {"remaining_pins": 0}
     assert snapshot_ids(conn, table_id, 0) == [2, 3]
     assert not first.exists()
-    assert conn.call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {}) == {"leases": []}
+    assert conn.call_raw(ApiKey.LIST_KV_SNAPSHOT_LEASES, {}) == {"leases": []}
 
 
 def test_expiry_in_the_server_collects_snapshots_and_renew_then_fails(coordinator, tmp_path):
@@ -123,7 +123,7 @@ def test_expiry_in_the_server_collects_snapshots_and_renew_then_fails(coordinato
     table_id = create_table(conn)
     remote = tmp_path / "coord" / "remote"
     first = commit(conn, remote, table_id, 0, 1)
-    conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "short", "duration_ms": 300,
+    conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "short", "duration_ms": 300,
                                                  "tables": {table_id: {0: 1}}})
     commit(conn, remote, table_id, 0, 2)
     commit(conn, remote, table_id, 0, 3)
@@ -132,16 +132,16 @@ def test_expiry_in_the_server_collects_snapshots_and_renew_then_fails(coordinato
                interval_s=0.05)
     assert snapshot_ids(conn, table_id, 0) == [2, 3]
     with pytest.raises(LeaseNotFound, match="does not exist or has expired"):
-        conn.call(ApiKey.RENEW_KV_SNAPSHOT_LEASE, {"lease_id": "short", "duration_ms": 1000})
+        conn.call_raw(ApiKey.RENEW_KV_SNAPSHOT_LEASE, {"lease_id": "short", "duration_ms": 1000})
 
 
 def test_acquire_of_a_missing_snapshot_over_rpc_is_unavailable(coordinator):
     conn = coordinator.connection()
     table_id = create_table(conn)
-    reply = conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
+    reply = conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
         "lease_id": "x", "duration_ms": HOUR, "tables": {table_id: {0: 42}, 999: {3: 1}}})
     assert reply["unavailable"] == {table_id: {0: 42}, 999: {3: 1}}
-    assert conn.call(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "x"})["pin_count"] == 0
+    assert conn.call_raw(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "x"})["pin_count"] == 0
 
 
 def test_table_drop_clears_pins_and_files(coordinator, tmp_path, meta):
@@ -151,10 +151,10 @@ def test_table_drop_clears_pins_and_files(coordinator, tmp_path, meta):
     remote = tmp_path / "coord" / "remote"
     commit(conn, remote, keep_id, 0, 1)
     gone_file = commit(conn, remote, drop_id, 1, 1)
-    conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": HOUR,
+    conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": HOUR,
                                                  "tables": {keep_id: {0: 1}, drop_id: {1: 1}}})
-    conn.call(ApiKey.DROP_TABLE, {"name": "db.gone", "ignore_if_not_exists": False})
-    info = conn.call(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "a"})
+    conn.call_raw(ApiKey.DROP_TABLE, {"name": "db.gone", "ignore_if_not_exists": False})
+    info = conn.call_raw(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "a"})
     assert info["tables"] == {keep_id: {0: 1}}
     assert meta.load_lease("a").tables == {keep_id: {0: 1}}
     assert not gone_file.exists() and not (remote / str(drop_id)).exists()
@@ -176,13 +176,13 @@ def test_concurrent_clients_stay_consistent(coordinator, tmp_path, meta):
                 lease, b = f"l{(n + i) % 3}", (n * 3 + i) % 8
                 op = (n + 2 * i) % 4
                 if op < 2:
-                    c.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
+                    c.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
                         "lease_id": lease, "duration_ms": HOUR, "tables": {table_id: {b: 1}}})
                 elif op == 2:
-                    c.call(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, {"lease_id": lease,
+                    c.call_raw(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, {"lease_id": lease,
                                                               "tables": {table_id: [b]}})
                 else:
-                    c.call(ApiKey.DROP_KV_SNAPSHOT_LEASE, {"lease_id": lease})
+                    c.call_raw(ApiKey.DROP_KV_SNAPSHOT_LEASE, {"lease_id": lease})
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
         finally:
@@ -195,14 +195,14 @@ def test_concurrent_clients_stay_consistent(coordinator, tmp_path, meta):
         t.join(60)
     assert errors == []
     served = {le["lease_id"]: le["tables"]
-              for le in conn.call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})["leases"]}
+              for le in conn.call_raw(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})["leases"]}
     stored = {r.lease_id: r.tables for r in meta.load_leases()}
     assert served == stored
     pins = {}
     for tables in served.values():
         for b in tables.get(table_id, {}):
             pins[b] = pins.get(b, 0) + 1
-    metrics = conn.call(ApiKey.GET_METRICS, {})["metrics"]
+    metrics = conn.call_raw(ApiKey.GET_METRICS, {})["metrics"]
     assert metrics["lease_pin_count"] == sum(pins.values())
     assert metrics["lease_count"] == len(served)
 
@@ -217,7 +217,7 @@ def test_a_coordinator_without_lease_apis_reports_unsupported_version(zk_address
         assert conn.supports(ApiKey.LIST_KV_SNAPSHOTS) is True
         with pytest.raises(UnsupportedVersion, match="does not support API "
                                                      "ACQUIRE_KV_SNAPSHOT_LEASE"):
-            conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": 1,
+            conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": 1,
                                                          "tables": {}})
         # Everything else still works on such a server.
         assert create_table(conn) >= 1
@@ -242,16 +242,16 @@ def test_a_client_cannot_make_the_coordinator_delete_data(coordinator, tmp_path)
                 "log_offset": 0, "row_count": 0}
     for i, path in enumerate([str(victim), "", str(remote / ".." / "precious"), str(remote)]):
         with pytest.raises(InvalidRequest, match="not its place in the snapshot store"):
-            conn.call(ApiKey.COMMIT_KV_SNAPSHOT, forged(10**15 + i, path))
+            conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, forged(10**15 + i, path))
     # Its own location, but nothing was written there.
     with pytest.raises(InvalidRequest, match="no snapshot file"):
-        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, forged(10**15, snapshot_location(
+        conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, forged(10**15, snapshot_location(
             str(remote), table_id, 0, 10**15)))
     # Ids must follow the bucket's last one (an old file must not come back).
     old = place_snapshot_file(remote, table_id, 0, 0)
     with pytest.raises(InvalidRequest, match="must follow the bucket's last one, 1"):
-        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, forged(0, old))
+        conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, forged(0, old))
     # A retry of the real commit (its answer lost) is accepted and changes nothing.
-    conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {**forged(1, str(real)), "log_offset": 10, "row_count": 1})
+    conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {**forged(1, str(real)), "log_offset": 10, "row_count": 1})
     assert snapshot_ids(conn, table_id, 0) == [1]
     assert real.exists() and (victim / "data").read_text() == "keep me"

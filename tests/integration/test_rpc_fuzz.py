@@ -9,7 +9,9 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from fluss_spark.client import rpc as client_rpc
+from fluss_spark.protocol import codec
+from fluss_spark.protocol.api import CURRENT_VERSION
+from fluss_spark.transport.client import RpcConnection
 from fluss_spark.protocol import framing
 
 SEED = 20261123
@@ -25,21 +27,14 @@ def fuzz_cluster(zookeeper, local_cluster):
 def record_workload(cluster, monkeypatch) -> list[tuple[str, int, bytes]]:
     """Run a small workload through the client; keep every request it sent: (host, port, frame)."""
     sent: list[tuple[str, int, bytes]] = []
-    real_call = client_rpc.RpcConnection.call
-    real_encode = client_rpc.codec.encode_request
+    real_exchange = RpcConnection._exchange
 
-    def call(self, api_key, body=None, *, timeout_s=None):
-        def encode(*args):
-            payload = real_encode(*args)
-            sent.append((self.host, self.port, payload))
-            return payload
-        monkeypatch.setattr(client_rpc.codec, "encode_request", encode)
-        try:
-            return real_call(self, api_key, body, timeout_s=timeout_s)
-        finally:
-            monkeypatch.setattr(client_rpc.codec, "encode_request", real_encode)
+    def exchange(self, api_key, body, timeout_s):
+        sent.append((self.host, self.port,
+                     codec.encode_request(api_key, CURRENT_VERSION, len(sent) + 1, body)))
+        return real_exchange(self, api_key, body, timeout_s)
 
-    monkeypatch.setattr(client_rpc.RpcConnection, "call", call)
+    monkeypatch.setattr(RpcConnection, "_exchange", exchange)
     conn = cluster.connection(request_timeout_s=20)
     admin = conn.admin()
     admin.create_table("fz.pk", "id BIGINT NOT NULL, v STRING", primary_key=["id"], num_buckets=2)
@@ -60,7 +55,7 @@ def record_workload(cluster, monkeypatch) -> list[tuple[str, int, bytes]]:
     admin.list_kv_snapshot_leases()
     admin.list_offsets("fz.log", spec="latest")
     conn.close()
-    monkeypatch.setattr(client_rpc.RpcConnection, "call", real_call)
+    monkeypatch.setattr(RpcConnection, "_exchange", real_exchange)
     return sent
 
 

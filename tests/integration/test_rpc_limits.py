@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from fluss_spark.client.rpc import RpcConnection
+from fluss_spark.transport.client import RpcConnection
 from fluss_spark.errors import NetworkError
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.testing.coordinator import CoordinatorProcess
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 
 LIMITS = ["rpc.max-request-size=8mb", "rpc.max-connections-per-ip=40",
           "rpc.request.read-timeout=1s", "rpc.connection.idle-timeout=2s"]
@@ -38,7 +38,7 @@ def status(pid: int, field: str) -> int:
 def served(proc) -> bool:
     rpc = RpcConnection(proc.host, proc.port, timeout_s=10)
     try:
-        return rpc.call(ApiKey.API_VERSIONS)["server"] == "coordinator"
+        return rpc.call_raw(ApiKey.API_VERSIONS)["server"] == "coordinator"
     finally:
         rpc.close()
 
@@ -109,10 +109,10 @@ def test_connections_past_the_per_address_cap_are_closed_and_others_still_served
 def test_a_client_whose_idle_connection_was_closed_reconnects_transparently(coordinator):
     rpc = RpcConnection(coordinator.host, coordinator.port, timeout_s=10)
     try:
-        assert rpc.call(ApiKey.API_VERSIONS)["server"] == "coordinator"
+        assert rpc.call_raw(ApiKey.API_VERSIONS)["server"] == "coordinator"
         sock = rpc._sock
         wait_until(lambda: not _open(sock), 15, "the server to close the idle connection")
-        assert rpc.call(ApiKey.API_VERSIONS)["server"] == "coordinator"
+        assert rpc.call_raw(ApiKey.API_VERSIONS)["server"] == "coordinator"
     finally:
         rpc.close()
 

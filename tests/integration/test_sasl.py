@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.client import FlussConnection
-from fluss_spark.client.rpc import RpcConnection
+from fluss_spark.transport.client import RpcConnection
 from fluss_spark.errors import AuthenticationFailed, AuthorizationFailed
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.testing.coordinator import place_snapshot_file
@@ -28,9 +28,9 @@ def test_anonymous_and_wrong_passwords_are_refused_on_every_server(sasl_cluster)
     for addr in sasl_cluster.bootstrap_servers.split(","):
         host, port = addr.rsplit(":", 1)
         rpc = RpcConnection(host, int(port), timeout_s=5)
-        assert rpc.call(ApiKey.API_VERSIONS)["server"] in ("coordinator", "tablet")
+        assert rpc.call_raw(ApiKey.API_VERSIONS)["server"] in ("coordinator", "tablet")
         with pytest.raises(AuthenticationFailed, match="requires SASL"):
-            rpc.call(ApiKey.GET_METADATA, {})
+            rpc.call_raw(ApiKey.GET_METADATA, {})
         rpc.close()
 
 
@@ -74,7 +74,7 @@ def test_snapshot_commits_are_accepted_only_from_the_internal_principal(sasl_clu
         for user, password in (("admin", "admin-secret"), ("bob", "bob-secret")):
             rpc = RpcConnection(host, port, timeout_s=5, credentials=(user, password))
             with pytest.raises(AuthorizationFailed, match="internal principal"):
-                rpc.call(ApiKey.COMMIT_KV_SNAPSHOT, body)
+                rpc.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, body)
             rpc.close()
         assert conn.admin().latest_kv_snapshots("s.forged") == {}
 

@@ -90,7 +90,7 @@ def test_hostile_requests_get_errors_and_other_sessions_keep_working(conn, pk_ta
     info, snap = pk_table
     expected = snapshot_file_rows(snap.path)
     rpc = conn.tablet_for(info.table_id, 0)
-    first = rpc.call(ApiKey.SCAN_KV, {"table_id": info.table_id, "bucket": 0, "call_seq_id": 0,
+    first = rpc.call_raw(ApiKey.SCAN_KV, {"table_id": info.table_id, "bucket": 0, "call_seq_id": 0,
                                       "snapshot_id": snap.snapshot_id,
                                       "batch_size_bytes": 32 * 1024})
     sid = first["scanner_id"]
@@ -103,9 +103,9 @@ def test_hostile_requests_get_errors_and_other_sessions_keep_working(conn, pk_ta
                dict(base, projection="id"), dict(base, live=True)]
     for body in hostile:
         with pytest.raises(InvalidScanRequest):
-            rpc.call(ApiKey.SCAN_KV, body)
+            rpc.call_raw(ApiKey.SCAN_KV, body)
     with pytest.raises(InvalidColumnProjection, match="nope"):
-        rpc.call(ApiKey.SCAN_KV, dict(base, projection=["nope"]))
+        rpc.call_raw(ApiKey.SCAN_KV, dict(base, projection=["nope"]))
     rng = random.Random(7)
     for _ in range(10):                                 # random bytes on fresh sockets
         with socket.create_connection((rpc.host, rpc.port), timeout=5) as s:
@@ -119,7 +119,7 @@ def test_hostile_requests_get_errors_and_other_sessions_keep_working(conn, pk_ta
     parts, resp, seq = [bytes_to_table(first["records"])], first, 0
     while resp["has_more"]:
         seq += 1
-        resp = rpc.call(ApiKey.SCAN_KV, {"scanner_id": sid, "call_seq_id": seq})
+        resp = rpc.call_raw(ApiKey.SCAN_KV, {"scanner_id": sid, "call_seq_id": seq})
         parts.append(bytes_to_table(resp["records"]))
     assert pa.concat_tables(parts).equals(expected)
 
@@ -129,17 +129,17 @@ def test_list_scanners_and_the_per_bucket_limit(conn, pk_table):
     rpc = conn.tablet_for(info.table_id, 0)
     body = {"table_id": info.table_id, "bucket": 0, "call_seq_id": 0,
             "snapshot_id": snap.snapshot_id, "batch_size_bytes": 1024}
-    ids = [rpc.call(ApiKey.SCAN_KV, body)["scanner_id"] for _ in range(8)]   # the default max
+    ids = [rpc.call_raw(ApiKey.SCAN_KV, body)["scanner_id"] for _ in range(8)]   # the default max
     try:
         with pytest.raises(TooManyScanners, match="max-per-bucket=8"):
-            rpc.call(ApiKey.SCAN_KV, body)
+            rpc.call_raw(ApiKey.SCAN_KV, body)
         listed = [s for s in conn.admin().list_scanners() if s["table_id"] == info.table_id]
         assert sorted(s["scanner_id"] for s in listed) == sorted(ids)
         assert all(s["snapshot_id"] == snap.snapshot_id and s["rows_served"] > 0
                    for s in listed)
     finally:
         for sid in ids:
-            rpc.call(ApiKey.SCAN_KV, {"scanner_id": sid, "close": True})
+            rpc.call_raw(ApiKey.SCAN_KV, {"scanner_id": sid, "close": True})
     assert not [s for s in conn.admin().list_scanners() if s["table_id"] == info.table_id]
 
 

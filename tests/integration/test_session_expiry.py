@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.metadata.store import MetadataStore
-from fluss_spark.testing.cluster import LocalCluster
-from fluss_spark.testing.ports import wait_until
-from fluss_spark.testing.server_process import pid_alive
+from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.ports import wait_until
+from fluss_spark.local.server_process import pid_alive
 
 SESSION = "zookeeper.client.session-timeout=2s"
 

@@ -12,7 +12,7 @@ from fluss_spark.errors import ApiError, LogOffsetOutOfRange
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import bytes_to_table, table_to_bytes
 from fluss_spark.server.tablet.snapshot import SnapshotFile
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.tablet import TabletCluster
 
 
@@ -39,7 +39,7 @@ def _rows(ids, names) -> bytes:
 def _read_log(conn, tid, bucket, start=0) -> pa.Table:
     parts, offset = [], start
     while True:
-        r = conn.call(ApiKey.FETCH_LOG, {"table_id": tid, "bucket": bucket, "offset": offset,
+        r = conn.call_raw(ApiKey.FETCH_LOG, {"table_id": tid, "bucket": bucket, "offset": offset,
                                          "max_bytes": 1 << 20, "max_wait_ms": 0})
         if r["records"] is None:
             break
@@ -63,7 +63,7 @@ def test_kill_9_loses_no_acknowledged_write(make_cluster):
             ids = [i % 300 + k for k in range(5)]
             names = [f"v{i}-{k}" for k in range(5)]
             try:
-                r = conn.call(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "upsert",
+                r = conn.call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "upsert",
                                                "records": _rows(ids, names)})
             except ApiError:
                 return          # the server died under us: this write was not acknowledged
@@ -86,7 +86,7 @@ def test_kill_9_loses_no_acknowledged_write(make_cluster):
         assert end == nbase
     # The KV state (read through a fresh snapshot) holds the last acknowledged value of every
     # key, unless a write that was in flight at the kill reached the log after the last ack.
-    snap = conn.call(ApiKey.TRIGGER_KV_SNAPSHOT, {"table_id": tid})["snapshots"][0]
+    snap = conn.call_raw(ApiKey.TRIGGER_KV_SNAPSHOT, {"table_id": tid})["snapshots"][0]
     with SnapshotFile.open(snap["path"]) as f:
         state = dict(zip(*f.read_slice(0, f.num_rows).to_pydict().values()))
     in_flight = log.slice(acked_offsets[-1][1])
@@ -96,7 +96,7 @@ def test_kill_9_loses_no_acknowledged_write(make_cluster):
             assert state[key] == name, key
     assert snap["log_offset"] == log.num_rows
     # Writing continues at the next offset after recovery.
-    r = conn.call(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "upsert",
+    r = conn.call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "upsert",
                                    "records": _rows([10_000], ["after"])})
     assert r["base_offset"] == log.num_rows
 
@@ -106,13 +106,13 @@ def test_retention_deletes_old_segments_and_reports_data_loss(make_cluster):
     tid = c.create("db.ttl", buckets=1, props={"table.log.ttl": "500ms"})
     conn = c.conns[0]
     for i in range(4):
-        conn.call(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "append",
+        conn.call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "append",
                                    "records": _rows([i], [f"n{i}"])})
-    earliest = lambda: conn.call(ApiKey.LIST_OFFSETS, {  # noqa: E731
+    earliest = lambda: conn.call_raw(ApiKey.LIST_OFFSETS, {  # noqa: E731
         "table_id": tid, "buckets": [0], "spec": "earliest"})["offsets"][0]
     wait_until(lambda: earliest() == 3, 10, "retention to delete the old segments")
     with pytest.raises(LogOffsetOutOfRange, match=r"db.ttl.*bucket 0.*offset 1.*earliest retained offset 3"):
-        conn.call(ApiKey.FETCH_LOG, {"table_id": tid, "bucket": 0, "offset": 1,
+        conn.call_raw(ApiKey.FETCH_LOG, {"table_id": tid, "bucket": 0, "offset": 1,
                                      "max_bytes": 100, "max_wait_ms": 0})
     assert _read_log(conn, tid, 0, 3).column("id").to_pylist() == [3]
 
@@ -121,12 +121,12 @@ def test_periodic_snapshots_skip_when_nothing_changed(make_cluster):
     c = make_cluster()
     tid = c.create("db.periodic", pk=["id"], buckets=1, props={"kv.snapshot.interval": "300ms"})
     conn = c.conns[0]
-    conn.call(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "upsert",
+    conn.call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "upsert",
                                "records": _rows([1, 2], ["a", "b"])})
     wait_until(lambda: c.store.snapshot_ids(tid, 0) == [0], 10, "the first periodic snapshot")
     time.sleep(1.0)
     assert c.store.snapshot_ids(tid, 0) == [0]          # nothing changed: no new snapshot
-    conn.call(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "delete",
+    conn.call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "delete",
                                "records": _rows([1], ["a"])})
     wait_until(lambda: 1 in c.store.snapshot_ids(tid, 0), 10, "a snapshot after the change")
     rec = c.store.snapshot(tid, 0, 1)
@@ -138,13 +138,13 @@ def test_snapshot_waits_for_a_coordinator_and_ids_survive_restart(make_cluster):
     c = make_cluster()
     tid = c.create("db.waits", pk=["id"], buckets=1)
     conn = c.conns[0]
-    conn.call(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "upsert",
+    conn.call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "upsert",
                                "records": _rows([1], ["a"])})
-    assert conn.call(ApiKey.TRIGGER_KV_SNAPSHOT, {"table_id": tid})["snapshots"][0][
+    assert conn.call_raw(ApiKey.TRIGGER_KV_SNAPSHOT, {"table_id": tid})["snapshots"][0][
         "snapshot_id"] == 0
     c.coordinator.kill()
     got = {}
-    t = threading.Thread(target=lambda: got.update(r=c.tablets[0].connection().call(
+    t = threading.Thread(target=lambda: got.update(r=c.tablets[0].connection().call_raw(
         ApiKey.TRIGGER_KV_SNAPSHOT, {"table_id": tid})))
     t.start()
     time.sleep(1.0)
@@ -156,7 +156,7 @@ def test_snapshot_waits_for_a_coordinator_and_ids_survive_restart(make_cluster):
     # After a restart the next id continues from the registered ones.
     c.tablets[0].stop()
     c.tablets[0].start()
-    snap = c.tablets[0].connection().call(ApiKey.TRIGGER_KV_SNAPSHOT, {"table_id": tid})
+    snap = c.tablets[0].connection().call_raw(ApiKey.TRIGGER_KV_SNAPSHOT, {"table_id": tid})
     assert snap["snapshots"][0]["snapshot_id"] == 2
 
 
@@ -165,7 +165,7 @@ def test_a_table_dropped_while_the_tablet_was_down_is_cleaned_up_at_start(make_c
     keep = c.create("db.keep", pk=["id"], buckets=1)
     gone = c.create("db.gone", buckets=1)
     for tid, op in ((keep, "upsert"), (gone, "append")):
-        c.conns[0].call(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": op,
+        c.conns[0].call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": op,
                                          "records": _rows([1], ["a"])})
     tables = c.tablets[0].data_dir / "tables"
     assert sorted(p.name for p in tables.iterdir()) == sorted([str(keep), str(gone)])

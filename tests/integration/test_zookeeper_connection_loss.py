@@ -26,8 +26,8 @@ from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.types import parse_schema
 from fluss_spark.testing.coordinator import (CoordinatorProcess, call_until_leader,
                                             place_snapshot_file)
-from fluss_spark.testing.ports import wait_until
-from fluss_spark.testing.zookeeper import ZooKeeperProcess
+from fluss_spark.local.ports import wait_until
+from fluss_spark.local.zookeeper import ZooKeeperProcess
 
 HOUR = 3_600_000
 #: The coordinator's ZooKeeper session timeout. kazoo drops a silent connection after 2/3 of
@@ -96,7 +96,7 @@ def _table_with_snapshots(coordinator, address: str, remote: Path) -> int:
         store.close()
     for bucket in (0, 1):
         path = place_snapshot_file(remote, table_id, bucket, 1)
-        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {
+        conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {
             "table_id": table_id, "bucket": bucket, "snapshot_id": 1, "path": path,
             "log_offset": 10, "row_count": 1, "size_bytes": 4, "created_ms": 1})
     return table_id
@@ -105,7 +105,7 @@ def _table_with_snapshots(coordinator, address: str, remote: Path) -> int:
 def succeeds(conn, api_key, body):
     """The call's answer, or None while it fails with a retriable error (ZooKeeper not back)."""
     try:
-        return conn.call(api_key, body) or {"ok": True}
+        return conn.call_raw(api_key, body) or {"ok": True}
     except ApiError as e:
         if not e.retriable:
             raise
@@ -114,12 +114,12 @@ def succeeds(conn, api_key, body):
 
 def memory_leases(conn) -> dict:
     """The coordinator's view (served from memory): {lease_id: lease info}."""
-    return {x["lease_id"]: x for x in conn.call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})["leases"]}
+    return {x["lease_id"]: x for x in conn.call_raw(ApiKey.LIST_KV_SNAPSHOT_LEASES, {})["leases"]}
 
 
 def pin_count(conn) -> int:
     """Pins the coordinator counts (its reference counts, not recomputed from the leases)."""
-    return conn.call(ApiKey.GET_METRICS, {})["metrics"]["lease_pin_count"]
+    return conn.call_raw(ApiKey.GET_METRICS, {})["metrics"]["lease_pin_count"]
 
 
 def assert_memory_matches_zookeeper(ctx, conn) -> None:
@@ -144,7 +144,7 @@ def test_an_acquire_while_zookeeper_hangs_is_retriable_and_applied_once_or_not_a
     outage.stop_zookeeper()
     try:
         with pytest.raises(MetadataStoreUnavailable) as err:
-            conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, request)
+            conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, request)
     finally:
         outage.resume_zookeeper()
     assert err.value.retriable and err.value.code == 1005
@@ -177,7 +177,7 @@ def test_a_drop_while_zookeeper_is_down_fails_within_the_session_timeout_not_for
     try:
         started = time.monotonic()
         with pytest.raises(MetadataStoreUnavailable) as err:
-            conn.call(ApiKey.DROP_KV_SNAPSHOT_LEASE, {"lease_id": "job"})
+            conn.call_raw(ApiKey.DROP_KV_SNAPSHOT_LEASE, {"lease_id": "job"})
         # kazoo would wait for the reconnection without limit; the store gives up after one
         # session timeout so the caller hears "retry" instead of hanging.
         assert time.monotonic() - started < SESSION_S + 5

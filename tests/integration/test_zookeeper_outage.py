@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.errors import ApiError, FlussError
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 
 OUTAGE_S = 20
 

@@ -8,7 +8,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 
 pytestmark = pytest.mark.spark
 

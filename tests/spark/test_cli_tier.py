@@ -10,7 +10,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-from fluss_spark.tiering.job import strip_jvm_frames
+from fluss_spark.tiering.restarts import strip_jvm_frames
 from fluss_spark.tiering.lake import LakeTable, table_dir
 from fluss_spark.tiering.submit import python_env
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fluss_spark.tiering.job import strip_jvm_frames
+from fluss_spark.tiering.restarts import strip_jvm_frames
 from fluss_spark.tiering.submit import build_pyfiles_zip, python_env, spark_submit_command
 
 pytestmark = pytest.mark.spark

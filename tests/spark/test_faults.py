@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -108,7 +108,7 @@ def test_lost_snapshot_fails_or_continues(spark, cluster, conn, table_name, tmp_
 
 def test_old_server_without_leases_reads_unprotected(spark, zookeeper, tmp_path):
     from fluss_spark.client import FlussConnection
-    from fluss_spark.testing.cluster import LocalCluster
+    from fluss_spark.local.cluster import LocalCluster
 
     old = LocalCluster(tmp_path / "old", tablets=1,
                        zookeeper=f"{zookeeper.address}/fluss-old-{uuid.uuid4().hex[:8]}",

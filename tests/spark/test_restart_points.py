@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on, source_offsets,
                                          table_state)
 

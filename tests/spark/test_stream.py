@@ -16,7 +16,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from fluss_spark.connector.progress import table_lag
-from fluss_spark.testing.ports import wait_until
+from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on, source_offsets,
                                          table_state)
 

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from fluss_spark.testing.ports import wait_until
-from fluss_spark.tiering.job import TieringConfig, TieringJob
+from fluss_spark.local.ports import wait_until
+from fluss_spark.tiering.config import TieringConfig
+from fluss_spark.tiering.job import TieringJob
 from fluss_spark.tiering.lake import LakeTable, table_dir
 from fluss_spark.tiering.progress import job_status
 

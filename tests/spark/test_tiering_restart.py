@@ -15,10 +15,11 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from fluss_spark.testing.ports import wait_until
-from fluss_spark.tiering.job import MARKER_ENV, PAUSE_ENV, PAUSE_POINT_ENV, strip_jvm_frames
+from fluss_spark.local.ports import wait_until
 from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.restarts import strip_jvm_frames
 from fluss_spark.tiering.submit import python_env, spark_submit_command
+from fluss_spark.tiering.table_query import MARKER_ENV, PAUSE_ENV, PAUSE_POINT_ENV
 
 pytestmark = pytest.mark.spark
 

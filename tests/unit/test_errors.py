@@ -1,5 +1,10 @@
 """The error registry: stable codes, Fluss's numbers where Fluss has the condition."""
 
+import ast
+import inspect
+
+import pytest
+
 from fluss_spark import errors
 
 
@@ -21,3 +26,47 @@ def test_every_error_is_a_fluss_error_with_flags():
         assert issubclass(cls, errors.FlussError) and cls.code == code
         assert isinstance(cls.retriable, bool) and isinstance(cls.refresh_metadata, bool)
     assert errors.NotLeaderOrFollower.retriable and errors.NotLeaderOrFollower.refresh_metadata
+
+
+def _api_error_classes_in_source() -> dict[str, int]:
+    """Name -> literal ``code`` of every ``class X(ApiError):`` statement in errors.py."""
+    tree = ast.parse(inspect.getsource(errors))
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and [ast.unparse(b) for b in node.bases] == ["ApiError"]:
+            codes = [stmt.value for stmt in node.body
+                     if isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]) == "code"]
+            assert len(codes) == 1, f"{node.name} sets code {len(codes)} times"
+            found[node.name] = ast.literal_eval(codes[0])
+    return found
+
+
+def test_every_registered_error_is_a_module_level_class_statement_with_a_docstring():
+    in_source = _api_error_classes_in_source()
+    registered = errors.all_codes()
+    assert {cls.__name__: code for code, cls in registered.items()} == in_source
+    for cls in registered.values():
+        assert getattr(errors, cls.__name__) is cls
+        assert cls.__module__ == "fluss_spark.errors" and cls.__qualname__ == cls.__name__
+        assert "__doc__" in cls.__dict__ and cls.__doc__ and cls.__doc__.strip()
+        for flag in ("code", "retriable", "refresh_metadata"):
+            assert flag in cls.__dict__, f"{cls.__name__} does not set {flag} itself"
+
+
+def test_codes_are_unique_and_a_second_class_for_a_code_is_refused():
+    codes = list(_api_error_classes_in_source().values())
+    assert len(codes) == len(set(codes)) == len(errors.all_codes())
+    before = errors.all_codes()
+    with pytest.raises(TypeError, match="registered twice"):
+        type("Duplicate", (errors.ApiError,), {"code": errors.TableNotExist.code})
+    with pytest.raises(TypeError, match="own wire code"):
+        type("NoCode", (errors.ApiError,), {})
+    assert errors.all_codes() == before
+
+
+def test_flags_of_a_few_classes():
+    assert (errors.UnknownServerError.code, errors.UnknownServerError.retriable) == (-1, False)
+    assert errors.MetadataStoreUnavailable.retriable
+    assert not errors.MetadataStoreUnavailable.refresh_metadata
+    assert errors.TableNotExist.refresh_metadata and not errors.TableNotExist.retriable
+    assert errors.error_class(1007) is errors.AuthorizationFailed

@@ -1,13 +1,14 @@
-"""LeaseManager: KV snapshot leases that pin snapshots against retention and GC (DESIGN §4)."""
+"""LeaseManager: KV snapshot leases that pin snapshots against retention and GC."""
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 from dataclasses import replace
-import time
 from typing import Callable, Iterable, Mapping, Protocol
 
+from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.config import MAX_LEASE_DURATION_MS
 from fluss_spark.errors import InvalidRequest, LeaseHeldByOther, LeaseNotFound
 from fluss_spark.metadata.layout import LeaseRecord, check_lease_id
@@ -26,10 +27,6 @@ class LeaseStore(Protocol):
     def delete_lease(self, lease_id: str) -> None: ...
 
     def load_leases(self) -> list[LeaseRecord]: ...
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _int(value, what: str) -> int:
@@ -53,13 +50,13 @@ class LeaseManager:
 
     ``snapshot_exists(table_id, bucket, snapshot_id)`` answers acquire's existence check;
     ``on_unpinned([key])`` is told about snapshots whose last pin just went, so the registry
-    can collect them at once if they are outside retention.
+    can collect them at once if they are outside retention (what it returns is ignored).
     """
 
     def __init__(self, store: LeaseStore, *,
                  snapshot_exists: Callable[[int, int, int], bool],
-                 on_unpinned: Callable[[list[SnapshotKey]], None] = lambda keys: None,
-                 clock: Callable[[], int] = wall_clock_ms,
+                 on_unpinned: Callable[[list[SnapshotKey]], object] = lambda keys: None,
+                 clock: Clock = wall_ms,
                  lock: threading.RLock | None = None):
         self._store = store
         self._exists = snapshot_exists
@@ -227,6 +224,8 @@ class LeaseManager:
                                     "expired")
             return current
 
+    # Below this method, ``list`` in the class body names it, so annotations spell
+    # ``builtins.list``.
     def list(self) -> list[LeaseRecord]:
         with self.lock:
             now = self._clock()
@@ -234,7 +233,7 @@ class LeaseManager:
                     if self._live(lease_id, now) is not None]
 
     # -- expiry ------------------------------------------------------------------------------
-    def expire_once(self) -> list[str]:
+    def expire_once(self) -> builtins.list[str]:
         """Remove every expired lease now; returns their ids."""
         with self.lock:
             now = self._clock()
@@ -267,10 +266,10 @@ class LeaseManager:
         self._expiry_thread = None
 
     # -- table drop and GC queries -----------------------------------------------------------
-    def drop_table_pins(self, table_id: int) -> list[SnapshotKey]:
+    def drop_table_pins(self, table_id: int) -> builtins.list[SnapshotKey]:
         """Remove the table's pins from every lease (leases left empty are removed)."""
         with self.lock:
-            gone: list[SnapshotKey] = []
+            gone: builtins.list[SnapshotKey] = []
             for lease_id, rec in list(self._leases.items()):
                 pins = rec.tables.get(table_id)
                 if not pins:
@@ -299,7 +298,7 @@ class LeaseManager:
     def pin_refs(self, table_id: int, bucket: int, snapshot_id: int) -> int:
         return self._refs.get((table_id, bucket, snapshot_id), 0)
 
-    def pinned_by(self, table_id: int, bucket: int, snapshot_id: int) -> list[str]:
+    def pinned_by(self, table_id: int, bucket: int, snapshot_id: int) -> builtins.list[str]:
         with self.lock:
             if not self.is_pinned(table_id, bucket, snapshot_id):
                 return []
@@ -338,7 +337,7 @@ class LeaseManager:
         for key in keys:
             refs[key] = refs.get(key, 0) + 1
 
-    def _remove_refs(self, keys: Iterable[SnapshotKey]) -> list[SnapshotKey]:
+    def _remove_refs(self, keys: Iterable[SnapshotKey]) -> builtins.list[SnapshotKey]:
         """Decrement; returns the keys whose count reached zero."""
         gone = []
         refs = self._refs
@@ -351,7 +350,7 @@ class LeaseManager:
                 gone.append(key)
         return gone
 
-    def _unpinned(self, keys: list[SnapshotKey]) -> None:
+    def _unpinned(self, keys: builtins.list[SnapshotKey]) -> None:
         if keys:
             self._on_unpinned(keys)
 

@@ -5,37 +5,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
 
 from fluss_spark import config
+from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.errors import (InvalidRequest, MetadataStoreUnavailable,
                                 NotCoordinatorLeader, TableNotExist)
 from fluss_spark.metadata.layout import CoordinatorRecord, SnapshotRecord
-from fluss_spark.metadata.store import MetadataStore
-from fluss_spark.protocol.api import ApiKey
-from fluss_spark.server.coordinator.leases import LeaseManager, wall_clock_ms
+from fluss_spark.metadata.store import Election, MetadataStore
+from fluss_spark.protocol import messages as m
+from fluss_spark.server.coordinator.leases import LeaseManager
+from fluss_spark.server.coordinator.recovery import recover
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_path, join_path
 from fluss_spark.server.coordinator.tables import TableManager
-from fluss_spark.server.metadata_view import build_metadata
-from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
-from fluss_spark.server.settings import ServerSettings
-from fluss_spark.server.rpc import RpcLimits, RpcServer, require
+from fluss_spark.server.metadata_view import build_metadata, lease_info, snapshot_info
 from fluss_spark.server.security import Security, current_principal
+from fluss_spark.server.settings import ServerSettings
+from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
+from fluss_spark.transport.server import RpcLimits, RpcServer
 
 log = logging.getLogger(__name__)
-
-
-def snapshot_info(rec: SnapshotRecord, pinned_by: list[str]) -> dict:
-    return {"table_id": rec.table_id, "bucket": rec.bucket, "snapshot_id": rec.snapshot_id,
-            "path": rec.path, "log_offset": rec.log_offset, "row_count": rec.row_count,
-            "size_bytes": rec.size_bytes, "created_ms": rec.created_ms, "pinned_by": pinned_by}
-
-
-def lease_info(rec) -> dict:
-    return {"lease_id": rec.lease_id, "expires_at_ms": rec.expires_at_ms,
-            "created_ms": rec.created_ms,
-            "tables": {t: dict(p) for t, p in rec.tables.items()}, "pin_count": rec.pin_count(),
-            "holders": dict(rec.holders), "owner": rec.owner}
 
 
 class CoordinatorServer:
@@ -50,7 +38,7 @@ class CoordinatorServer:
     #: How long ``start`` waits for leadership when no other coordinator is active.
     LEADER_WAIT_S = 10.0
 
-    def __init__(self, settings: ServerSettings, *, clock: Callable[[], int] = wall_clock_ms):
+    def __init__(self, settings: ServerSettings, *, clock: Clock = wall_ms):
         self.settings = settings
         self._clock = clock
         self._store = MetadataStore(settings.zookeeper,
@@ -80,7 +68,7 @@ class CoordinatorServer:
         self._store.on_fenced = self._on_fenced
         self._stopping = threading.Event()
         self._wake = threading.Event()
-        self._election = None
+        self._election: Election | None = None
         self._election_thread: threading.Thread | None = None
         self._register_handlers()
 
@@ -99,6 +87,7 @@ class CoordinatorServer:
             log.info("removed the election node of a dead coordinator at %s", identifier)
         self._election = self._store.election(identifier)
         self._election_thread = threading.Thread(target=self._election_loop,
+                                                 args=(self._election,),
                                                  name="coordinator-election", daemon=True)
         self._election_thread.start()
         if self._store.active_coordinator() is None:
@@ -152,10 +141,10 @@ class CoordinatorServer:
         else:
             self._on_fenced()
 
-    def _election_loop(self) -> None:
+    def _election_loop(self, election: Election) -> None:
         while not self._stopping.is_set():
             try:
-                self._election.run(self._lead)
+                election.run(self._lead)
             except Exception:  # noqa: BLE001 - a lost session must not end the election loop
                 log.exception("coordinator election failed; retrying")
             if not self._stopping.is_set():
@@ -182,15 +171,8 @@ class CoordinatorServer:
             # First of all: from here on, writes of any earlier coordinator fail.
             epoch = self._store.claim_epoch()
             n_tables = self.tables.load()
-            n_snaps = self.snapshots.load()
-            # Every lease is loaded before any GC, so nothing a lease pins can be collected.
-            n_leases = self.leases.load()
-            self.leases.expire_once()
-            # A table drop interrupted by a crash leaves pins on a table that is gone.
-            for table_id in self.leases.table_ids():
-                if self.tables.by_id(table_id) is None:
-                    self.leases.drop_table_pins(table_id)
-            self.snapshots.gc_all()
+            n_snaps, n_leases = recover(self.snapshots, self.leases,
+                                        table_exists=lambda t: self.tables.by_id(t) is not None)
             self._store.set_active_coordinator(
                 CoordinatorRecord(host=self.host, port=self.port, epoch=self._clock()))
             self._valid_until = time.monotonic() + 0.8 * self._session_s
@@ -204,25 +186,26 @@ class CoordinatorServer:
     # -- handlers ----------------------------------------------------------------------------
     def _register_handlers(self) -> None:
         reg = self._rpc.register
-        reg(ApiKey.GET_METADATA, self._get_metadata)
-        reg(ApiKey.LIST_TABLES, self._list_tables)
-        for key, fn in [
-            (ApiKey.CREATE_TABLE, self._create_table),
-            (ApiKey.DROP_TABLE, self._drop_table),
-            (ApiKey.COMMIT_KV_SNAPSHOT, self._commit_snapshot),
-            (ApiKey.LIST_KV_SNAPSHOTS, self._list_snapshots),
-            (ApiKey.GET_METRICS, self._metrics),
-            (ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, self._acquire),
-            (ApiKey.RENEW_KV_SNAPSHOT_LEASE, self._renew),
-            (ApiKey.RELEASE_KV_SNAPSHOT_LEASE, self._release),
-            (ApiKey.DROP_KV_SNAPSHOT_LEASE, self._drop_lease),
-            (ApiKey.LIST_KV_SNAPSHOT_LEASES, self._list_leases),
-            (ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, self._describe_lease),
-        ]:
-            reg(key, self._leader_only(fn))
+        reg(m.GetMetadataRequest, self._get_metadata)
+        reg(m.ListTablesRequest, self._list_tables)
+        leader_only = [
+            (m.CreateTableRequest, self._create_table),
+            (m.DropTableRequest, self._drop_table),
+            (m.CommitKvSnapshotRequest, self._commit_snapshot),
+            (m.ListKvSnapshotsRequest, self._list_snapshots),
+            (m.GetMetricsRequest, self._metrics),
+            (m.AcquireLeaseRequest, self._acquire),
+            (m.RenewLeaseRequest, self._renew),
+            (m.ReleaseLeaseRequest, self._release),
+            (m.DropLeaseRequest, self._drop_lease),
+            (m.ListLeasesRequest, self._list_leases),
+            (m.DescribeLeaseRequest, self._describe_lease),
+        ]
+        for request_type, fn in leader_only:
+            reg(request_type, self._leader_only(fn))
 
     def _leader_only(self, fn):
-        def handler(body: dict) -> dict:
+        def handler(request):
             if self._leader.is_set() and time.monotonic() >= self._valid_until:
                 self._confirm_leadership()      # one ZooKeeper read, bounded by the session
             if self._leader.is_set() and time.monotonic() >= self._valid_until:
@@ -235,46 +218,40 @@ class CoordinatorServer:
                     f"the coordinator at {self.host}:{self.port} is not the active coordinator "
                     "(it is recovering or on standby); retry, or ask GET_METADATA for the "
                     "active one")
-            return fn(body)
+            return fn(request)
         return handler
 
-    def _get_metadata(self, body: dict) -> dict:
-        names = body.get("tables")
-        if names is not None and not isinstance(names, list):
-            raise InvalidRequest("field 'tables' must be a list of table names")
-        return build_metadata(self._store, names)
+    def _get_metadata(self, req: m.GetMetadataRequest) -> m.GetMetadataResponse:
+        return build_metadata(self._store, req.tables)
 
-    def _list_tables(self, body: dict) -> dict:
-        return {"tables": self._store.table_names()}
+    def _list_tables(self, req: m.ListTablesRequest) -> m.ListTablesResponse:
+        return m.ListTablesResponse(tuple(self._store.table_names()))
 
-    def _create_table(self, body: dict) -> dict:
-        self.security.authorize_super(f"create table {body.get('name')!r}")
-        return {"table_id": self.tables.create(body)}
+    def _create_table(self, req: m.CreateTableRequest) -> m.CreateTableResponse:
+        self.security.authorize_super(f"create table {req.name!r}")
+        return m.CreateTableResponse(self.tables.create(req))
 
-    def _drop_table(self, body: dict) -> dict:
-        name = require(body, "name", str)
-        self.security.authorize_super(f"drop table {name!r}")
+    def _drop_table(self, req: m.DropTableRequest) -> m.Empty:
+        self.security.authorize_super(f"drop table {req.name!r}")
         with self._lock:
-            rec = self.tables.drop(name, bool(body.get("ignore_if_not_exists")))
+            rec = self.tables.drop(req.name, req.ignore_if_not_exists)
             if rec is None:
-                return {}
+                return m.Empty()
             self.leases.drop_table_pins(rec.table_id)
             self.snapshots.drop_table(rec.table_id)
         try:
             delete_path(join_path(self.settings.remote_data_dir, rec.table_id))
         except Exception as e:  # noqa: BLE001 - the table is gone; leftover files are only space
-            log.warning("cannot delete the snapshot directory of dropped table %s: %s", name, e)
-        return {}
+            log.warning("cannot delete the snapshot directory of dropped table %s: %s",
+                        req.name, e)
+        return m.Empty()
 
-    def _commit_snapshot(self, body: dict) -> dict:
+    def _commit_snapshot(self, req: m.CommitKvSnapshotRequest) -> m.Empty:
         self.security.authorize_internal("commit KV snapshots (a tablet server's call)")
         rec = SnapshotRecord(
-            table_id=require(body, "table_id", int), bucket=require(body, "bucket", int),
-            snapshot_id=require(body, "snapshot_id", int), path=require(body, "path", str),
-            log_offset=require(body, "log_offset", int),
-            row_count=require(body, "row_count", int),
-            size_bytes=int(body.get("size_bytes") or 0),
-            created_ms=int(body.get("created_ms") or self._clock()))
+            table_id=req.table_id, bucket=req.bucket, snapshot_id=req.snapshot_id, path=req.path,
+            log_offset=req.log_offset, row_count=req.row_count, size_bytes=req.size_bytes,
+            created_ms=req.created_ms or self._clock())
         with self._lock:
             table = self.tables.by_id(rec.table_id)
             if table is None:
@@ -285,10 +262,10 @@ class CoordinatorServer:
                                      f"not {rec.bucket}")
             known = self.snapshots.get(rec.table_id, rec.bucket, rec.snapshot_id)
             if known is not None and known.path == rec.path:
-                return {}  # a retry of a commit whose answer was lost
+                return m.Empty()  # a retry of a commit whose answer was lost
             self._check_new_snapshot(table.name, rec)
             self.snapshots.commit(rec)
-        return {}
+        return m.Empty()
 
     def _check_new_snapshot(self, table: str, rec: SnapshotRecord) -> None:
         """A snapshot is registered only at the store's own location for its id, once written
@@ -307,74 +284,59 @@ class CoordinatorServer:
             raise InvalidRequest(f"{what}: snapshot ids must follow the bucket's last one, "
                                  f"{last[0].snapshot_id}")
 
-    def _list_snapshots(self, body: dict) -> dict:
-        table_id = require(body, "table_id", int)
-        bucket = body.get("bucket")
-        if bucket is not None and (isinstance(bucket, bool) or not isinstance(bucket, int)):
-            raise InvalidRequest("field 'bucket' must be an integer")
+    def _list_snapshots(self, req: m.ListKvSnapshotsRequest) -> m.ListKvSnapshotsResponse:
         with self._lock:
-            if self.tables.by_id(table_id) is None:
-                raise TableNotExist(f"table id {table_id} does not exist")
-            recs = self.snapshots.list(table_id, bucket, bool(body.get("latest_only")))
-            return {"snapshots": [snapshot_info(r, self.leases.pinned_by(
-                r.table_id, r.bucket, r.snapshot_id)) for r in recs]}
+            if self.tables.by_id(req.table_id) is None:
+                raise TableNotExist(f"table id {req.table_id} does not exist")
+            recs = self.snapshots.list(req.table_id, req.bucket, req.latest_only)
+            return m.ListKvSnapshotsResponse(tuple(snapshot_info(r, self.leases.pinned_by(
+                r.table_id, r.bucket, r.snapshot_id)) for r in recs))
 
-    def _metrics(self, body: dict) -> dict:
+    def _metrics(self, req: m.GetMetricsRequest) -> m.GetMetricsResponse:
         with self._lock:
             lease_metrics, lease_tables = self.leases.metrics()
             counts = self.snapshots.counts()
             tables = {}
             for name in self.tables.names():
                 rec = self.tables.by_name(name)
+                if rec is None:     # cannot happen: names() lists the same map, under the lock
+                    continue
                 per = lease_tables.get(rec.table_id, {})
                 tables[name] = {"snapshot_count": counts.get(rec.table_id, 0),
                                 "leased_snapshot_count": per.get("leased_snapshot_count", 0),
                                 "lease_pin_count": per.get("lease_pin_count", 0)}
             metrics = {"table_count": len(tables), "snapshot_count": sum(counts.values()),
                        "tablet_count": len(self._store.tablets()), **lease_metrics}
-            return {"metrics": metrics, "tables": tables}
+            return m.GetMetricsResponse(metrics=metrics, tables=tables)
 
-    def _acquire(self, body: dict) -> dict:
-        tables = require(body, "tables", dict)
-        holder = body.get("holder")
-        if holder is not None:
-            holder = require(body, "holder", str)
-        lease_id = require(body, "lease_id", str)
+    def _acquire(self, req: m.AcquireLeaseRequest) -> m.AcquireLeaseResponse:
         with self._lock:
-            self._authorize_lease(lease_id, "change")
-            unavailable, expires = self.leases.acquire(lease_id, require(body, "duration_ms", int),
-                                                       tables, holder, owner=current_principal())
-        return {"unavailable": unavailable, "expires_at_ms": expires}
+            self._authorize_lease(req.lease_id, "change")
+            unavailable, expires = self.leases.acquire(req.lease_id, req.duration_ms, req.tables,
+                                                       req.holder, owner=current_principal())
+        return m.AcquireLeaseResponse(unavailable=unavailable, expires_at_ms=expires)
 
     def _authorize_lease(self, lease_id: str, action: str) -> None:
         self.security.authorize_owner(self.leases.owner_of(lease_id),
                                       f"{action} KV snapshot lease {lease_id!r}")
 
-    def _renew(self, body: dict) -> dict:
-        lease_id = require(body, "lease_id", str)
+    def _renew(self, req: m.RenewLeaseRequest) -> m.RenewLeaseResponse:
         with self._lock:
-            self._authorize_lease(lease_id, "renew")
-            expires = self.leases.renew(lease_id, require(body, "duration_ms", int))
-        return {"expires_at_ms": expires}
+            self._authorize_lease(req.lease_id, "renew")
+            return m.RenewLeaseResponse(self.leases.renew(req.lease_id, req.duration_ms))
 
-    def _release(self, body: dict) -> dict:
-        tables = require(body, "tables", dict)
-        for t, buckets in tables.items():
-            if not isinstance(buckets, list):
-                raise InvalidRequest(f"buckets of table {t} must be a list")
-        lease_id = require(body, "lease_id", str)
+    def _release(self, req: m.ReleaseLeaseRequest) -> m.ReleaseLeaseResponse:
         with self._lock:
-            self._authorize_lease(lease_id, "release pins of")
-            return {"remaining_pins": self.leases.release(lease_id, tables)}
+            self._authorize_lease(req.lease_id, "release pins of")
+            return m.ReleaseLeaseResponse(self.leases.release(req.lease_id, req.tables))
 
-    def _drop_lease(self, body: dict) -> dict:
-        lease_id = require(body, "lease_id", str)
+    def _drop_lease(self, req: m.DropLeaseRequest) -> m.DropLeaseResponse:
         with self._lock:
-            self._authorize_lease(lease_id, "drop")
-            return {"dropped": self.leases.drop(lease_id)}
+            self._authorize_lease(req.lease_id, "drop")
+            return m.DropLeaseResponse(self.leases.drop(req.lease_id))
 
-    def _list_leases(self, body: dict) -> dict:
-        return {"leases": [lease_info(r) for r in self.leases.list()]}
+    def _list_leases(self, req: m.ListLeasesRequest) -> m.ListLeasesResponse:
+        return m.ListLeasesResponse(tuple(lease_info(r) for r in self.leases.list()))
 
-    def _describe_lease(self, body: dict) -> dict:
-        return lease_info(self.leases.describe(require(body, "lease_id", str)))
+    def _describe_lease(self, req: m.DescribeLeaseRequest) -> m.LeaseInfo:
+        return lease_info(self.leases.describe(req.lease_id))

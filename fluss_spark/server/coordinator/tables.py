@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import threading
-import time
-from typing import Callable
 
 from fluss_spark import config
-from fluss_spark.errors import (ConfigError, CorruptMessage, InvalidConfig, InvalidRequest,
-                                InvalidTable, LeaderNotAvailable, TableAlreadyExist,
-                                TableNotExist)
+from fluss_spark.clock import Clock, wall_ms
+from fluss_spark.errors import (ConfigError, CorruptMessage, InvalidConfig, InvalidTable,
+                                LeaderNotAvailable, TableAlreadyExist, TableNotExist)
 from fluss_spark.metadata.layout import AssignmentRecord, TableRecord, check_table_name
 from fluss_spark.protocol.arrow_ipc import deserialize_schema
+from fluss_spark.protocol.messages import CreateTableRequest
 from fluss_spark.protocol.types import validate_table_schema
-
-
-
-def _str_list(value, what: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, (list, tuple)) or not all(isinstance(c, str) for c in value):
-        raise InvalidTable(f"{what} must be a list of column names, got {value!r}")
-    return list(value)
 
 
 def assign_buckets(table_id: int, num_buckets: int, tablet_ids: list[int]) -> AssignmentRecord:
@@ -37,7 +27,7 @@ class TableManager:
     """Table definitions by name and id, mirrored from ZooKeeper by the active coordinator."""
 
     def __init__(self, store, *, lock: threading.RLock | None = None,
-                 clock: Callable[[], int] = lambda: int(time.time() * 1000)):
+                 clock: Clock = wall_ms):
         self._store = store
         self.lock = lock or threading.RLock()
         self._clock = clock
@@ -71,19 +61,18 @@ class TableManager:
         except ConfigError:
             return config.KV_SNAPSHOT_NUM_RETAINED.default
 
-    def create(self, body: dict) -> int:
+    def create(self, req: CreateTableRequest) -> int:
         """CREATE_TABLE: validate, allocate an id, assign buckets, write; returns the table id."""
-        name = body.get("name")
-        check_table_name(name)
+        name = check_table_name(req.name)
         with self.lock:
             existing = self._by_name.get(name) or self._store.table(name)
             if existing is not None:
-                if body.get("ignore_if_exists"):
+                if req.ignore_if_exists:
                     return existing.table_id
                 raise TableAlreadyExist(f"table {name} already exists (table id "
                                         f"{existing.table_id}); drop it first or pass "
                                         "ignore_if_exists")
-            schema_bytes, pk, bucket_key, num_buckets, props = self._validate(name, body)
+            schema_bytes, pk, bucket_key, num_buckets, props = self._validate(req)
             tablets = list(self._store.tablets())
             if not tablets:
                 raise LeaderNotAvailable("no tablet server is registered; start one")
@@ -114,16 +103,15 @@ class TableManager:
             self._by_id.pop(rec.table_id, None)
             return rec
 
-    def _validate(self, name: str, body: dict):
-        schema_bytes = body.get("schema")
-        if not isinstance(schema_bytes, (bytes, bytearray)):
-            raise InvalidTable(f"table {name}: schema must be an Arrow IPC schema (bytes)")
+    def _validate(self, req: CreateTableRequest):
+        """Schema, keys, bucket count and properties of a new table (the wire decoder has
+        checked the field types already)."""
+        name = req.name
         try:
-            schema = deserialize_schema(bytes(schema_bytes))
+            schema = deserialize_schema(req.schema)
         except CorruptMessage as e:
             raise InvalidTable(f"table {name}: {e}") from None
-        pk = _str_list(body.get("primary_key"), "primary_key")
-        bucket_key = _str_list(body.get("bucket_key"), "bucket_key")
+        pk, bucket_key = list(req.primary_key), list(req.bucket_key)
         if len(set(pk)) != len(pk):
             raise InvalidTable(f"table {name}: primary key {pk} names a column twice")
         try:
@@ -132,18 +120,11 @@ class TableManager:
             raise InvalidTable(f"table {name}: {e}") from None
         if not bucket_key and pk:
             bucket_key = list(pk)
-        num_buckets = body.get("num_buckets", 1)
-        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int):
-            raise InvalidTable(f"table {name}: num_buckets must be an integer, got "
-                               f"{num_buckets!r}")
-        if not 1 <= num_buckets <= config.MAX_BUCKETS:
-            raise InvalidTable(f"table {name}: num_buckets must be between 1 and {config.MAX_BUCKETS}, "
-                               f"got {num_buckets}")
-        props = body.get("properties") or {}
-        if not isinstance(props, dict):
-            raise InvalidRequest("properties must be a map of strings")
+        if not 1 <= req.num_buckets <= config.MAX_BUCKETS:
+            raise InvalidTable(f"table {name}: num_buckets must be between 1 and "
+                               f"{config.MAX_BUCKETS}, got {req.num_buckets}")
         try:
-            props = config.validate_table_properties(props)
+            props = config.validate_table_properties(dict(req.properties))
         except ConfigError as e:
             raise InvalidConfig(f"table {name}: {e}") from None
-        return bytes(schema_bytes), pk, bucket_key, num_buckets, props
+        return req.schema, pk, bucket_key, req.num_buckets, props

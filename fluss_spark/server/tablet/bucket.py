@@ -13,11 +13,16 @@ import msgpack
 import numpy as np
 import pyarrow as pa
 
+from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.config import KV_SNAPSHOT_INTERVAL, TABLE_LOG_TTL
 from fluss_spark.errors import (InvalidColumnProjection, InvalidRequest, LogOffsetOutOfRange,
                                 LogStorageError, NonPrimaryKeyTable, NotLeaderOrFollower)
 from fluss_spark.metadata.layout import TableRecord
 from fluss_spark.protocol.arrow_ipc import deserialize_schema, table_to_bytes
+from fluss_spark.protocol.changelog import (CHANGE_TYPE, COMMIT_TIMESTAMP, DELETE, INSERT,
+                                            UPDATE_AFTER, UPDATE_BEFORE)
+from fluss_spark.protocol.messages import FetchLogResponse
+from fluss_spark.protocol.messages.log import MAX_FETCH_WAIT_MS
 from fluss_spark.protocol.rows import key_bytes, physical_columns
 from fluss_spark.protocol.types import cast_columns
 from fluss_spark.server.tablet.changelog import Changelog
@@ -25,14 +30,9 @@ from fluss_spark.server.tablet.kv import KvStore, KvView, decode_values, rows_to
 
 log = logging.getLogger(__name__)
 
-CHANGE_TYPE = "_change_type"
-COMMIT_TIMESTAMP = "_commit_timestamp"
 OPS = ("append", "upsert", "delete")
-#: Longest a FETCH_LOG may park waiting for new records, whatever the client asks.
-MAX_WAIT_MS = 30_000
-_MISSING = object()
 #: Change types of an upsert, by the codes ``_upsert_plan`` assigns.
-_UPSERT_TYPES = pa.array(["+I", "-U", "+U"])
+_UPSERT_TYPES = pa.array([INSERT, UPDATE_BEFORE, UPDATE_AFTER])
 
 
 def _upsert_plan(exists: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,7 +105,7 @@ class Bucket:
     """
 
     def __init__(self, table: TableRecord, bucket: int, directory: Path, *,
-                 segment_bytes: int = 64 * 1024 * 1024, clock=time.time):
+                 segment_bytes: int = 64 * 1024 * 1024, clock: Clock = wall_ms):
         self.table = table
         self.bucket_id = bucket
         self.dir = Path(directory)
@@ -125,7 +125,7 @@ class Bucket:
             self._replay()
         # Snapshot bookkeeping (set from ZooKeeper by the server when the bucket opens).
         self.last_snapshot_offset: int | None = None
-        self.last_snapshot_ms = clock() * 1000
+        self.last_snapshot_ms = clock()
 
     # -- properties ------------------------------------------------------------------------------
     @property
@@ -146,6 +146,12 @@ class Bucket:
     def snapshot_interval_ms(self) -> int:
         return KV_SNAPSHOT_INTERVAL.get(self.table.properties)
 
+    def kv_store(self) -> KvStore:
+        """The KV state, which only primary-key tables have."""
+        if self.kv is None:
+            raise NonPrimaryKeyTable(f"{self.label} is a log table; it has no KV state")
+        return self.kv
+
     # -- writes ----------------------------------------------------------------------------------
     def write(self, op: str, data: pa.Table) -> tuple[int, int]:
         """Apply one PRODUCE batch; returns the changelog offsets written, [base, end)."""
@@ -160,7 +166,7 @@ class Bucket:
         data = self._conform(data, op)
         with self.lock:
             self._check_open()
-            now = int(self._clock() * 1000)
+            now = self._clock()
             if data.num_rows == 0:
                 end = self.changelog.end_offset
                 return end, end
@@ -204,7 +210,8 @@ class Bucket:
     def _write_kv(self, op: str, data: pa.Table, now: int) -> tuple[int, int]:
         keys = key_bytes(data, self.primary_key)
         self._check_routing(data, keys)
-        olds = self.kv.get_many(keys)
+        kv = self.kv_store()
+        olds = kv.get_many(keys)
         pending: dict[bytes, bytes | None] = {}
         old_values: list[bytes] = []
         if op == "upsert":
@@ -221,9 +228,7 @@ class Bucket:
                 take_list: list[int] = []
                 code_list: list[int] = []
                 for i, key in enumerate(keys):
-                    old = pending.get(key, _MISSING)
-                    if old is _MISSING:
-                        old = olds[i]
+                    old = pending[key] if key in pending else olds[i]
                     if old is None:
                         code_list.append(0)
                         take_list.append(i)
@@ -234,7 +239,7 @@ class Bucket:
                     pending[key] = new_values[i]
                 take, codes = np.array(take_list, dtype=np.int64), np.array(code_list, np.int8)
             if not old_values:
-                changes = with_change_columns(data, "+I", now)
+                changes = with_change_columns(data, INSERT, now)
             else:
                 olds_table = pa.Table.from_batches([self._decode_rows(old_values)])
                 rows = pa.concat_tables([data, olds_table]).take(_arrow(take, pa.int64()))
@@ -242,9 +247,7 @@ class Bucket:
                 changes = with_change_columns(rows, types.cast(pa.string()), now)
         else:
             for i, key in enumerate(keys):
-                old = pending.get(key, _MISSING)
-                if old is _MISSING:
-                    old = olds[i]
+                old = pending[key] if key in pending else olds[i]
                 if old is None:
                     continue        # deleting a missing key writes nothing
                 old_values.append(old)
@@ -253,9 +256,9 @@ class Bucket:
                 end = self.changelog.end_offset
                 return end, end
             changes = with_change_columns(
-                pa.Table.from_batches([self._decode_rows(old_values)]), "-D", now)
+                pa.Table.from_batches([self._decode_rows(old_values)]), DELETE, now)
         base, end = self.changelog.append(changes, now)
-        self.kv.write(pending, end)
+        kv.write(pending, end)
         return base, end
 
     def _check_routing(self, data: pa.Table, keys: list[bytes]) -> None:
@@ -278,7 +281,8 @@ class Bucket:
 
     def _replay(self) -> None:
         """Bring the KV state up to the changelog end after a crash (applied offset -> end)."""
-        applied, end = self.kv.applied_offset(), self.changelog.end_offset
+        kv = self.kv_store()
+        applied, end = kv.applied_offset(), self.changelog.end_offset
         if applied == end:
             return
         if applied > end:
@@ -295,22 +299,25 @@ class Bucket:
         offset = applied
         while offset < end:
             table, nxt = self.changelog.read(offset, end, 8 * 1024 * 1024)
+            if table is None:
+                raise LogStorageError(f"{self.label}: the changelog has no records at offset "
+                                      f"{offset}, below its end {end}")
             puts: dict[bytes, bytes | None] = {}
             rows = table.select(self.schema.names)
             keys = key_bytes(rows, self.primary_key)
             types = table.column(CHANGE_TYPE).to_pylist()
             values = list(zip(*physical_columns(rows)))
             for key, kind, value in zip(keys, types, values):
-                if kind in ("+I", "+U"):
+                if kind in (INSERT, UPDATE_AFTER):
                     puts[key] = pack(list(value))
-                elif kind == "-D":
+                elif kind == DELETE:
                     puts[key] = None
-            self.kv.write(puts, nxt)
+            kv.write(puts, nxt)
             offset = nxt
 
     # -- reads -----------------------------------------------------------------------------------
     def fetch(self, offset: int, end_offset: int | None, max_bytes: int, max_wait_ms: int,
-              projection: list[str] | None) -> dict:
+              projection: list[str] | None) -> FetchLogResponse:
         """The FETCH_LOG answer for [offset, end_offset)."""
         if projection is not None:
             unknown = [c for c in projection if c not in self.schema.names]
@@ -321,7 +328,7 @@ class Bucket:
         self._check_offset(offset)
         if max_wait_ms > 0 and offset >= self.high_watermark and (end_offset is None
                                                                      or end_offset > offset):
-            deadline = time.monotonic() + min(max_wait_ms, MAX_WAIT_MS) / 1000
+            deadline = time.monotonic() + min(max_wait_ms, MAX_FETCH_WAIT_MS) / 1000
             with self._appended:
                 while offset >= self.high_watermark and not self.closed:
                     left = deadline - time.monotonic()
@@ -335,9 +342,10 @@ class Bucket:
             raise
         if table is not None and projection is not None:
             table = table.select(list(projection) + [CHANGE_TYPE, COMMIT_TIMESTAMP])
-        return {"records": table_to_bytes(table) if table is not None else None,
-                "base_offset": offset, "next_offset": next_offset,
-                "high_watermark": self.high_watermark, "log_start_offset": self.log_start_offset}
+        return FetchLogResponse(records=table_to_bytes(table) if table is not None else None,
+                                base_offset=offset, next_offset=next_offset,
+                                high_watermark=self.high_watermark,
+                                log_start_offset=self.log_start_offset)
 
     def _check_offset(self, offset: int) -> None:
         start, hw = self.log_start_offset, self.high_watermark
@@ -363,11 +371,10 @@ class Bucket:
     # -- views -----------------------------------------------------------------------------------
     def checkpoint(self) -> tuple[KvView, int]:
         """A point-in-time copy of the KV state and the changelog offset it covers."""
-        if not self.is_primary_key:
-            raise NonPrimaryKeyTable(f"{self.label} is a log table; it has no KV state")
+        kv = self.kv_store()
         with self.lock:
             self._check_open()
-            return self.kv.checkpoint(), self.changelog.end_offset
+            return kv.checkpoint(), self.changelog.end_offset
 
     def open_live_view(self) -> LiveView:
         view, offset = self.checkpoint()

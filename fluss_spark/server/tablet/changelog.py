@@ -17,6 +17,7 @@ is cut off. Retention deletes whole segments, never the active one.
 from __future__ import annotations
 
 import bisect
+import io
 import logging
 import os
 import struct
@@ -102,7 +103,7 @@ class Changelog:
         self.label = label
         self._lock = threading.Lock()
         self._segments: list[Segment] = []
-        self._file = None
+        self._file: io.BufferedRandom | None = None   # the active segment, open for appends
         self._last_timestamp = -1
         self._recover()
 
@@ -146,12 +147,13 @@ class Changelog:
         crc = zlib.crc32(payload, crc)
         header = ENTRY_HEADER.pack(payload.size, crc, base, count, timestamp_ms)
         position = active.size
+        f = self._active_file()
         try:
-            self._file.seek(position)
-            self._file.write(header)
-            self._file.write(payload)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            f.seek(position)
+            f.write(header)
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
         except OSError as e:
             # Leave no half-written entry behind for the next append to build on.
             self._truncate_active(position)
@@ -161,8 +163,13 @@ class Changelog:
         self._last_timestamp = timestamp_ms
         return base, base + count
 
+    def _active_file(self) -> io.BufferedRandom:
+        if self._file is None:
+            raise LogStorageError(f"{self.label}: the changelog is closed")
+        return self._file
+
     def _roll(self, base: int) -> Segment:
-        self._file.close()
+        self._active_file().close()
         seg = self._create_segment(base)
         with self._lock:
             self._segments.append(seg)
@@ -180,8 +187,9 @@ class Changelog:
 
     def _truncate_active(self, position: int) -> None:
         try:
-            self._file.truncate(position)
-            self._file.flush()
+            f = self._active_file()
+            f.truncate(position)
+            f.flush()
         except OSError:
             log.exception("%s: could not truncate a failed append", self.label)
 
@@ -223,8 +231,9 @@ class Changelog:
         end = self.end_offset if end_offset is None else min(end_offset, self.end_offset)
         if offset >= end:
             return None, offset
-        parts, total, pos = [], 0, offset
-        with_files: dict[Path, object] = {}
+        parts: list[pa.Table] = []
+        total, pos = 0, offset
+        with_files: dict[Path, io.BufferedReader] = {}
         try:
             for seg, entry in self.entries_from(offset, end):
                 if max_bytes is not None and parts and total + entry.size > max_bytes:
@@ -312,28 +321,29 @@ class Changelog:
                     p.unlink()
                 break
             seg, valid_size, clean = _scan_segment(path, base)
-            if not clean:
-                log.warning("%s: truncating torn tail of %s at byte %d", self.label, path.name,
-                            valid_size)
-                with open(path, "r+b") as f:
-                    f.truncate(valid_size)
-                    f.flush()
-                    os.fsync(f.fileno())
-                if seg is None:
-                    # Not even a valid header: rewrite the header on an empty segment.
-                    path.unlink()
-                    if not segments:
-                        segments.append(self._create_segment(base))
-                        self._file.close()
-                    for p in paths[n + 1:]:
-                        p.unlink()
-                    break
+            if clean and seg is not None:
                 segments.append(seg)
+                continue
+            log.warning("%s: truncating torn tail of %s at byte %d", self.label, path.name,
+                        valid_size)
+            with open(path, "r+b") as f:
+                f.truncate(valid_size)
+                f.flush()
+                os.fsync(f.fileno())
+            if seg is None:
+                # Not even a valid header: rewrite the header on an empty segment.
+                path.unlink()
+                if not segments:
+                    segments.append(self._create_segment(base))
+                    self._active_file().close()
                 for p in paths[n + 1:]:
-                    log.warning("%s: dropping segment %s after a corrupt entry", self.label, p.name)
                     p.unlink()
                 break
             segments.append(seg)
+            for p in paths[n + 1:]:
+                log.warning("%s: dropping segment %s after a corrupt entry", self.label, p.name)
+                p.unlink()
+            break
         if not segments:
             segments.append(self._create_segment(0))
         else:

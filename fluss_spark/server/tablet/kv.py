@@ -19,7 +19,7 @@ import itertools
 import shutil
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Union, cast
 
 import msgpack
 import pyarrow as pa
@@ -32,6 +32,8 @@ APPLIED_OFFSET = b"\x00applied_offset"
 NEXT_SNAPSHOT_ID = b"\x00next_snapshot_id"
 #: Smallest row key: everything from here on is a row.
 FIRST_ROW_KEY = b"\x01"
+#: A key as rocksdict's stub spells it; in raw mode every key and value is bytes.
+_RdictKey = Union[str, int, float, bytes, bool]
 
 
 def _options() -> Options:
@@ -73,7 +75,10 @@ class KvStore:
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         if not keys:
             return []
-        return self.db.get(keys)
+        # The stub types neither a list of bytes keys (list is invariant) nor the list of
+        # values that such a lookup returns.
+        lookup: list[_RdictKey] = list(keys)
+        return cast("list[bytes | None]", self.db.get(lookup))
 
     def write(self, puts: dict[bytes, bytes | None], applied_offset: int) -> None:
         """Apply puts (None = delete) and the new applied offset atomically."""
@@ -118,7 +123,8 @@ class KvView:
         self._closed = False
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        return self.db.items(from_key=FIRST_ROW_KEY)
+        # Raw mode: the stub's key and value types are wider than what comes back.
+        return cast(Iterator[tuple[bytes, bytes]], self.db.items(from_key=FIRST_ROW_KEY))
 
     def iter_batches(self, schema: pa.Schema, columns: list[str] | None,
                      max_rows: int) -> Iterator[pa.RecordBatch]:

@@ -9,6 +9,7 @@ failure while building a batch leaves the session where it was.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import pyarrow as pa
 
@@ -36,7 +37,7 @@ def project_schema(schema: pa.Schema, columns: list[str] | None) -> pa.Schema:
     return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
 
 
-def fit_batch(read, available: int, budget: int, est_row_bytes: float) -> tuple[pa.Table, bytes]:
+def fit_batch(read: Callable[[int], pa.Table], available: int, budget: int, est_row_bytes: float) -> tuple[pa.Table, bytes]:
     """Read as many rows (>= 1, <= ``available``) as fit in ``budget`` bytes of Arrow IPC.
 
     ``read(n)`` returns the next ``n`` rows as a table without consuming them. The row count is
@@ -64,6 +65,7 @@ def fit_batch(read, available: int, budget: int, est_row_bytes: float) -> tuple[
         else:
             rows = max(1, min(rows - 1, int(budget * _FILL // per_row)))
     if best is None:                           # every attempt overshot: take one row
+        assert table is not None               # _FIT_ATTEMPTS >= 1, so the loop read
         one = table.slice(0, 1)
         best = (one, table_to_bytes(one))
     return best

@@ -1,6 +1,6 @@
 """Scan sessions: server-side cursors over a KV snapshot or a live view of one bucket.
 
-Contract (DESIGN.md §5, body shapes in ``protocol/api.py``):
+Contract (messages in ``protocol/messages/scan.py``):
 
 - open (``call_seq_id`` 0) serves the first batch; a result that fits in one batch (or is empty)
   creates no session and carries no ``scanner_id``; the last batch closes the session.
@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fluss_spark import config
+from fluss_spark.clock import Clock, monotonic_ms
 from fluss_spark.errors import (InvalidColumnProjection, InvalidScanRequest, KvSnapshotNotExist,
                                 NonPrimaryKeyTable, ScannerExpired, TooManyScanners,
                                 UnknownScannerId)
-from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.messages import (CloseScan, ContinueScan, ListScannersRequest,
+                                           ListScannersResponse, OpenScan, ScanKvRequest,
+                                           ScanKvResponse, ScannerInfo)
 from fluss_spark.server.tablet.scan_cursor import Batch, LiveCursor, SnapshotCursor
-from fluss_spark.server.tablet.scan_request import (CloseScan, ContinueScan, OpenScan,
-                                                    parse_scan_request)
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,6 @@ _GONE_REMEMBERED = 10_000
 #: Finished sessions whose last response is kept a while, so a lost final response can be
 #: asked for again (this matters for live scans, which cannot resume by row).
 _FINISHED_REMEMBERED = 8
-
-
-def _monotonic_ms() -> float:
-    return time.monotonic() * 1000.0
 
 
 def _open_snapshot_file(path: str):
@@ -61,12 +57,18 @@ class ScanSession:
     batch_size_bytes: int
     created_ms: float
     last_access_ms: float
-    cursor: object = None
+    cursor: SnapshotCursor | LiveCursor | None = None
     seq: int = 0
-    last_response: dict | None = None
+    last_response: ScanKvResponse | None = None
     rows_served: int = 0
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def open_cursor(self) -> SnapshotCursor | LiveCursor:
+        """The cursor, which every session has from its first batch on (``_open`` sets it
+        under the session lock before anyone else can use the session)."""
+        assert self.cursor is not None, f"scan session {self.scanner_id} has no cursor"
+        return self.cursor
 
     def close(self) -> None:
         """Release the cursor (file handle or live view); the caller holds ``lock``."""
@@ -87,7 +89,7 @@ class ScannerManager:
     read; each session's own lock serialises calls on that session.
     """
 
-    def __init__(self, server, options: dict, clock=None, open_snapshot=None):
+    def __init__(self, server, options: dict, clock: Clock | None = None, open_snapshot=None):
         self.server = server
         self.options = options
         self.ttl_ms = config.SCANNER_TTL.get(options)
@@ -95,21 +97,21 @@ class ScannerManager:
         self.max_per_bucket = config.SCANNER_MAX_PER_BUCKET.get(options)
         self.max_per_server = config.SCANNER_MAX_PER_SERVER.get(options)
         self.max_batch_bytes = config.SCANNER_MAX_BATCH_SIZE.get(options)
-        self._clock = clock or _monotonic_ms
+        self._clock = clock or monotonic_ms
         self._open_snapshot = open_snapshot or _open_snapshot_file
         self._lock = threading.Lock()
         self._sessions: dict[str, ScanSession] = {}
         self._by_bucket: dict[tuple[int, int], set[str]] = {}
         self._gone: OrderedDict[str, str] = OrderedDict()
-        self._finished: OrderedDict[str, tuple[int, dict, float]] = OrderedDict()
+        self._finished: OrderedDict[str, tuple[int, ScanKvResponse, float]] = OrderedDict()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def register(self, rpc) -> None:
         """Register the SCAN_KV and LIST_SCANNERS handlers on ``rpc``."""
-        rpc.register(ApiKey.SCAN_KV, self.handle_scan)
-        rpc.register(ApiKey.LIST_SCANNERS, self.handle_list)
+        rpc.register(ScanKvRequest, self.handle_scan)
+        rpc.register(ListScannersRequest, self.handle_list)
 
     def start(self) -> None:
         """Start the eviction pass (a daemon thread every ``kv.scanner.expiration-interval``)."""
@@ -176,16 +178,15 @@ class ScannerManager:
         return len(evicted)
 
     # -- handlers ---------------------------------------------------------------------------------
-    def handle_scan(self, body: dict) -> dict:
+    def handle_scan(self, req: OpenScan | ContinueScan | CloseScan) -> ScanKvResponse:
         """SCAN_KV: open, continue or close a session (see the module docstring)."""
-        req = parse_scan_request(body)
         if isinstance(req, OpenScan):
             return self._open(req)
         if isinstance(req, ContinueScan):
             return self._continue(req)
         return self._close(req)
 
-    def handle_list(self, body: dict) -> dict:
+    def handle_list(self, req: ListScannersRequest) -> ListScannersResponse:
         """LIST_SCANNERS: every open session with its age, idleness and progress."""
         now = self._clock()
         with self._lock:
@@ -193,17 +194,17 @@ class ScannerManager:
         out = []
         for s in sessions:
             cursor = s.cursor
-            out.append({"scanner_id": s.scanner_id, "table_id": s.table_id, "bucket": s.bucket,
-                        "snapshot_id": getattr(cursor, "snapshot_id", None), "live": s.live,
-                        "age_ms": int(now - s.created_ms),
-                        "idle_ms": int(now - s.last_access_ms),
-                        "rows_served": s.rows_served,
-                        "next_row": getattr(cursor, "next_row", 0)})
-        out.sort(key=lambda r: (r["table_id"], r["bucket"], -r["age_ms"]))
-        return {"scanners": out}
+            out.append(ScannerInfo(scanner_id=s.scanner_id, table_id=s.table_id, bucket=s.bucket,
+                                   snapshot_id=getattr(cursor, "snapshot_id", None), live=s.live,
+                                   age_ms=int(now - s.created_ms),
+                                   idle_ms=int(now - s.last_access_ms),
+                                   rows_served=s.rows_served,
+                                   next_row=getattr(cursor, "next_row", 0)))
+        out.sort(key=lambda r: (r.table_id, r.bucket, -r.age_ms))
+        return ListScannersResponse(tuple(out))
 
     # -- open -------------------------------------------------------------------------------------
-    def _open(self, req: OpenScan) -> dict:
+    def _open(self, req: OpenScan) -> ScanKvResponse:
         bucket = self.server.bucket(req.table_id, req.bucket)
         name = getattr(bucket.table, "name", req.table_id)
         if not bucket.is_primary_key:
@@ -229,7 +230,7 @@ class ScannerManager:
                 with self._lock:
                     self._remove_locked(session.scanner_id, None)
                 session.close()
-                response.pop("scanner_id")
+                response = replace(response, scanner_id=None)
             return response
 
     def _admit(self, session: ScanSession) -> None:
@@ -283,7 +284,7 @@ class ScannerManager:
             raise
 
     # -- continue and close ---------------------------------------------------------------------
-    def _continue(self, req: ContinueScan) -> dict:
+    def _continue(self, req: ContinueScan) -> ScanKvResponse:
         with self._lock:
             session = self._sessions.get(req.scanner_id)
             finished = self._finished.get(req.scanner_id)
@@ -295,7 +296,7 @@ class ScannerManager:
             if session.closed:
                 raise self._gone_error(req.scanner_id)
             session.last_access_ms = self._clock()
-            if req.call_seq_id == session.seq:
+            if req.call_seq_id == session.seq and session.last_response is not None:
                 return session.last_response
             if req.call_seq_id != session.seq + 1:
                 raise InvalidScanRequest(
@@ -304,7 +305,8 @@ class ScannerManager:
             budget = session.batch_size_bytes
             if req.batch_size_bytes is not None:
                 budget = min(req.batch_size_bytes, self.max_batch_bytes)
-            batch = session.cursor.commit(session.cursor.next_batch(budget))
+            cursor = session.open_cursor()
+            batch = cursor.commit(cursor.next_batch(budget))
             response = self._serve(session, req.call_seq_id, batch)
             if not batch.has_more:
                 with self._lock:
@@ -316,22 +318,21 @@ class ScannerManager:
                 session.close()
             return response
 
-    def _close(self, req: CloseScan) -> dict:
+    def _close(self, req: CloseScan) -> ScanKvResponse:
         with self._lock:
             session = self._remove_locked(req.scanner_id, "was closed by the client")
             self._finished.pop(req.scanner_id, None)
         if session is not None:
             self._close_sessions([session])
-        return {"scanner_id": req.scanner_id, "records": None, "has_more": False,
-                "row_count": 0}
+        return ScanKvResponse(scanner_id=req.scanner_id, has_more=False, row_count=0)
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _serve(self, session: ScanSession, seq: int, batch: Batch) -> dict:
-        cursor = session.cursor
-        response = {"scanner_id": session.scanner_id, "records": batch.records,
-                    "has_more": batch.has_more, "log_offset": cursor.log_offset,
-                    "snapshot_id": cursor.snapshot_id, "row_start": batch.row_start,
-                    "row_count": batch.row_count}
+    def _serve(self, session: ScanSession, seq: int, batch: Batch) -> ScanKvResponse:
+        cursor = session.open_cursor()
+        response = ScanKvResponse(scanner_id=session.scanner_id, records=batch.records,
+                                  has_more=batch.has_more, log_offset=cursor.log_offset,
+                                  snapshot_id=cursor.snapshot_id, row_start=batch.row_start,
+                                  row_count=batch.row_count)
         session.seq = seq
         session.last_response = response     # only the last batch's bytes are kept
         session.rows_served += batch.row_count

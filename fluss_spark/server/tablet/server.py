@@ -9,20 +9,20 @@ import threading
 import time
 from pathlib import Path
 
+from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.config import LOG_RETENTION_CHECK_INTERVAL, LOG_SEGMENT_BYTES
-from fluss_spark.errors import (InvalidRequest, NonPrimaryKeyTable,
-                                NotLeaderOrFollower, UnknownTableOrBucket)
+from fluss_spark.errors import NonPrimaryKeyTable, NotLeaderOrFollower, UnknownTableOrBucket
 from fluss_spark.metadata.layout import SnapshotRecord, TableRecord, TabletRecord
 from fluss_spark.metadata.store import MetadataStore
-from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
-from fluss_spark.server.metadata_view import build_metadata
-from fluss_spark.server.settings import ServerSettings
-from fluss_spark.server.rpc import RpcLimits, RpcServer, require
+from fluss_spark.server.metadata_view import build_metadata, snapshot_info
 from fluss_spark.server.security import Security
+from fluss_spark.server.settings import ServerSettings
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
-from fluss_spark.server.tablet.snapshotter import TRIGGER_DEADLINE_S, Snapshotter, snapshot_info
+from fluss_spark.server.tablet.snapshotter import TRIGGER_DEADLINE_S, Snapshotter
+from fluss_spark.transport.server import RpcLimits, RpcServer
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,6 @@ SYNC_INTERVAL_S = 0.5
 REGISTRATION_CHECK_S = 10.0
 #: How often buckets are checked for a due periodic snapshot.
 SNAPSHOT_CHECK_INTERVAL_S = 0.2
-DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
 
 
 class TabletServer:
@@ -43,7 +42,7 @@ class TabletServer:
     Local state lives under ``<data_dir>/tables/<table_id>/<bucket>/{log,kv}``.
     """
 
-    def __init__(self, settings: ServerSettings, *, clock=time.time):
+    def __init__(self, settings: ServerSettings, *, clock: Clock = wall_ms):
         self.settings = settings
         self.server_id = settings.server_id
         self.options = settings.options
@@ -67,11 +66,11 @@ class TabletServer:
         self._last_sync_started = 0.0
         self._threads: list[threading.Thread] = []
         self.snapshotter = Snapshotter(self, clock=clock)
-        for key, fn in ((ApiKey.GET_METADATA, self._get_metadata), (ApiKey.PRODUCE, self._produce),
-                        (ApiKey.LIST_OFFSETS, self._list_offsets),
-                        (ApiKey.FETCH_LOG, self._fetch_log),
-                        (ApiKey.TRIGGER_KV_SNAPSHOT, self._trigger_snapshot)):
-            self.rpc.register(key, fn)
+        self.rpc.register(m.GetMetadataRequest, self._get_metadata)
+        self.rpc.register(m.ProduceRequest, self._produce)
+        self.rpc.register(m.ListOffsetsRequest, self._list_offsets)
+        self.rpc.register(m.FetchLogRequest, self._fetch_log)
+        self.rpc.register(m.TriggerKvSnapshotRequest, self._trigger_snapshot)
         self.scanners = ScannerManager(self, settings.options)
         self.scanners.register(self.rpc)
 
@@ -102,7 +101,7 @@ class TabletServer:
             # nobody answers at its address, so it is stale: replace it right away.
             self.store.delete_tablet(self.server_id)
         self.store.register_tablet(TabletRecord(self.server_id, self.host, self.port,
-                                                int(self._clock() * 1000)))
+                                                self._clock()))
         self._registered.set()
 
     def _on_session_state(self, state) -> None:
@@ -243,7 +242,7 @@ class TabletServer:
         interval = self.options.get(LOG_RETENTION_CHECK_INTERVAL.key,
                                     LOG_RETENTION_CHECK_INTERVAL.default) / 1000
         while not self.stopping.wait(interval):
-            now = int(self._clock() * 1000)
+            now = self._clock()
             for bucket in self.buckets():
                 try:
                     bucket.apply_retention(now)
@@ -252,7 +251,7 @@ class TabletServer:
 
     def _snapshot_loop(self) -> None:
         while not self.stopping.wait(SNAPSHOT_CHECK_INTERVAL_S):
-            now = self._clock() * 1000
+            now = self._clock()
             for bucket in self.buckets():
                 if not bucket.is_primary_key or bucket.closed:
                     continue
@@ -264,60 +263,36 @@ class TabletServer:
                 except Exception as e:  # noqa: BLE001 - retried at the next interval
                     if not self.stopping.is_set():
                         log.warning("%s: periodic snapshot failed: %s", bucket.label, e)
-                    bucket.last_snapshot_ms = self._clock() * 1000
+                    bucket.last_snapshot_ms = self._clock()
 
     # -- handlers --------------------------------------------------------------------------------
-    def _get_metadata(self, body: dict) -> dict:
-        names = body.get("tables")
-        if names is not None and (not isinstance(names, list)
-                                  or not all(isinstance(n, str) for n in names)):
-            raise InvalidRequest("field 'tables' must be a list of table names")
-        return build_metadata(self.store, names)
+    def _get_metadata(self, req: m.GetMetadataRequest) -> m.GetMetadataResponse:
+        return build_metadata(self.store, req.tables)
 
-    def _produce(self, body: dict) -> dict:
-        bucket = self.bucket(require(body, "table_id", int), require(body, "bucket", int))
-        op = require(body, "op", str)
-        data = bytes_to_table(require(body, "records", bytes), validate=True)
-        base, end = bucket.write(op, data)
-        return {"base_offset": base, "end_offset": end}
+    def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
+        bucket = self.bucket(req.table_id, req.bucket)
+        base, end = bucket.write(req.op, bytes_to_table(req.records, validate=True))
+        return m.ProduceResponse(base, end)
 
-    def _list_offsets(self, body: dict) -> dict:
-        table_id = require(body, "table_id", int)
-        buckets = require(body, "buckets", list)
-        spec = require(body, "spec", str)
-        ts = body.get("timestamp_ms")
-        if ts is not None and (not isinstance(ts, int) or isinstance(ts, bool)):
-            raise InvalidRequest("field 'timestamp_ms' must be an integer (ms since the epoch)")
-        out = {}
-        for b in buckets:
-            if not isinstance(b, int) or isinstance(b, bool):
-                raise InvalidRequest(f"bucket ids must be integers, got {b!r}")
-            out[b] = self.bucket(table_id, b).offset_for(spec, ts)
-        return {"offsets": out}
+    def _list_offsets(self, req: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+        return m.ListOffsetsResponse({b: self.bucket(req.table_id, b).offset_for(req.spec,
+                                                                                 req.timestamp_ms)
+                                      for b in req.buckets})
 
-    def _fetch_log(self, body: dict) -> dict:
-        bucket = self.bucket(require(body, "table_id", int), require(body, "bucket", int))
-        offset = require(body, "offset", int)
-        end = _optional_int(body, "end_offset")
-        max_bytes = _optional_int(body, "max_bytes") or DEFAULT_FETCH_MAX_BYTES
-        max_wait_ms = _optional_int(body, "max_wait_ms") or 0
-        projection = body.get("projection")
-        if projection is not None and (not isinstance(projection, list)
-                                       or not all(isinstance(c, str) for c in projection)):
-            raise InvalidRequest("field 'projection' must be a list of column names")
-        return bucket.fetch(offset, end, max_bytes, max_wait_ms, projection)
+    def _fetch_log(self, req: m.FetchLogRequest) -> m.FetchLogResponse:
+        bucket = self.bucket(req.table_id, req.bucket)
+        projection = list(req.projection) if req.projection is not None else None
+        return bucket.fetch(req.offset, req.end_offset, req.max_bytes, req.max_wait_ms,
+                            projection)
 
-    def _trigger_snapshot(self, body: dict) -> dict:
-        table_id = require(body, "table_id", int)
-        buckets = body.get("buckets")
+    def _trigger_snapshot(self, req: m.TriggerKvSnapshotRequest) -> m.TriggerKvSnapshotResponse:
+        table_id, buckets = req.table_id, req.buckets
         if buckets is None:
             self._refresh()
-            buckets = sorted(b for (t, b) in self._buckets if t == table_id)
+            buckets = tuple(sorted(b for (t, b) in self._buckets if t == table_id))
             if not buckets and table_id not in self._tables:
                 raise UnknownTableOrBucket(f"table id {table_id} is not known to tablet server "
                                            f"{self.server_id}")
-        if not isinstance(buckets, list) or not all(isinstance(b, int) for b in buckets):
-            raise InvalidRequest("field 'buckets' must be a list of bucket ids")
         hosted = [self.bucket(table_id, b) for b in buckets]
         if hosted and not hosted[0].is_primary_key:
             raise NonPrimaryKeyTable(f"table {hosted[0].table.name} is a log table; only "
@@ -326,15 +301,7 @@ class TabletServer:
         for bucket in hosted:
             rec = self.snapshotter.snapshot(bucket, force=True, deadline_s=TRIGGER_DEADLINE_S)
             out[bucket.bucket_id] = snapshot_info(rec) if rec is not None else None
-        return {"snapshots": out}
-
-
-def _optional_int(body: dict, name: str) -> int | None:
-    value = body.get(name)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise InvalidRequest(f"field {name!r} must be an integer, got {type(value).__name__}")
-    return value
-
+        return m.TriggerKvSnapshotResponse(out)
 
 
 def _answers(host: str, port: int) -> bool:

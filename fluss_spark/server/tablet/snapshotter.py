@@ -6,27 +6,21 @@ import logging
 import threading
 import time
 
-# Registering a snapshot makes the tablet a caller of the coordinator: it uses the bare
-# transport (client.rpc, which depends only on protocol), never the client facade.
-from fluss_spark.client.rpc import RpcConnection
+from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.errors import ApiError, FlussError, RequestTimeout
 from fluss_spark.metadata.layout import SnapshotRecord
-from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.messages import CommitKvSnapshotRequest
+from fluss_spark.retry import Backoff
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.snapshot_store import snapshot_location
 from fluss_spark.server.tablet.snapshot import BATCH_ROWS, delete_snapshot_file, write_snapshot
+# Registering a snapshot makes the tablet a caller of the coordinator, over the transport.
+from fluss_spark.transport.client import RpcConnection
 
 log = logging.getLogger(__name__)
 
 #: How long an on-demand snapshot waits for a coordinator to register it.
 TRIGGER_DEADLINE_S = 60.0
-
-
-def snapshot_info(rec: SnapshotRecord) -> dict:
-    """The wire SnapshotInfo of a registered snapshot (pins are the coordinator's business)."""
-    return {"table_id": rec.table_id, "bucket": rec.bucket, "snapshot_id": rec.snapshot_id,
-            "path": rec.path, "log_offset": rec.log_offset, "row_count": rec.row_count,
-            "size_bytes": rec.size_bytes, "created_ms": rec.created_ms, "pinned_by": []}
 
 
 class Snapshotter:
@@ -37,7 +31,7 @@ class Snapshotter:
     written outside it, so writes continue meanwhile.
     """
 
-    def __init__(self, server, *, clock=time.time):
+    def __init__(self, server, *, clock: Clock = wall_ms):
         self.server = server
         self._clock = clock
         self._conn: RpcConnection | None = None
@@ -60,11 +54,12 @@ class Snapshotter:
             if hw == 0 and bucket.last_snapshot_offset is None:
                 return None         # never had data
             if not force and hw == (bucket.last_snapshot_offset or 0):
-                bucket.last_snapshot_ms = self._clock() * 1000
+                bucket.last_snapshot_ms = self._clock()
                 return None         # nothing changed since the last one
             ids = store.snapshot_ids(bucket.table_id, bucket.bucket_id)
-            snapshot_id = max(bucket.kv.next_snapshot_id(), ids[-1] + 1 if ids else 0)
-            bucket.kv.set_next_snapshot_id(snapshot_id + 1)
+            kv = bucket.kv_store()
+            snapshot_id = max(kv.next_snapshot_id(), ids[-1] + 1 if ids else 0)
+            kv.set_next_snapshot_id(snapshot_id + 1)
             view, log_offset = bucket.checkpoint()
             location = snapshot_location(self.server.settings.remote_data_dir, bucket.table_id,
                                          bucket.bucket_id, snapshot_id)
@@ -79,7 +74,7 @@ class Snapshotter:
             rec = SnapshotRecord(table_id=bucket.table_id, bucket=bucket.bucket_id,
                                  snapshot_id=snapshot_id, path=written.path, log_offset=log_offset,
                                  row_count=written.row_count, size_bytes=written.size_bytes,
-                                 created_ms=int(self._clock() * 1000))
+                                 created_ms=self._clock())
             try:
                 self._commit(rec, deadline_s)
             except ApiError as e:
@@ -88,23 +83,25 @@ class Snapshotter:
                     delete_snapshot_file(location)
                 raise
             bucket.last_snapshot_offset = log_offset
-            bucket.last_snapshot_ms = self._clock() * 1000
+            bucket.last_snapshot_ms = self._clock()
             log.info("%s: snapshot %d registered (%d rows, log offset %d)", bucket.label,
                      snapshot_id, rec.row_count, log_offset)
             return rec
 
     def _commit(self, rec: SnapshotRecord, deadline_s: float | None) -> None:
         """COMMIT_KV_SNAPSHOT to the active coordinator, retrying while it is down or moving."""
-        body = {"table_id": rec.table_id, "bucket": rec.bucket, "snapshot_id": rec.snapshot_id,
-                "path": rec.path, "log_offset": rec.log_offset, "row_count": rec.row_count,
-                "size_bytes": rec.size_bytes, "created_ms": rec.created_ms}
+        request = CommitKvSnapshotRequest(
+            table_id=rec.table_id, bucket=rec.bucket, snapshot_id=rec.snapshot_id, path=rec.path,
+            log_offset=rec.log_offset, row_count=rec.row_count, size_bytes=rec.size_bytes,
+            created_ms=rec.created_ms)
         deadline = time.monotonic() + deadline_s if deadline_s is not None else None
-        delay, last = 0.1, "no active coordinator is registered"
-        while True:
+        last = "no active coordinator is registered"
+        # Not retry(): the wait ends early when the server stops, and there may be no deadline.
+        for delay in Backoff(first_s=0.1).delays():
             try:
                 conn = self._coordinator()
                 if conn is not None:
-                    conn.call(ApiKey.COMMIT_KV_SNAPSHOT, body, timeout_s=30)
+                    conn.call(request, timeout_s=30)
                     return
             except ApiError as e:
                 if not e.retriable:
@@ -121,7 +118,6 @@ class Snapshotter:
                                      f"{rec.table_id} bucket {rec.bucket} with the coordinator "
                                      f"within {deadline_s:.0f}s: {last}")
             self.server.stopping.wait(delay)
-            delay = min(delay * 2, 1.0)
 
     def _coordinator(self) -> RpcConnection | None:
         active = self.server.store.active_coordinator()

@@ -14,8 +14,15 @@ from fluss_spark.errors import (ConfigError, InvalidRequest, LeaderNotAvailable,
                                 TooManyScanners)
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema
+from fluss_spark.protocol.messages import ListOffsetsRequest, ListTablesRequest, ProduceRequest
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+#: A request routed to bucket 0 or 1 (the fake servers answer any request).
+PRODUCE = ProduceRequest(table_id=7, bucket=0, op="append", records=b"")
+
+
+def offsets(group):
+    return ListOffsetsRequest(table_id=7, buckets=tuple(group), spec="latest")
 
 
 def table_wire(name="db.t", table_id=7, assignment=None, num_buckets=2):
@@ -52,14 +59,19 @@ class FakeCluster:
         class FakeRpc:
             address = f"{host}:{port}"
 
-            def call(self, api_key, body=None):
+            def call(self, request, timeout_s=None):
+                api_key, body = request.API_KEY, request.to_wire()
                 cluster.calls.append((port, api_key, body))
                 if api_key == ApiKey.GET_METADATA and port not in cluster.handlers:
-                    return cluster.metadata(body or {})
+                    return request.decode_response(cluster.metadata(body))
                 handler = cluster.handlers.get(port)
                 if handler is None:
                     raise NetworkError(f"nothing listens on {port}")
-                return handler(api_key, body or {})
+                answer = handler(api_key, body)
+                # Metadata is decoded as the real connection does; other answers are the
+                # handlers' own dicts, passed through to the test.
+                return request.decode_response(answer) if api_key == ApiKey.GET_METADATA \
+                    else answer
 
             def close(self):
                 pass
@@ -123,14 +135,14 @@ def test_call_bucket_routes_to_the_assigned_tablet(fake, clock):
     fake.handlers[1002] = lambda k, b: {"who": 2}
     conn = connect(fake, clock)
     info = conn.table("db.t")
-    assert conn.call_bucket(info, 0, ApiKey.PRODUCE, {})["who"] == 1
-    assert conn.call_bucket(info, 1, ApiKey.PRODUCE, {})["who"] == 2
+    assert conn.call_bucket(info, 0, PRODUCE)["who"] == 1
+    assert conn.call_bucket(info, 1, PRODUCE)["who"] == 2
 
 
 def test_bucket_out_of_range_is_a_config_error(fake, clock):
     conn = connect(fake, clock)
     with pytest.raises(ConfigError, match="buckets 0..1, not 5"):
-        conn.call_bucket(conn.table("db.t"), 5, ApiKey.PRODUCE, {})
+        conn.call_bucket(conn.table("db.t"), 5, PRODUCE)
 
 
 def test_not_leader_refreshes_metadata_and_follows_the_move(fake, clock):
@@ -144,7 +156,7 @@ def test_not_leader_refreshes_metadata_and_follows_the_move(fake, clock):
     fake.handlers[1002] = moved
     conn = connect(fake, clock)
     info = conn.table("db.t")
-    assert conn.call_bucket(info, 1, ApiKey.PRODUCE, {})["who"] == 1
+    assert conn.call_bucket(info, 1, PRODUCE)["who"] == 1
     assert conn.table("db.t").assignment == {0: 1, 1: 1}
     assert clock.sleeps == [0.05]
 
@@ -153,7 +165,7 @@ def test_retriable_errors_back_off_until_the_timeout(fake, clock):
     fake.handlers[1001] = lambda k, b: (_ for _ in ()).throw(TooManyScanners("busy"))
     conn = connect(fake, clock, timeout=3.0)
     with pytest.raises(TooManyScanners):
-        conn.call_bucket(conn.table("db.t"), 0, ApiKey.SCAN_KV, {})
+        conn.call_bucket(conn.table("db.t"), 0, PRODUCE)
     assert clock.sleeps[:5] == [0.05, 0.1, 0.2, 0.4, 0.8]
     assert max(clock.sleeps) == 1.0
     assert sum(clock.sleeps) <= 3.0
@@ -163,7 +175,7 @@ def test_non_retriable_errors_are_raised_at_once(fake, clock):
     fake.handlers[1001] = lambda k, b: (_ for _ in ()).throw(InvalidRequest("bad field"))
     conn = connect(fake, clock)
     with pytest.raises(InvalidRequest, match="bad field"):
-        conn.call_bucket(conn.table("db.t"), 0, ApiKey.PRODUCE, {})
+        conn.call_bucket(conn.table("db.t"), 0, PRODUCE)
     assert clock.sleeps == []
 
 
@@ -181,7 +193,7 @@ def test_unassigned_bucket_waits_for_an_assignment(fake, clock):
         return fake.metadata({})
 
     fake.handlers[1000] = lambda k, b: assign_later()
-    assert conn.call_bucket(info, 1, ApiKey.PRODUCE, {}) == {"ok": True}
+    assert conn.call_bucket(info, 1, PRODUCE) == {"ok": True}
     assert len(clock.sleeps) == 2
 
 
@@ -193,7 +205,7 @@ def test_dropped_and_recreated_table_is_not_written_by_old_id(fake, clock):
     fake.handlers[1001] = gone
     conn = connect(fake, clock)
     with pytest.raises(TableNotExist, match="was dropped"):
-        conn.call_bucket(conn.table("db.t"), 0, ApiKey.PRODUCE, {})
+        conn.call_bucket(conn.table("db.t"), 0, PRODUCE)
 
 
 def test_call_coordinator_follows_a_new_coordinator(fake, clock):
@@ -206,7 +218,7 @@ def test_call_coordinator_follows_a_new_coordinator(fake, clock):
     fake.handlers[1000] = old
     fake.handlers[1003] = lambda k, b: {"tables": ["db.t"]}
     conn = connect(fake, clock)
-    assert conn.call_coordinator(ApiKey.LIST_TABLES) == {"tables": ["db.t"]}
+    assert conn.call_coordinator(ListTablesRequest()) == {"tables": ["db.t"]}
 
 
 def test_metadata_falls_back_to_other_bootstrap_servers(fake, clock):
@@ -229,8 +241,7 @@ def test_call_buckets_groups_by_tablet(fake, clock):
         fake.handlers[port] = lambda k, b, port=port: seen.append((port, b["buckets"])) or {}
     fake.tables["db.t"] = table_wire(num_buckets=4, assignment={0: 1, 1: 2, 2: 1, 3: 2})
     conn = connect(fake, clock)
-    groups = conn.call_buckets(conn.table("db.t"), [3, 2, 1, 0], ApiKey.LIST_OFFSETS,
-                               lambda g: {"buckets": g})
+    groups = conn.call_buckets(conn.table("db.t"), [3, 2, 1, 0], offsets)
     assert sorted(seen) == [(1001, [0, 2]), (1002, [1, 3])]
     assert sorted(g for g, _ in groups) == [[0, 2], [1, 3]]
 
@@ -247,8 +258,7 @@ def test_call_buckets_retries_only_the_failed_group(fake, clock):
     fake.handlers[1001] = lambda k, b: {"n": len(b["buckets"])}
     fake.handlers[1002] = flaky
     conn = connect(fake, clock)
-    groups = conn.call_buckets(conn.table("db.t"), [0, 1], ApiKey.LIST_OFFSETS,
-                               lambda g: {"buckets": g})
+    groups = conn.call_buckets(conn.table("db.t"), [0, 1], offsets)
     assert sorted(g for g, _ in groups) == [[0], [1]]
     assert [c for c in fake.calls if c[0] == 1001 and c[1] == ApiKey.LIST_OFFSETS].__len__() == 1
 
@@ -275,11 +285,11 @@ def test_no_coordinator_is_retried_then_reported(fake, clock):
     fake.coordinator = None
     conn = connect(fake, clock, timeout=1.0)
     with pytest.raises(NotCoordinatorLeader):
-        conn.call_coordinator(ApiKey.LIST_TABLES)
+        conn.call_coordinator(ListTablesRequest())
 
 
 def test_leader_not_available_when_tablet_not_registered(fake, clock):
     fake.tablets = [{"id": 1, "host": "h", "port": 1001}]
     conn = connect(fake, clock, timeout=0.5)
     with pytest.raises(LeaderNotAvailable, match="bucket 1 of db.t"):
-        conn.call_bucket(conn.table("db.t"), 1, ApiKey.PRODUCE, {})
+        conn.call_bucket(conn.table("db.t"), 1, PRODUCE)

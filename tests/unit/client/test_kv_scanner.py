@@ -8,13 +8,17 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.client.kv_scanner import KvScanner, LiveScanLost
-from fluss_spark.client.model import TableInfo
+from fluss_spark.client import TableInfo
 from fluss_spark.errors import (ApiError, ConfigError, KvSnapshotNotExist, NetworkError,
                                 TooManyScanners)
 from fluss_spark.metadata.layout import SnapshotRecord, TableRecord
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.codec import packb, unpackb
+from fluss_spark.protocol.messages import (CloseScan, ListKvSnapshotsRequest,
+                                           ListKvSnapshotsResponse, ListScannersRequest, OpenScan,
+                                           ScanKvRequest)
+from fluss_spark.server.metadata_view import snapshot_info
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
 from fluss_spark.server.snapshot_store import snapshot_location
@@ -79,17 +83,19 @@ class Tablet:
         self.manager.close_all()
         self.manager = ScannerManager(self, self.options, clock=self.clock)
 
-    def call(self, api_key, body, timeout_s=None):
-        body = unpackb(packb(body))                     # what the wire would carry
+    def call(self, request, timeout_s=None):
+        body = unpackb(packb(request.to_wire()))        # what the wire would carry
         self.calls.append(body)
         if self.on_call is not None:
             self.on_call(self, body)
         if self.fail_next:
             self.fail_next -= 1
             raise NetworkError("connection refused (injected)")
-        handler = (self.manager.handle_scan if api_key == ApiKey.SCAN_KV
-                   else self.manager.handle_list)
-        resp = unpackb(packb(handler(body)))
+        if request.API_KEY == ApiKey.SCAN_KV:
+            answer = self.manager.handle_scan(ScanKvRequest.decode(body))
+        else:
+            answer = self.manager.handle_list(ListScannersRequest.decode(body))
+        resp = request.decode_response(unpackb(packb(answer.to_wire())))
         if self.lose_next:
             self.lose_next -= 1
             raise NetworkError("connection reset before the response (injected)")
@@ -125,14 +131,11 @@ class FakeConn:
                 refresh()
         return op()
 
-    def call_coordinator(self, api_key, body):
-        assert api_key == ApiKey.LIST_KV_SNAPSHOTS and body["latest_only"]
-        recs = [r for (b, _), r in self.tablet.snapshots.items() if b == body["bucket"]]
+    def call_coordinator(self, request):
+        assert isinstance(request, ListKvSnapshotsRequest) and request.latest_only
+        recs = [r for (b, _), r in self.tablet.snapshots.items() if b == request.bucket]
         latest = max(recs, key=lambda r: r.snapshot_id) if recs else None
-        return {"snapshots": [] if latest is None else [{
-            "table_id": TABLE_ID, "bucket": latest.bucket, "snapshot_id": latest.snapshot_id,
-            "path": latest.path, "log_offset": latest.log_offset, "row_count": latest.row_count,
-            "size_bytes": 0, "created_ms": 0, "pinned_by": []}]}
+        return ListKvSnapshotsResponse(() if latest is None else (snapshot_info(latest),))
 
 
 def rows(ids):
@@ -253,14 +256,14 @@ def test_open_retries_too_many_scanners_with_backoff(tablet):
     tablet.restart()
     rec = tablet.snapshot(0)
     sleeps = []
-    blocker = tablet.manager.handle_scan({"table_id": TABLE_ID, "bucket": 0, "call_seq_id": 0,
-                                          "snapshot_id": rec.snapshot_id,
-                                          "batch_size_bytes": 1024})
+    blocker = tablet.manager.handle_scan(OpenScan(table_id=TABLE_ID, bucket=0, call_seq_id=0,
+                                                  snapshot_id=rec.snapshot_id,
+                                                  batch_size_bytes=1024))
 
     def sleep(s):
         sleeps.append(s)
         if len(sleeps) == 3:                            # the other reader finishes
-            tablet.manager.handle_scan({"scanner_id": blocker["scanner_id"], "close": True})
+            tablet.manager.handle_scan(CloseScan(scanner_id=blocker.scanner_id))
 
     scanner = KvScanner(FakeConn(tablet), INFO, sleep=sleep)
     assert scanner.scan(0, snapshot_id=rec.snapshot_id).read_all().num_rows == 2000
@@ -271,8 +274,8 @@ def test_too_many_scanners_gives_up_after_the_open_timeout(tablet):
     tablet.options["kv.scanner.max-per-bucket"] = 1
     tablet.restart()
     rec = tablet.snapshot(0)
-    tablet.manager.handle_scan({"table_id": TABLE_ID, "bucket": 0, "call_seq_id": 0,
-                                "snapshot_id": rec.snapshot_id, "batch_size_bytes": 1024})
+    tablet.manager.handle_scan(OpenScan(table_id=TABLE_ID, bucket=0, call_seq_id=0,
+                                        snapshot_id=rec.snapshot_id, batch_size_bytes=1024))
     now = [0.0]
     scanner = KvScanner(FakeConn(tablet), INFO, open_timeout_s=2,
                         sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])

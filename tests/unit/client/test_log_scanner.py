@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.client.log_scanner import LogScanner
-from fluss_spark.client.model import TableInfo
+from fluss_spark.client import TableInfo
 from fluss_spark.errors import ConfigError, LogOffsetOutOfRange
 from fluss_spark.protocol.arrow_ipc import table_to_bytes
 
@@ -22,7 +22,8 @@ class FakeLog:
         self.request_timeout_s = 1.0
         self.bodies = []
 
-    def call_bucket(self, table, bucket, api_key, body):
+    def call_bucket(self, table, bucket, request):
+        body = request.to_wire()
         self.bodies.append(body)
         off = body["offset"]
         if off < self.start:
@@ -34,9 +35,10 @@ class FakeLog:
         t = pa.table({**{c: data[c] for c in cols},
                       "_change_type": pa.array(["+A"] * len(ids)),
                       "_commit_timestamp": pa.array([1000 + i for i in ids], pa.int64())})
-        return {"records": table_to_bytes(t) if ids else None, "base_offset": off,
-                "next_offset": stop if ids else off, "high_watermark": self.end,
-                "log_start_offset": self.start}
+        return request.decode_response({
+            "records": table_to_bytes(t) if ids else None, "base_offset": off,
+            "next_offset": stop if ids else off, "high_watermark": self.end,
+            "log_start_offset": self.start})
 
 
 def test_fetch_adds_metadata_columns_in_order():

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pytest
 
-from fluss_spark.client.model import TableInfo
+from fluss_spark.client import TableInfo
 from fluss_spark.client.writer import TableWriter, chunks, to_arrow
 from fluss_spark.errors import ConfigError, NonPrimaryKeyTable, RecordTooLarge
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
@@ -32,7 +32,8 @@ class FakeConn:
     def executor(self):
         return self.pool
 
-    def call_bucket(self, table, bucket, api_key, body):
+    def call_bucket(self, table, bucket, request):
+        body = request.to_wire()
         if bucket == self.fail_bucket:
             raise RecordTooLarge(f"bucket {bucket} refuses")
         rows = bytes_to_table(body["records"])
@@ -40,7 +41,7 @@ class FakeConn:
             self.calls.append((bucket, body["op"], rows))
             base = self.next.get(bucket, 0)
             self.next[bucket] = base + rows.num_rows
-        return {"base_offset": base, "end_offset": base + rows.num_rows}
+        return request.decode_response({"base_offset": base, "end_offset": base + rows.num_rows})
 
 
 def info(pk=("id",), buckets=3, bucket_key=None):

@@ -1,16 +1,17 @@
-"""The driver-side enumerator with a fake admin and a fake clock (no Spark, no cluster)."""
+"""The driver-side enumerator with a fake cluster and a fake clock (no Spark, no servers)."""
 
 import logging
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from fluss_spark.connector.enumerator import Enumerator, spread
+from fluss_spark.connector.enumerator import Enumerator
+from fluss_spark.connector.planning import spread
 from fluss_spark.connector.offsets import decode, rows_between
 from fluss_spark.connector.options import parse_options
 from fluss_spark.connector.splits import LogSplit, SnapshotSplit
 from fluss_spark.errors import KvSnapshotNotExist
-from fluss_spark.testing.fake_admin import BASE_TIMESTAMP_MS
+from fluss_spark.testing.fake_cluster import BASE_TIMESTAMP_MS
 
 
 def rows(n, start=0):
@@ -18,31 +19,24 @@ def rows(n, start=0):
 
 
 @pytest.fixture
-def pk(admin):
+def pk(cluster):
     """db.pk: bucket 0 has snapshot 3 (10 rows, log offset 12), bucket 1 has no snapshot."""
-    admin.add_table("db.pk", buckets=2)
-    admin.add_snapshot("db.pk", 0, 3, rows(10), 12)
-    admin.append_log("db.pk", 0, [("+I", {"id": 100 + i, "v": "x"}) for i in range(15)])
-    admin.append_log("db.pk", 1, [("+I", {"id": 200 + i, "v": "y"}) for i in range(4)])
-    return admin
+    cluster.add_table("db.pk", buckets=2)
+    cluster.add_snapshot("db.pk", 0, 3, rows(10), 12)
+    cluster.append_log("db.pk", 0, [("+I", {"id": 100 + i, "v": "x"}) for i in range(15)])
+    cluster.append_log("db.pk", 1, [("+I", {"id": 200 + i, "v": "y"}) for i in range(4)])
+    return cluster
 
 
-def make(admin, clock, fake_connection, tables=("db.pk",), **opts):
+def make(cluster, clock, tables=("db.pk",), **opts):
     options = parse_options({"bootstrap.servers": "h:1",
                              **({"table": tables[0]} if len(tables) == 1
                                 else {"tables": ",".join(tables)}), **opts})
-    conns = []
-
-    def connect():
-        conns.append(fake_connection(admin))
-        return conns[-1]
-    e = Enumerator(options, list(tables), connect, clock=clock, renew_in_thread=False)
-    e.connections = conns
-    return e
+    return Enumerator(options, list(tables), lambda: cluster, clock=clock, renew_in_thread=False)
 
 
-def test_full_mode_leases_the_snapshots_before_the_first_split(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection)
+def test_full_mode_leases_the_snapshots_before_the_first_split(pk, clock):
+    e = make(pk, clock)
     first = e.initial_offset()
     assert e.initial_offset() == first  # Spark calls it twice on a fresh start
     tid = pk.tables["db.pk"].info.table_id
@@ -60,16 +54,16 @@ def test_full_mode_leases_the_snapshots_before_the_first_split(pk, clock, fake_c
     assert pk.leases[lease_id]["pins"] == {tid: {0: 3}}
 
 
-def test_configured_lease_id_is_used(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "my-job"})
+def test_configured_lease_id_is_used(pk, clock):
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.id": "my-job"})
     start = e.initial_offset()
     assert start["lease_id"] == "my-job"
     e.partitions(start, e.latest_offset(start, ReadAllAvailable()))
     assert list(pk.leases) == ["my-job"]
 
 
-def test_snapshot_phase_then_changelog(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection)
+def test_snapshot_phase_then_changelog(pk, clock):
+    e = make(pk, clock)
     start = e.initial_offset()
     end = e.latest_offset(start, ReadAllAvailable())
     tid = pk.tables["db.pk"].info.table_id
@@ -85,15 +79,15 @@ def test_snapshot_phase_then_changelog(pk, clock, fake_connection):
     assert e.latest_offset(end2, ReadAllAvailable()) == end2  # nothing new: start comes back
 
 
-def test_commit_releases_each_table_once_and_lease_goes(admin, clock, fake_connection):
+def test_commit_releases_each_table_once_and_lease_goes(cluster, clock):
     for name in ("db.a", "db.b"):
-        admin.add_table(name, buckets=2)
-        admin.add_snapshot(name, 0, 1, rows(4), 0)
-        admin.add_snapshot(name, 1, 1, rows(40), 0)
-    e = make(admin, clock, fake_connection, tables=("db.a", "db.b"), maxOffsetsPerTrigger="30")
+        cluster.add_table(name, buckets=2)
+        cluster.add_snapshot(name, 0, 1, rows(4), 0)
+        cluster.add_snapshot(name, 1, 1, rows(40), 0)
+    e = make(cluster, clock, tables=("db.a", "db.b"), maxOffsetsPerTrigger="30")
     start = e.initial_offset()
     lease_id = start["lease_id"]
-    a, b = (admin.tables[n].info.table_id for n in ("db.a", "db.b"))
+    a, b = (cluster.tables[n].info.table_id for n in ("db.a", "db.b"))
     offsets = [start]
     while True:
         nxt = e.latest_offset(offsets[-1], ReadMaxRows(30))
@@ -102,17 +96,17 @@ def test_commit_releases_each_table_once_and_lease_goes(admin, clock, fake_conne
         total = sum(rows_between(decode(offsets[-1]), decode(nxt)).values())
         assert total <= 30
         e.partitions(offsets[-1], nxt)
-        assert len(admin.calls_of("acquire")) == 1  # one lease, both tables, at the first batch
+        assert len(cluster.calls_of("acquire")) == 1  # one lease, both tables, at the first batch
         if len(offsets) == 1:
-            assert set(admin.leases[lease_id]["pins"]) == {a, b}
+            assert set(cluster.leases[lease_id]["pins"]) == {a, b}
         e.commit(nxt)
         offsets.append(nxt)
-        if lease_id not in admin.leases:
+        if lease_id not in cluster.leases:
             break
-    releases = admin.calls_of("release")
+    releases = cluster.calls_of("release")
     assert [list(r[2]) for r in releases] == [[a], [b]] or [list(r[2]) for r in releases] == [[b], [a]]
     assert all(len(r[2]) == 1 for r in releases)  # one call per table
-    assert lease_id not in admin.leases
+    assert lease_id not in cluster.leases
     assert e.keeper.stopped
     assert sum(sum(rows_between(decode(x), decode(y)).values())
                for x, y in zip(offsets, offsets[1:])) == 88
@@ -128,7 +122,7 @@ def test_max_rows_spread_fairly():
     assert spread({(1, 0): 0}, 10) == {(1, 0): 0}
 
 
-def test_unavailable_snapshot_is_listed_again_and_reacquired(pk, clock, fake_connection):
+def test_unavailable_snapshot_is_listed_again_and_reacquired(pk, clock):
     real_acquire = pk.acquire_kv_snapshot_lease
     state = {"n": 0}
 
@@ -139,7 +133,7 @@ def test_unavailable_snapshot_is_listed_again_and_reacquired(pk, clock, fake_con
             pk.add_snapshot("db.pk", 0, 5, rows(11), 14)
         return real_acquire(lease_id, duration_ms, tables, **kw)
     pk.acquire_kv_snapshot_lease = flaky
-    e = make(pk, clock, fake_connection)
+    e = make(pk, clock)
     start = e.initial_offset()
     end = e.latest_offset(start, ReadAllAvailable())
     tid = pk.tables["db.pk"].info.table_id
@@ -151,7 +145,7 @@ def test_unavailable_snapshot_is_listed_again_and_reacquired(pk, clock, fake_con
     assert SnapshotSplit(tid, "db.pk", 0, 5, 0, 11, start["lease_id"], 14) in e.partitions(end, end2)
 
 
-def test_acquire_retries_are_bounded(pk, clock, fake_connection):
+def test_acquire_retries_are_bounded(pk, clock):
     real_acquire = pk.acquire_kv_snapshot_lease
     counter = iter(range(10, 100))
 
@@ -162,7 +156,7 @@ def test_acquire_retries_are_bounded(pk, clock, fake_connection):
         return real_acquire(lease_id, duration_ms, {t: {b: -1 for b in p} for t, p in tables.items()},
                             **kw)
     pk.acquire_kv_snapshot_lease = always_gone
-    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.acquire-retries": "2"})
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.acquire-retries": "2"})
     start = e.initial_offset()
     end = e.latest_offset(start, ReadAllAvailable())
     with pytest.raises(KvSnapshotNotExist) as err:
@@ -171,32 +165,32 @@ def test_acquire_retries_are_bounded(pk, clock, fake_connection):
     assert "after 3 attempts" in msg and "'db.pk' bucket 0" in msg and "kv.snapshot.num-retained" in msg
 
 
-def test_log_only_modes_take_no_lease(pk, clock, fake_connection):
+def test_log_only_modes_take_no_lease(pk, clock):
     for mode, expect in (("earliest", {"0": 0, "1": 0}), ("latest", {"0": 15, "1": 4})):
-        e = make(pk, clock, fake_connection, **{"scan.startup.mode": mode})
+        e = make(pk, clock, **{"scan.startup.mode": mode})
         t = next(iter(e.initial_offset()["tables"].values()))
         assert t["snapshot"] == {} and t["log"] == expect
     assert pk.calls_of("acquire") == [] and pk.leases == {}
-    e = make(pk, clock, fake_connection, **{"scan.startup.mode": "timestamp",
+    e = make(pk, clock, **{"scan.startup.mode": "timestamp",
                                             "scan.startup.timestamp": str(BASE_TIMESTAMP_MS + 3)})
     assert next(iter(e.initial_offset()["tables"].values()))["log"] == {"0": 3, "1": 3}
 
 
-def test_log_table_in_full_mode_reads_from_earliest(admin, clock, fake_connection):
-    admin.add_table("db.log", pk=(), buckets=1)
-    admin.tables["db.log"].log_start[0] = 2
-    admin.append_log("db.log", 0, [("+A", {"id": i, "v": "z"}) for i in range(6)])
-    e = make(admin, clock, fake_connection, tables=("db.log",))
+def test_log_table_in_full_mode_reads_from_earliest(cluster, clock):
+    cluster.add_table("db.log", pk=(), buckets=1)
+    cluster.tables["db.log"].log_start[0] = 2
+    cluster.append_log("db.log", 0, [("+A", {"id": i, "v": "z"}) for i in range(6)])
+    e = make(cluster, clock, tables=("db.log",))
     start = e.initial_offset()
     assert next(iter(start["tables"].values()))["log"] == {"0": 2}
     end = e.latest_offset(start, ReadAllAvailable())
     assert next(iter(end["tables"].values()))["log"] == {"0": 6}
-    assert admin.calls_of("acquire") == []
+    assert cluster.calls_of("acquire") == []
 
 
-def test_old_server_warns_once_and_reads_unprotected(pk, clock, fake_connection, caplog):
+def test_old_server_warns_once_and_reads_unprotected(pk, clock, caplog):
     pk.leases_supported = False
-    e = make(pk, clock, fake_connection)
+    e = make(pk, clock)
     with caplog.at_level(logging.WARNING):
         start = e.initial_offset()
         end = e.latest_offset(start, ReadAllAvailable())
@@ -208,15 +202,15 @@ def test_old_server_warns_once_and_reads_unprotected(pk, clock, fake_connection,
     assert len(e.partitions(start, end)) == 2
 
 
-def test_restart_reuses_lease_and_reasserts_pins(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection, maxOffsetsPerTrigger="4")
+def test_restart_reuses_lease_and_reasserts_pins(pk, clock):
+    e = make(pk, clock, maxOffsetsPerTrigger="4")
     start = e.initial_offset()
     lease_id = start["lease_id"]
     mid = e.latest_offset(start, ReadMaxRows(4))
     e.partitions(start, mid)
     e.stop()
     pk.leases.clear()  # the pins expired while the query was down
-    e2 = make(pk, clock, fake_connection, maxOffsetsPerTrigger="4")
+    e2 = make(pk, clock, maxOffsetsPerTrigger="4")
     nxt = e2.latest_offset(mid, ReadMaxRows(4))  # first call of the new run
     acquires = pk.calls_of("acquire")
     assert acquires[-1][1] == lease_id and len(acquires) == 2
@@ -224,13 +218,13 @@ def test_restart_reuses_lease_and_reasserts_pins(pk, clock, fake_connection):
     assert nxt["lease_id"] == lease_id
 
 
-def test_restart_with_lost_snapshot_fails_by_default(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "L1"})
+def test_restart_with_lost_snapshot_fails_by_default(pk, clock):
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.id": "L1"})
     start = e.initial_offset()
     mid = e.latest_offset(start, ReadMaxRows(2))
     pk.leases.clear()
     pk.remove_snapshot("db.pk", 0, 3)
-    e2 = make(pk, clock, fake_connection)
+    e2 = make(pk, clock)
     with pytest.raises(KvSnapshotNotExist) as err:
         e2.partitions(mid, mid)
     msg = str(err.value)
@@ -238,14 +232,14 @@ def test_restart_with_lost_snapshot_fails_by_default(pk, clock, fake_connection)
     assert "failOnDataLoss=false" in msg
 
 
-def test_restart_with_lost_snapshot_continues_when_allowed(pk, clock, fake_connection, caplog):
-    e = make(pk, clock, fake_connection)
+def test_restart_with_lost_snapshot_continues_when_allowed(pk, clock, caplog):
+    e = make(pk, clock)
     start = e.initial_offset()
     mid = e.latest_offset(start, ReadMaxRows(2))
     pk.leases.clear()
     pk.remove_snapshot("db.pk", 0, 3)
     pk.add_snapshot("db.pk", 0, 7, rows(12), 15)
-    e2 = make(pk, clock, fake_connection, failOnDataLoss="false")
+    e2 = make(pk, clock, failOnDataLoss="false")
     with caplog.at_level(logging.WARNING):
         end = e2.latest_offset(mid, ReadAllAvailable())
     assert any("continuing from snapshot 7" in r.getMessage() for r in caplog.records)
@@ -256,45 +250,45 @@ def test_restart_with_lost_snapshot_continues_when_allowed(pk, clock, fake_conne
     assert not any(isinstance(s, LogSplit) and s.bucket == 0 for s in splits)
 
 
-def test_restart_releases_tables_finished_before_the_stop(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection)
+def test_restart_releases_tables_finished_before_the_stop(pk, clock):
+    e = make(pk, clock)
     start = e.initial_offset()
     done = e.latest_offset(start, ReadAllAvailable())  # snapshot read, never committed
     e.partitions(start, done)
     lease_id = start["lease_id"]
     assert lease_id in pk.leases
-    e2 = make(pk, clock, fake_connection)
+    e2 = make(pk, clock)
     e2.latest_offset(done, ReadAllAvailable())
     assert lease_id not in pk.leases
 
 
-def test_min_rows_waits_up_to_max_trigger_delay(admin, clock, fake_connection):
-    admin.add_table("db.log", pk=(), buckets=1)
-    e = make(admin, clock, fake_connection, tables=("db.log",), minOffsetsPerTrigger="5",
+def test_min_rows_waits_up_to_max_trigger_delay(cluster, clock):
+    cluster.add_table("db.log", pk=(), buckets=1)
+    e = make(cluster, clock, tables=("db.log",), minOffsetsPerTrigger="5",
              maxTriggerDelay="10s")
     assert isinstance(e.default_read_limit(), ReadMinRows)
     start = e.initial_offset()
-    admin.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 3)
+    cluster.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 3)
     assert e.latest_offset(start, ReadMinRows(5)) == start
-    clock.advance(11)
+    clock.advance(11_000)
     end = e.latest_offset(start, ReadMinRows(5))
     assert next(iter(end["tables"].values()))["log"] == {"0": 3}
 
 
-def test_available_now_stops_at_the_target(admin, clock, fake_connection):
-    admin.add_table("db.log", pk=(), buckets=1)
-    admin.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 3)
-    e = make(admin, clock, fake_connection, tables=("db.log",))
+def test_available_now_stops_at_the_target(cluster, clock):
+    cluster.add_table("db.log", pk=(), buckets=1)
+    cluster.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 3)
+    e = make(cluster, clock, tables=("db.log",))
     start = e.initial_offset()
     e.prepare_for_available_now()
-    admin.append_log("db.log", 0, [("+A", {"id": 2, "v": "b"})] * 4)
+    cluster.append_log("db.log", 0, [("+A", {"id": 2, "v": "b"})] * 4)
     end = e.latest_offset(start, ReadAllAvailable())
     assert next(iter(end["tables"].values()))["log"] == {"0": 3}
     assert e.latest_offset(end, ReadAllAvailable()) == end
 
 
-def test_report_latest_offset(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection)
+def test_report_latest_offset(pk, clock):
+    e = make(pk, clock)
     assert e.report_latest_offset() is None
     start = e.initial_offset()
     e.latest_offset(start, ReadMaxRows(1))
@@ -303,24 +297,24 @@ def test_report_latest_offset(pk, clock, fake_connection):
     assert latest.tables[tid].snapshot[0].complete and latest.tables[tid].log[1] == 4
 
 
-def test_lease_is_renewed_from_latest_offset(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.duration": "90s"})
+def test_lease_is_renewed_from_latest_offset(pk, clock):
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.duration": "90s"})
     start = e.initial_offset()
     end = e.latest_offset(start, ReadMaxRows(1))
     e.partitions(start, end)
     e.latest_offset(end, ReadMaxRows(1))
     assert pk.calls_of("renew") == []
-    clock.advance(31)
+    clock.advance(31_000)
     e.latest_offset(end, ReadMaxRows(1))
     assert len(pk.calls_of("renew")) == 1
 
 
-def test_expired_lease_is_reacquired(pk, clock, fake_connection):
-    e = make(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.duration": "90s"})
+def test_expired_lease_is_reacquired(pk, clock):
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.duration": "90s"})
     start = e.initial_offset()
     end = e.latest_offset(start, ReadMaxRows(1))
     e.partitions(start, end)
-    clock.advance(200)  # missed renewals: the coordinator expired the lease
+    clock.advance(200_000)  # missed renewals: the coordinator expired the lease
     pk._expire()
     assert start["lease_id"] not in pk.leases
     e.latest_offset(end, ReadMaxRows(1))  # the renewal finds it gone and re-pins at once
@@ -328,29 +322,44 @@ def test_expired_lease_is_reacquired(pk, clock, fake_connection):
     assert start["lease_id"] in pk.leases and not e.keeper.lost
 
 
-def test_restart_with_other_tables_is_refused(pk, clock, fake_connection):
+def test_restart_with_other_tables_is_refused(pk, clock):
     from fluss_spark.errors import ConfigError
     pk.add_table("db.other", buckets=1)
-    start = make(pk, clock, fake_connection).initial_offset()
-    e2 = make(pk, clock, fake_connection, tables=("db.other",))
+    start = make(pk, clock).initial_offset()
+    e2 = make(pk, clock, tables=("db.other",))
     with pytest.raises(ConfigError, match="new checkpointLocation"):
         e2.latest_offset(start, ReadAllAvailable())
 
 
-def test_recreated_table_is_refused(pk, clock, fake_connection):
+def test_recreated_table_is_refused(pk, clock):
     from fluss_spark.errors import ConfigError
-    start = make(pk, clock, fake_connection).initial_offset()
+    start = make(pk, clock).initial_offset()
     del pk.tables["db.pk"]
     pk.add_table("db.pk", buckets=2)
     with pytest.raises(ConfigError, match="dropped and created again"):
-        make(pk, clock, fake_connection).latest_offset(start, ReadAllAvailable())
+        make(pk, clock).latest_offset(start, ReadAllAvailable())
 
 
-def test_min_rows_does_not_stall_available_now(admin, clock, fake_connection):
-    admin.add_table("db.log", pk=(), buckets=1)
-    admin.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 2)
-    e = make(admin, clock, fake_connection, tables=("db.log",), minOffsetsPerTrigger="5")
+def test_min_rows_does_not_stall_available_now(cluster, clock):
+    cluster.add_table("db.log", pk=(), buckets=1)
+    cluster.append_log("db.log", 0, [("+A", {"id": 1, "v": "a"})] * 2)
+    e = make(cluster, clock, tables=("db.log",), minOffsetsPerTrigger="5")
     start = e.initial_offset()
     e.prepare_for_available_now()
     end = e.latest_offset(start, ReadMinRows(5))
     assert next(iter(end["tables"].values()))["log"] == {"0": 2}
+
+
+def test_a_cluster_without_renew_is_renewed_by_acquiring_the_same_pins(pk, clock):
+    pk.lease_renewal = "reacquire"
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.duration": "90s"})
+    start = e.initial_offset()
+    end = e.latest_offset(start, ReadMaxRows(1))
+    e.partitions(start, end)
+    clock.advance(31_000)
+    e.latest_offset(end, ReadMaxRows(1))
+    tid = pk.tables["db.pk"].info.table_id
+    first, renewal = pk.calls_of("acquire")
+    assert renewal == first and first[2] == {tid: {0: 3}}   # same id, pins and holder
+    assert pk.calls_of("renew") == [] and not e.lease.lost
+    assert pk.leases[start["lease_id"]]["expires"] == clock() + 90_000

@@ -26,8 +26,8 @@ def rows(n, start=0):
 class SparkLoop:
     """An offset log, a commit log and an idempotent sink keyed by batch id, like Spark's."""
 
-    def __init__(self, admin, clock, fake_connection, **options):
-        self.admin, self.clock, self.fake_connection = admin, clock, fake_connection
+    def __init__(self, cluster, clock, **options):
+        self.cluster, self.clock = cluster, clock
         self.options = options
         self.offsets: list[dict] = []
         self.committed = 0
@@ -41,7 +41,7 @@ class SparkLoop:
         parsed = {k: v for k, v in opts.items() if v is not None}
         parsed = parse_options(parsed)
         self.enum = Enumerator(parsed, list(parsed.tables),
-                               lambda: self.fake_connection(self.admin), clock=self.clock,
+                               lambda: self.cluster, clock=self.clock,
                                renew_in_thread=False)
         if not self.offsets:
             self.start = self.enum.initial_offset()
@@ -102,35 +102,34 @@ class SparkLoop:
         return {o["lease_id"] for o in self.offsets}
 
 
-def acquired_ids(admin) -> set[str]:
-    return {c[1] for c in admin.calls_of("acquire")}
+def acquired_ids(cluster) -> set[str]:
+    return {c[1] for c in cluster.calls_of("acquire")}
 
 
 @pytest.fixture
-def pk(admin):
+def pk(cluster):
     """db.pk: bucket 0 has snapshot 3 (12 rows, log offset 2), bucket 1 snapshot 4 (7 rows,
     log offset 1); both have changelog records after their snapshot."""
-    admin.add_table("db.pk", buckets=2)
-    admin.add_snapshot("db.pk", 0, 3, rows(12), 2)
-    admin.add_snapshot("db.pk", 1, 4, rows(7, 100), 1)
-    admin.append_log("db.pk", 0, [("+I", {"id": 50 + i, "v": "x"}) for i in range(5)])
-    admin.append_log("db.pk", 1, [("+I", {"id": 150 + i, "v": "y"}) for i in range(3)])
-    return admin
+    cluster.add_table("db.pk", buckets=2)
+    cluster.add_snapshot("db.pk", 0, 3, rows(12), 2)
+    cluster.add_snapshot("db.pk", 1, 4, rows(7, 100), 1)
+    cluster.append_log("db.pk", 0, [("+I", {"id": 50 + i, "v": "x"}) for i in range(5)])
+    cluster.append_log("db.pk", 1, [("+I", {"id": 150 + i, "v": "y"}) for i in range(3)])
+    return cluster
 
 
-def assert_exact(loop, admin):
+def assert_exact(loop, cluster):
     """Every snapshot row once, every changelog record after the snapshot once, one lease id."""
     assert sorted(loop.snapshot_rows()) == ([(0, 3, r) for r in range(12)]
                                             + [(1, 4, r) for r in range(7)])
     assert sorted(loop.log_records()) == [(0, o) for o in range(2, 5)] + [(1, o) for o in (1, 2)]
     assert len(loop.lease_ids_in_offsets()) == 1
-    assert acquired_ids(admin) == loop.lease_ids_in_offsets()
-    assert admin.leases == {}  # released after the snapshot phase
+    assert acquired_ids(cluster) == loop.lease_ids_in_offsets()
+    assert cluster.leases == {}  # released after the snapshot phase
 
 
-def test_fresh_query_takes_its_lease_only_once_the_first_offset_is_logged(pk, clock,
-                                                                          fake_connection):
-    loop = SparkLoop(pk, clock, fake_connection).run()
+def test_fresh_query_takes_its_lease_only_once_the_first_offset_is_logged(pk, clock):
+    loop = SparkLoop(pk, clock).run()
     assert pk.calls_of("acquire") == []            # initialOffset plans, acquires nothing
     assert loop.plan()
     assert pk.calls_of("acquire") == []            # nor does planning batch 0
@@ -143,17 +142,16 @@ def test_fresh_query_takes_its_lease_only_once_the_first_offset_is_logged(pk, cl
     assert_exact(loop, pk)
 
 
-def test_killed_before_the_first_offset_leaves_no_lease(pk, clock, fake_connection):
-    loop = SparkLoop(pk, clock, fake_connection).run()
+def test_killed_before_the_first_offset_leaves_no_lease(pk, clock):
+    loop = SparkLoop(pk, clock).run()
     loop.enum.latest_offset(loop.start, ReadMaxRows(5))   # planned, never written: driver dies
     assert pk.leases == {}
     loop.run().drain()
     assert_exact(loop, pk)
 
 
-def test_killed_after_offsets_0_before_commits_0_reuses_the_checkpoints_lease(pk, clock,
-                                                                              fake_connection):
-    loop = SparkLoop(pk, clock, fake_connection).run()
+def test_killed_after_offsets_0_before_commits_0_reuses_the_checkpoints_lease(pk, clock):
+    loop = SparkLoop(pk, clock).run()
     loop.plan()
     loop.execute()                        # batch 0 runs... and the driver dies inside it
     first = loop.offsets[0]["lease_id"]
@@ -166,8 +164,8 @@ def test_killed_after_offsets_0_before_commits_0_reuses_the_checkpoints_lease(pk
 
 
 @pytest.mark.parametrize("batches", [1, 2])
-def test_killed_mid_snapshot_and_after_it_reuses_the_lease(pk, clock, fake_connection, batches):
-    loop = SparkLoop(pk, clock, fake_connection).run()
+def test_killed_mid_snapshot_and_after_it_reuses_the_lease(pk, clock, batches):
+    loop = SparkLoop(pk, clock).run()
     for _ in range(batches):
         loop.batch()
     loop.plan()                                     # the next batch is logged, never run
@@ -182,8 +180,8 @@ def test_killed_mid_snapshot_and_after_it_reuses_the_lease(pk, clock, fake_conne
     assert (0, 5) in loop.log_records()
 
 
-def test_replayed_batch_0_reacquires_pins_that_expired(pk, clock, fake_connection):
-    loop = SparkLoop(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "job-1"}).run()
+def test_replayed_batch_0_reacquires_pins_that_expired(pk, clock):
+    loop = SparkLoop(pk, clock, **{"scan.kv.snapshot.lease.id": "job-1"}).run()
     loop.plan()
     loop.execute()
     pk.leases.clear()                                # the driver stayed down past the expiry
@@ -193,8 +191,8 @@ def test_replayed_batch_0_reacquires_pins_that_expired(pk, clock, fake_connectio
     assert_exact(loop, pk)
 
 
-def test_a_snapshot_lost_before_the_first_lease_is_no_data_loss(pk, clock, fake_connection):
-    loop = SparkLoop(pk, clock, fake_connection).run()   # failOnDataLoss=true (default)
+def test_a_snapshot_lost_before_the_first_lease_is_no_data_loss(pk, clock):
+    loop = SparkLoop(pk, clock).run()   # failOnDataLoss=true (default)
     pk.remove_snapshot("db.pk", 0, 3)                     # retention wins the race
     pk.add_snapshot("db.pk", 0, 8, rows(13), 3)
     loop.drain()
@@ -205,8 +203,8 @@ def test_a_snapshot_lost_before_the_first_lease_is_no_data_loss(pk, clock, fake_
     assert pk.leases == {} and len(loop.lease_ids_in_offsets()) == 1
 
 
-def test_a_snapshot_lost_after_rows_were_read_is_data_loss(pk, clock, fake_connection):
-    loop = SparkLoop(pk, clock, fake_connection).run()
+def test_a_snapshot_lost_after_rows_were_read_is_data_loss(pk, clock):
+    loop = SparkLoop(pk, clock).run()
     loop.batch()
     pk.leases.clear()
     pk.remove_snapshot("db.pk", 0, 3)
@@ -225,9 +223,9 @@ MISMATCHES = [
 @pytest.mark.parametrize("point", ["after offsets/0", "mid-snapshot", "after the snapshot phase"])
 @pytest.mark.parametrize("changed, message", MISMATCHES)
 def test_a_checkpoint_of_another_query_is_refused_at_every_restart_point(
-        pk, clock, fake_connection, point, changed, message):
+        pk, clock, point, changed, message):
     pk.add_table("db.other", buckets=1)
-    loop = SparkLoop(pk, clock, fake_connection).run()
+    loop = SparkLoop(pk, clock).run()
     loop.plan()
     loop.execute()
     if point != "after offsets/0":
@@ -240,8 +238,8 @@ def test_a_checkpoint_of_another_query_is_refused_at_every_restart_point(
 
 
 @pytest.mark.parametrize("point", ["after offsets/0", "mid-snapshot"])
-def test_a_dropped_and_recreated_table_is_refused(pk, clock, fake_connection, point):
-    loop = SparkLoop(pk, clock, fake_connection).run()
+def test_a_dropped_and_recreated_table_is_refused(pk, clock, point):
+    loop = SparkLoop(pk, clock).run()
     loop.plan()
     loop.execute()
     if point == "mid-snapshot":
@@ -254,8 +252,8 @@ def test_a_dropped_and_recreated_table_is_refused(pk, clock, fake_connection, po
         loop.drain()
 
 
-def test_version_1_checkpoint_restarts_under_its_lease(pk, clock, fake_connection):
-    loop = SparkLoop(pk, clock, fake_connection).run()
+def test_version_1_checkpoint_restarts_under_its_lease(pk, clock):
+    loop = SparkLoop(pk, clock).run()
     loop.batch()
     loop.plan()
     v1 = dict(loop.offsets[0])
@@ -268,10 +266,10 @@ def test_version_1_checkpoint_restarts_under_its_lease(pk, clock, fake_connectio
     assert_exact(loop, pk)
 
 
-def test_a_second_query_cannot_take_the_first_ones_pins(pk, clock, fake_connection):
-    first = SparkLoop(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "shared"}).run()
+def test_a_second_query_cannot_take_the_first_ones_pins(pk, clock):
+    first = SparkLoop(pk, clock, **{"scan.kv.snapshot.lease.id": "shared"}).run()
     first.batch()
-    second = SparkLoop(pk, clock, fake_connection, **{"scan.kv.snapshot.lease.id": "shared"})
+    second = SparkLoop(pk, clock, **{"scan.kv.snapshot.lease.id": "shared"})
     second.run().plan()
     with pytest.raises(LeaseHeldByOther) as err:
         second.execute()

@@ -1,57 +1,105 @@
-"""LeaseKeeper: renews at a third of the duration, notices a lost lease."""
+"""LeaseKeeper: renews at a third of the duration, notices a lost lease, re-acquires where there
+is no renew call."""
 
-import time
+import threading
 
+from fluss_spark.clock import FakeClock
 from fluss_spark.connector.lease_keeper import LeaseKeeper
+from fluss_spark.connector.lease_session import LeaseSession
+from fluss_spark.connector.options import parse_options
+from fluss_spark.testing.fake_cluster import FakeCluster
 
 
-class Admin:
-    """Records renewals; ``gone`` makes the lease unknown."""
-
-    def __init__(self):
-        self.renewed = []
-        self.gone = False
-
-    def renew_kv_snapshot_lease(self, lease_id, duration_ms):
-        from fluss_spark.errors import LeaseNotFound
-        if self.gone:
-            raise LeaseNotFound(lease_id)
-        self.renewed.append(lease_id)
-        return 1
+def leased(clock, lease_renewal="renew", duration_ms=30_000):
+    """A fake cluster with table db.pk (snapshot 3 of bucket 0, 1 of bucket 1) pinned by L."""
+    cluster = FakeCluster(clock, lease_renewal=lease_renewal)
+    tid = cluster.add_table("db.pk", buckets=2).info.table_id
+    cluster.add_snapshot("db.pk", 0, 3, [{"id": 1, "v": "a"}], 1)
+    cluster.add_snapshot("db.pk", 1, 1, [{"id": 2, "v": "b"}], 1)
+    cluster.acquire_kv_snapshot_lease("L", duration_ms, {tid: {0: 3, 1: 1}}, holder="q")
+    return cluster, tid
 
 
 def test_renews_at_a_third_of_the_duration(clock):
-    admin = Admin()
-    k = LeaseKeeper(admin, "L", 30_000, clock=clock)
+    cluster, _ = leased(clock)
+    k = LeaseKeeper(cluster, "L", 30_000, clock=clock)
     assert not k.tick()
-    clock.advance(9.9)
+    clock.advance(9_900)
     assert not k.tick()
-    clock.advance(0.2)
-    assert k.tick() and admin.renewed == ["L"]
+    clock.advance(200)
+    assert k.tick() and cluster.calls_of("renew") == [("renew", "L")]
+    assert k.expires_at_ms == clock() + 30_000
     assert not k.tick()
-    clock.advance(10)
+    clock.advance(10_000)
     assert k.tick() and k.renewals == 2
 
 
 def test_lost_lease(clock):
-    admin = Admin()
-    admin.gone = True
-    k = LeaseKeeper(admin, "L", 3_000, clock=clock)
+    cluster, _ = leased(clock)
+    cluster.drop_kv_snapshot_lease("L")
+    k = LeaseKeeper(cluster, "L", 3_000, clock=clock)
     assert not k.tick(force=True)
     assert k.lost
     k.acquired()
     assert not k.lost
 
 
+def test_without_a_renew_call_the_held_pins_are_acquired_again(clock):
+    cluster, tid = leased(clock, lease_renewal="reacquire")
+    held = {tid: {0: 3, 1: 1}}
+    k = LeaseKeeper(cluster, "L", 30_000, clock=clock, pins=lambda: held, holder="q")
+    clock.advance(10_000)
+    before = cluster.leases["L"]["expires"]
+    assert k.tick() and k.renewals == 1
+    assert cluster.calls_of("renew") == []
+    assert cluster.calls_of("acquire")[-1] == ("acquire", "L", {tid: {0: 3, 1: 1}}, "q")
+    assert cluster.leases["L"]["expires"] == before + 10_000
+    assert cluster.leases["L"]["holders"] == {tid: "q"}
+
+
+def test_without_a_renew_call_a_lapsed_lease_whose_snapshot_is_gone_is_lost(clock):
+    cluster, tid = leased(clock, lease_renewal="reacquire")
+    k = LeaseKeeper(cluster, "L", 30_000, clock=clock, pins=lambda: {tid: {0: 3, 1: 1}},
+                    holder="q")
+    clock.advance(40_000)
+    cluster.remove_snapshot("db.pk", 0, 3)    # retention, once the lease had expired
+    assert not k.tick() and k.lost
+
+
+def test_the_session_reacquires_what_it_holds_and_nothing_it_released(clock):
+    cluster, tid = leased(clock, lease_renewal="reacquire", duration_ms=90_000)
+    cluster.add_table("db.other", buckets=1)
+    other = cluster.tables["db.other"].info.table_id
+    cluster.add_snapshot("db.other", 0, 7, [{"id": 1, "v": "a"}], 1)
+    options = parse_options({"bootstrap.servers": "h:1", "tables": "db.pk,db.other",
+                             "scan.kv.snapshot.lease.duration": "90s"})
+    session = LeaseSession(options, lambda: cluster, lambda: cluster, clock=clock,
+                           renew_in_thread=False)
+    session.bind("L", "q")
+    assert session.acquire({tid: {0: 3, 1: 1}, other: {0: 7}}, {}) == {}
+    assert session.release(tid, [0, 1], "db.pk")
+    clock.advance(30_000)
+    session.tick()
+    assert cluster.calls_of("acquire")[-1] == ("acquire", "L", {other: {0: 7}}, "q")
+    assert cluster.leases["L"]["pins"] == {other: {0: 7}}
+    assert session.keeper is not None and session.keeper.renewals == 1
+
+
 def test_thread_renews_and_stops():
-    admin = Admin()
-    k = LeaseKeeper(admin, "L", 300)  # renews every 100 ms
+    cluster, _ = leased(FakeClock(), duration_ms=300)
+    renewed = threading.Event()
+    real = cluster.renew_kv_snapshot_lease
+
+    def renew(lease_id, duration_ms):
+        if len(cluster.calls_of("renew")) >= 1:
+            renewed.set()
+        return real(lease_id, duration_ms)
+    cluster.renew_kv_snapshot_lease = renew
+    k = LeaseKeeper(cluster, "L", 300)  # real clock: renews every 100 ms
     k.start()
-    deadline = time.time() + 5
-    while len(admin.renewed) < 2 and time.time() < deadline:
-        time.sleep(0.05)
+    assert renewed.wait(5)
     k.stop()
-    assert len(admin.renewed) >= 2 and k.stopped
-    n = len(admin.renewed)
-    time.sleep(0.3)
-    assert len(admin.renewed) == n
+    assert k.stopped and len(cluster.calls_of("renew")) >= 2
+    n = len(cluster.calls_of("renew"))
+    assert k._thread is not None and not k._thread.is_alive()
+    assert len(cluster.calls_of("renew")) == n

@@ -14,29 +14,28 @@ from fluss_spark.errors import KvSnapshotNotExist, LogOffsetOutOfRange
 
 
 @pytest.fixture
-def table(admin):
-    t = admin.add_table("db.pk", buckets=1)
-    admin.add_snapshot("db.pk", 0, 4, [{"id": i, "v": f"s{i}"} for i in range(10)], 3)
-    admin.append_log("db.pk", 0, [
+def table(cluster):
+    t = cluster.add_table("db.pk", buckets=1)
+    cluster.add_snapshot("db.pk", 0, 4, [{"id": i, "v": f"s{i}"} for i in range(10)], 3)
+    cluster.append_log("db.pk", 0, [
         ("+I", {"id": 0, "v": "s0"}), ("+I", {"id": 1, "v": "s1"}), ("+I", {"id": 2, "v": "s2"}),
         ("-U", {"id": 1, "v": "s1"}), ("+U", {"id": 1, "v": "new"}),
         ("-D", {"id": 2, "v": "s2"}), ("+I", {"id": 42, "v": "n"})])
     return t
 
 
-def reader(admin, fake_connection, **opts):
+def reader(cluster, **opts):
     options = parse_options({"bootstrap.servers": "h:1", "table": "db.pk", **opts})
-    layout = Layout(output_schema([("db.pk", admin.tables["db.pk"].info.schema)], False), False)
-    conn = fake_connection(admin)
-    return SplitReader(options, layout, conn_factory=lambda _: conn), layout
+    layout = Layout(output_schema([("db.pk", cluster.tables["db.pk"].info.schema)], False), False)
+    return SplitReader(options, layout, cluster_factory=lambda _: cluster), layout
 
 
 def collect(r, split):
     return [row for b in r.read(split) for row in b.to_pylist()]
 
 
-def test_snapshot_split_reads_exactly_its_rows(admin, table, fake_connection):
-    r, layout = reader(admin, fake_connection)
+def test_snapshot_split_reads_exactly_its_rows(cluster, table):
+    r, layout = reader(cluster)
     batches = list(r.read(SnapshotSplit(table.info.table_id, "db.pk", 0, 4, 2, 7, "L", 3)))
     target = to_arrow_schema(layout.schema, timezone="UTC")
     assert all(b.schema.equals(target) for b in batches)
@@ -45,39 +44,39 @@ def test_snapshot_split_reads_exactly_its_rows(admin, table, fake_connection):
     assert {g["_change_type"] for g in got} == {"+I"} and {g["_log_offset"] for g in got} == {2}
 
 
-def test_lost_snapshot_fails_with_names(admin, table, fake_connection):
-    r, _ = reader(admin, fake_connection)
+def test_lost_snapshot_fails_with_names(cluster, table):
+    r, _ = reader(cluster)
     with pytest.raises(KvSnapshotNotExist) as e:
         collect(r, SnapshotSplit(table.info.table_id, "db.pk", 0, 99, 0, 5, "lease-x"))
     assert "'db.pk' bucket 0" in str(e.value) and "99" in str(e.value) and "lease-x" in str(e.value)
 
 
-def test_lost_snapshot_skipped_when_allowed(admin, table, fake_connection, caplog):
-    r, _ = reader(admin, fake_connection, failOnDataLoss="false")
+def test_lost_snapshot_skipped_when_allowed(cluster, table, caplog):
+    r, _ = reader(cluster, failOnDataLoss="false")
     with caplog.at_level(logging.WARNING):
         assert collect(r, SnapshotSplit(table.info.table_id, "db.pk", 0, 99, 0, 5, "L")) == []
     assert any("skipped" in rec.getMessage() for rec in caplog.records)
 
 
-def test_log_split(admin, table, fake_connection):
-    r, _ = reader(admin, fake_connection)
+def test_log_split(cluster, table):
+    r, _ = reader(cluster)
     got = collect(r, LogSplit(table.info.table_id, "db.pk", 0, 3, 6))
     assert [(g["_change_type"], g["id"], g["_log_offset"]) for g in got] == [
         ("-U", 1, 3), ("+U", 1, 4), ("-D", 2, 5)]
 
 
-def test_deleted_log_range(admin, table, fake_connection):
-    admin.tables["db.pk"].log_start[0] = 5
-    r, _ = reader(admin, fake_connection)
+def test_deleted_log_range(cluster, table):
+    cluster.tables["db.pk"].log_start[0] = 5
+    r, _ = reader(cluster)
     with pytest.raises(LogOffsetOutOfRange, match="failOnDataLoss=false"):
         collect(r, LogSplit(table.info.table_id, "db.pk", 0, 3, 7))
-    r, _ = reader(admin, fake_connection, failOnDataLoss="false")
+    r, _ = reader(cluster, failOnDataLoss="false")
     got = collect(r, LogSplit(table.info.table_id, "db.pk", 0, 3, 7))
     assert [g["_log_offset"] for g in got] == [5, 6]
 
 
-def test_merged_bucket_is_the_state_at_log_end(admin, table, fake_connection):
-    r, _ = reader(admin, fake_connection)
+def test_merged_bucket_is_the_state_at_log_end(cluster, table):
+    r, _ = reader(cluster)
     got = collect(r, MergedBucketSplit(table.info.table_id, "db.pk", 0, 4, 3, 7, ("id",)))
     state = {g["id"]: g["v"] for g in got}
     expected = {i: f"s{i}" for i in range(10)}
@@ -86,10 +85,10 @@ def test_merged_bucket_is_the_state_at_log_end(admin, table, fake_connection):
     assert state == expected and len(got) == len(expected)
 
 
-def test_merged_bucket_survives_a_removed_snapshot(admin, table, fake_connection):
-    admin.remove_snapshot("db.pk", 0, 4)
-    admin.add_snapshot("db.pk", 0, 6, [{"id": i, "v": "z"} for i in range(3)], 6)
-    r, _ = reader(admin, fake_connection)
+def test_merged_bucket_survives_a_removed_snapshot(cluster, table):
+    cluster.remove_snapshot("db.pk", 0, 4)
+    cluster.add_snapshot("db.pk", 0, 6, [{"id": i, "v": "z"} for i in range(3)], 6)
+    r, _ = reader(cluster)
     got = collect(r, MergedBucketSplit(table.info.table_id, "db.pk", 0, 4, 3, 7, ("id",)))
     assert {g["id"]: g["v"] for g in got} == {0: "z", 1: "z", 2: "z", 42: "n"}
 
@@ -103,23 +102,22 @@ def test_fold_latest_keeps_last_write_and_drops_deletes():
                                                                         (2, "B", "+U")]
 
 
-def test_spark_stand_in_partition_reads_nothing(admin, table, fake_connection):
+def test_spark_stand_in_partition_reads_nothing(cluster, table):
     from pyspark.sql.datasource import InputPartition
-    r, _ = reader(admin, fake_connection)
+    r, _ = reader(cluster)
     assert list(r.read(InputPartition(None))) == []
 
 
-def narrow_reader(admin, fake_connection, columns):
+def narrow_reader(cluster, columns):
     options = parse_options({"bootstrap.servers": "h:1", "table": "db.pk"})
-    schema = admin.tables["db.pk"].info.schema
+    schema = cluster.tables["db.pk"].info.schema
     layout = Layout(output_schema([("db.pk", pa.schema([schema.field(c) for c in columns]))],
                                   False), False)
-    conn = fake_connection(admin)
-    return SplitReader(options, layout, conn_factory=lambda _: conn), conn
+    return SplitReader(options, layout, cluster_factory=lambda _: cluster), cluster
 
 
-def test_a_narrower_schema_is_projected_on_the_servers(admin, table, fake_connection):
-    r, conn = narrow_reader(admin, fake_connection, ["v"])
+def test_a_narrower_schema_is_projected_on_the_servers(cluster, table):
+    r, conn = narrow_reader(cluster, ["v"])
     tid = table.info.table_id
     snap = collect(r, SnapshotSplit(tid, "db.pk", 0, 4, 0, 2, "L", 3))
     log = collect(r, LogSplit(tid, "db.pk", 0, 3, 5))
@@ -129,8 +127,8 @@ def test_a_narrower_schema_is_projected_on_the_servers(admin, table, fake_connec
     assert conn.projections == [("scan", ["v"]), ("log", ["v"])]
 
 
-def test_a_batch_read_of_fewer_columns_still_folds_by_key(admin, table, fake_connection):
-    r, conn = narrow_reader(admin, fake_connection, ["v"])
+def test_a_batch_read_of_fewer_columns_still_folds_by_key(cluster, table):
+    r, conn = narrow_reader(cluster, ["v"])
     rows = collect(r, MergedBucketSplit(table.info.table_id, "db.pk", 0, 4, 3, 7, ("id",)))
     assert sorted(row["v"] for row in rows) == sorted(
         ["s0", "new"] + [f"s{i}" for i in range(3, 10)] + ["n"])
@@ -138,8 +136,8 @@ def test_a_batch_read_of_fewer_columns_still_folds_by_key(admin, table, fake_con
     assert conn.projections == [("scan", ["v", "id"]), ("log", ["v", "id"])]
 
 
-def test_a_schema_without_table_columns_reads_every_column(admin, table, fake_connection):
-    r, conn = narrow_reader(admin, fake_connection, [])
+def test_a_schema_without_table_columns_reads_every_column(cluster, table):
+    r, conn = narrow_reader(cluster, [])
     rows = collect(r, SnapshotSplit(table.info.table_id, "db.pk", 0, 4, 0, 2, "L", 3))
     assert [sorted(row) for row in rows] == [["_change_type", "_commit_timestamp",
                                               "_log_offset"]] * 2

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fluss_spark.errors import FlussError
-from fluss_spark.testing.cluster import LocalCluster, _pid_alive, read_state
+from fluss_spark.local.cluster import LocalCluster, _pid_alive, read_state
 
 
 def test_state_file_round_trip_keeps_ports_and_options(tmp_path):

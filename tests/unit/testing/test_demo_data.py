@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from fluss_spark.protocol.types import parse_schema
-from fluss_spark.testing.demo_data import DemoData
+from fluss_spark.local.demo_data import DemoData
 
 SCHEMA = parse_schema("id BIGINT NOT NULL, k STRING, name STRING, amount DOUBLE, d DATE, "
                       "ts TIMESTAMP, tz TIMESTAMP_LTZ, dec DECIMAL(10, 2), ok BOOLEAN, raw BYTES, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fluss_spark.testing.server_process import ServerProcess
+from fluss_spark.local.server_process import ServerProcess
 
 
 def _server(tmp_path, **kw) -> ServerProcess:

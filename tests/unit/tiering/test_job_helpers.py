@@ -9,8 +9,11 @@ import pytest
 
 from fluss_spark.cli import main as cli_main
 from fluss_spark.errors import ConfigError
-from fluss_spark.tiering.job import (JobRecord, TieringConfig, TieringError, TieringJob,
-                                     batch_end_offset, checkpoint_query_id, lake_offsets)
+from fluss_spark.connector.offsets import decode
+from fluss_spark.tiering.config import JobRecord, TieringConfig, TieringError
+from fluss_spark.tiering.job import TieringJob
+from fluss_spark.tiering.restarts import error_summary
+from fluss_spark.tiering.table_query import batch_end_offset, checkpoint_query_id, lake_offsets
 from fluss_spark.tiering.submit import build_pyfiles_zip, python_env, spark_submit_command
 
 OFFSET = {"version": 1, "lease_id": "tier-x", "tables": {
@@ -30,7 +33,7 @@ def write_checkpoint(d, batch_id=3):
 def test_checkpoint_readers_take_the_query_id_and_the_batch_end_offset(tmp_path):
     write_checkpoint(tmp_path)
     assert checkpoint_query_id(tmp_path) == "query-1"
-    assert batch_end_offset(tmp_path, 3) == OFFSET
+    assert batch_end_offset(tmp_path, 3) == decode(OFFSET)
     with pytest.raises(TieringError, match="batch 4"):
         batch_end_offset(tmp_path, 4)
     with pytest.raises(TieringError, match="query id"):
@@ -38,12 +41,12 @@ def test_checkpoint_readers_take_the_query_id_and_the_batch_end_offset(tmp_path)
 
 
 def test_lake_offsets_keep_a_tables_positions_and_tell_if_its_snapshot_is_done():
-    offsets, done = lake_offsets(OFFSET, "db.pk")
+    offsets, done = lake_offsets(decode(OFFSET), "db.pk")
     assert offsets == {"log": {"0": 100, "1": 61}, "snapshot": {"0": [7, 100, 40], "1": [8, 50, 50]}}
     assert not done
-    assert lake_offsets(OFFSET, "db.log") == ({"log": {"0": 9}, "snapshot": {}}, True)
+    assert lake_offsets(decode(OFFSET), "db.log") == ({"log": {"0": 9}, "snapshot": {}}, True)
     with pytest.raises(TieringError, match="db.other"):
-        lake_offsets(OFFSET, "db.other")
+        lake_offsets(decode(OFFSET), "db.other")
 
 
 def test_job_record_is_created_once_and_reused(tmp_path):
@@ -87,7 +90,6 @@ def test_spark_submit_command_and_env():
 
 
 def test_error_summary_names_the_fluss_error_inside_a_spark_failure():
-    from fluss_spark.tiering.job import error_summary
     wrapped = Exception("[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] failed\nTraceback:\n"
                         "  File \"x.py\"\nfluss_spark.errors.TableNotExist: table db.t does not "
                         "exist\n\tat org.apache.spark...")
@@ -96,7 +98,6 @@ def test_error_summary_names_the_fluss_error_inside_a_spark_failure():
 
 
 def test_error_summary_names_the_task_error_of_a_failed_spark_job():
-    from fluss_spark.tiering.job import error_summary
     wrapped = Exception(
         "An exception was raised by the Python Proxy. Return Message: Traceback (most recent "
         "call last):\n  File \"job.py\", line 3, in __call__\npy4j.protocol.Py4JJavaError: An "

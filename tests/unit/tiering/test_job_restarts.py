@@ -6,13 +6,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from fluss_spark.tiering.job import DROPPED, TieringConfig, TieringError, TieringJob, restartable
+from fluss_spark.errors import KvSnapshotNotExist, NetworkError, RequestTimeout
+from fluss_spark.tiering.config import TieringConfig, TieringError
+from fluss_spark.tiering.job import DROPPED, TieringJob
+from fluss_spark.tiering.restarts import restartable
 
 
 class FakeQuery:
     """A stopped-or-running streaming query as the job sees it."""
 
-    def __init__(self, error: str | None = None, active: bool = True):
+    def __init__(self, error: BaseException | str | None = None, active: bool = True):
         self.isActive = error is None and active
         self._error = error
         self.lastProgress = None
@@ -20,7 +23,9 @@ class FakeQuery:
     name = "fake"
 
     def exception(self):
-        return None if self._error is None else Exception(self._error)
+        if self._error is None or isinstance(self._error, BaseException):
+            return self._error
+        return Exception(self._error)      # Spark's failures carry the Python error as text
 
     def stop(self):
         self.isActive = False
@@ -31,7 +36,7 @@ class JobWithoutSpark(TieringJob):
 
     def __init__(self, config, clock, outcomes):
         super().__init__(spark=None, config=config, clock=clock, jitter=lambda: 0.0)
-        self.outcomes = list(outcomes)      # per start: None (runs), "done", or an error text
+        self.outcomes = list(outcomes)      # per start: None (runs), "done", or an error
         self.starts = 0
         self.dropped: set[str] = set()
 
@@ -57,10 +62,10 @@ class JobWithoutSpark(TieringJob):
 
 
 def job(tmp_path, outcomes, **cfg):
-    now = [1000.0]
+    now = [1_000_000]
     config = TieringConfig(lake=tmp_path, bootstrap_servers="x:1", table_pattern="db\\..*",
                            **{"restart_backoff_s": 2.0, **cfg})
-    j = JobWithoutSpark(config, lambda: now[0], outcomes)
+    j = JobWithoutSpark(config, lambda: now[0], outcomes)     # clock in ms
     j._start_query(SimpleNamespace(name="db.t"))
     return j, now
 
@@ -72,18 +77,18 @@ def test_transient_failures_restart_the_query_after_a_doubling_backoff(tmp_path)
     j, now = job(tmp_path, [TRANSIENT, TRANSIENT, None])
     j.poll()                                   # failed: restart planned in 2 s
     assert j.restarting and j.starts == 1 and j.errors["db.t"] == TRANSIENT
-    now[0] += 1.9
+    now[0] += 1_900
     j.poll()
     assert j.starts == 1
-    now[0] += 0.2
+    now[0] += 200
     j.poll()                                   # restarted
     assert j.starts == 2 and not j.restarting and not j.errors
     j.poll()                                   # that run failed too: 4 s this time
     assert j.restarting and j.errors["db.t"] == TRANSIENT
-    now[0] += 3.9
+    now[0] += 3_900
     j.poll()
     assert j.starts == 2
-    now[0] += 0.2
+    now[0] += 200
     doc = j.poll()                             # restarted; this run keeps going
     assert j.starts == 3 and not j.restarting and not j.errors
     assert doc["tables"]["db.t"] == {"error": None, "restarts": 2}
@@ -93,7 +98,7 @@ def test_the_job_fails_once_the_restart_budget_is_spent(tmp_path):
     j, now = job(tmp_path, [TRANSIENT] * 3, max_restarts=2)
     for _ in range(2):
         j.poll()
-        now[0] += 60
+        now[0] += 60_000
         j.poll()
     with pytest.raises(TieringError, match="db.t.*NetworkError"):
         j.poll()
@@ -103,9 +108,9 @@ def test_the_job_fails_once_the_restart_budget_is_spent(tmp_path):
 def test_restarts_older_than_the_window_do_not_count(tmp_path):
     j, now = job(tmp_path, [TRANSIENT] * 3, max_restarts=1, restart_window_s=100)
     j.poll()
-    now[0] += 5
+    now[0] += 5_000
     j.poll()                                   # the one allowed restart
-    now[0] += 200                              # ... long ago when the next failure comes
+    now[0] += 200_000                          # ... long ago when the next failure comes
     j.poll()
     assert j.restarting and j.starts == 2
 
@@ -126,8 +131,31 @@ def test_permanent_failures_fail_the_job_at_once(tmp_path):
     ("fluss_spark.errors.TableNotExist: db.t", False),
     ("fluss_spark.tiering.lake.LakeError: manifest is corrupt", False),
 ])
-def test_restartable_errors(summary, expected):
-    assert restartable(summary) is expected
+def test_restartable_errors_named_in_spark_failure_text(summary, expected):
+    assert restartable(Exception(f"[STREAM_FAILED] query failed\n{summary}")) is expected
+
+
+def test_restartable_reads_the_retriable_attribute_of_the_error_itself():
+    assert restartable(NetworkError("connection refused"))
+    assert not restartable(KvSnapshotNotExist("snapshot 3 is gone"))
+    # The class decides, whatever the message says.
+    assert not restartable(KvSnapshotNotExist("fluss_spark.errors.NetworkError: retry"))
+    try:
+        try:
+            raise RequestTimeout("no answer")
+        except RequestTimeout as e:
+            raise RuntimeError("the round failed") from e
+    except RuntimeError as wrapped:
+        assert restartable(wrapped)
+    assert restartable(RuntimeError("an error of Spark's own"))
+
+
+def test_a_sinks_own_error_decides_over_the_text_spark_reports(tmp_path):
+    j, now = job(tmp_path, [Exception("fluss_spark.errors.NetworkError: as Spark reports it")])
+    j.sinks["db.t"] = SimpleNamespace(failure=KvSnapshotNotExist("snapshot 3 is gone"))
+    with pytest.raises(TieringError, match="table 'db.t'"):
+        j.poll()
+    assert not j.restarting and j.starts == 1
 
 
 def test_negative_restart_settings_are_refused(tmp_path):
@@ -145,7 +173,7 @@ def test_a_one_shot_run_waits_for_the_restarted_query(tmp_path):
 def test_stop_during_a_backoff_starts_nothing(tmp_path):
     j, now = job(tmp_path, [TRANSIENT])
     j.poll()
-    now[0] += 60
+    now[0] += 60_000
     j.stop()
     assert j.starts == 1 and not j.restarting
 
@@ -154,6 +182,6 @@ def test_a_table_dropped_during_the_backoff_is_not_restarted(tmp_path):
     j, now = job(tmp_path, [TRANSIENT])
     j.poll()
     j.dropped.add("db.t")
-    now[0] += 60
+    now[0] += 60_000
     j.poll()                                   # no TieringError: a dropped table is tolerated
     assert j.starts == 1 and j.errors["db.t"] == DROPPED and not j.restarting

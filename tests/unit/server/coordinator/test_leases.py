@@ -127,7 +127,7 @@ def test_expiry_thread_runs_on_its_interval(h):
     h.clock.advance(11)
     h.leases.start_expiry(20)
     try:
-        from fluss_spark.testing.ports import wait_until
+        from fluss_spark.local.ports import wait_until
         wait_until(lambda: h.store.lease_ids() == [], 5, "the expiry thread", interval_s=0.02)
     finally:
         h.leases.stop_expiry()

@@ -12,9 +12,10 @@ from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.types import parse_schema
 from fluss_spark.server.coordinator.server import CoordinatorServer
-from fluss_spark.server.process import ServerSettings
-from fluss_spark.client.rpc import RpcConnection
-from fluss_spark.testing.coordinator import FakeClock, place_snapshot_file
+from fluss_spark.server.settings import ServerSettings
+from fluss_spark.transport.client import RpcConnection
+from fluss_spark.clock import FakeClock
+from fluss_spark.testing.coordinator import place_snapshot_file
 
 HOUR = 3_600_000
 
@@ -45,14 +46,14 @@ def test_restart_finishes_a_table_drop_that_a_crash_interrupted(settings, meta, 
     clock = FakeClock()
     server, conn = start(settings, clock)
     try:
-        table_id = conn.call(ApiKey.CREATE_TABLE, {
+        table_id = conn.call_raw(ApiKey.CREATE_TABLE, {
             "name": "db.t", "schema": serialize_schema(parse_schema("id BIGINT")),
             "primary_key": ["id"], "num_buckets": 1, "properties": {}})["table_id"]
         f = Path(place_snapshot_file(settings.remote_data_dir, table_id, 0, 1))
-        conn.call(ApiKey.COMMIT_KV_SNAPSHOT, {"table_id": table_id, "bucket": 0,
+        conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {"table_id": table_id, "bucket": 0,
                                               "snapshot_id": 1, "path": str(f),
                                               "log_offset": 0, "row_count": 0})
-        conn.call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": HOUR,
+        conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "a", "duration_ms": HOUR,
                                                      "tables": {table_id: {0: 1}}})
     finally:
         server.stop()
@@ -60,7 +61,7 @@ def test_restart_finishes_a_table_drop_that_a_crash_interrupted(settings, meta, 
     meta.drop_table("db.t")
     server, conn = start(settings, clock)
     try:
-        assert conn.call(ApiKey.LIST_KV_SNAPSHOT_LEASES, {}) == {"leases": []}
+        assert conn.call_raw(ApiKey.LIST_KV_SNAPSHOT_LEASES, {}) == {"leases": []}
         assert meta.snapshot_ids(table_id, 0) == []
         assert not f.exists()
     finally:
@@ -75,8 +76,8 @@ def test_leader_only_requests_before_leadership_are_retriable(settings, meta):
             assert not standby.is_leader
             conn = RpcConnection(standby.host, standby.port)
             with pytest.raises(NotCoordinatorLeader, match="not the active coordinator"):
-                conn.call(ApiKey.GET_METRICS, {})
-            assert conn.call(ApiKey.LIST_TABLES, {}) == {"tables": []}
+                conn.call_raw(ApiKey.GET_METRICS, {})
+            assert conn.call_raw(ApiKey.LIST_TABLES, {}) == {"tables": []}
         finally:
             standby.stop()
     finally:

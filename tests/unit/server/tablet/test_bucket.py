@@ -19,12 +19,12 @@ SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.stri
 
 
 class Clock:
-    """A settable wall clock (seconds)."""
+    """A settable wall clock (milliseconds)."""
 
-    def __init__(self, now: float = 1_700_000_000.0):
+    def __init__(self, now: int = 1_700_000_000_000):
         self.now = now
 
-    def __call__(self) -> float:
+    def __call__(self) -> int:
         return self.now
 
 
@@ -42,9 +42,9 @@ def _rows(ids, names, scores=None) -> pa.Table:
 
 def _log(bucket: Bucket, offset: int = 0) -> list[tuple]:
     r = bucket.fetch(offset, None, 1 << 30, 0, None)
-    if r["records"] is None:
+    if r.records is None:
         return []
-    t = bytes_to_table(r["records"])
+    t = bytes_to_table(r.records)
     return list(zip(t.column("_change_type").to_pylist(), t.column("id").to_pylist(),
                     t.column("name").to_pylist()))
 
@@ -109,9 +109,9 @@ def test_changelog_rows_keep_all_columns_and_one_commit_timestamp(tmp_path):
     clock = Clock()
     b = Bucket(_table(True), 0, tmp_path, clock=clock)
     b.write("upsert", _rows([1], ["a"], [10]))
-    clock.now += 5
+    clock.now += 5000
     b.write("upsert", _rows([1], ["b"], [20]))
-    t = bytes_to_table(b.fetch(0, None, 1 << 20, 0, None)["records"])
+    t = bytes_to_table(b.fetch(0, None, 1 << 20, 0, None).records)
     assert t.column("score").to_pylist() == [10, 10, 20]
     assert t.column("_commit_timestamp").to_pylist() == [1_700_000_000_000,
                                                          1_700_000_005_000, 1_700_000_005_000]
@@ -141,7 +141,7 @@ def test_lossless_casts_and_column_order_are_accepted(logt):
     data = pa.table({"score": pa.array([7], pa.int64()), "name": ["a"],
                      "id": pa.array([3], pa.int32())})
     assert logt.write("append", data) == (0, 1)
-    t = bytes_to_table(logt.fetch(0, None, 1 << 20, 0, None)["records"])
+    t = bytes_to_table(logt.fetch(0, None, 1 << 20, 0, None).records)
     assert t.schema.names[:3] == ["id", "name", "score"] and t.column("score").type == pa.int32()
 
 
@@ -200,13 +200,13 @@ def test_live_view_is_point_in_time(pk):
 def test_fetch_range_projection_and_errors(logt):
     logt.write("append", _rows([1, 2, 3], ["a", "b", "c"]))
     r = logt.fetch(1, 2, 1 << 20, 0, ["name"])
-    t = bytes_to_table(r["records"])
+    t = bytes_to_table(r.records)
     assert t.schema.names == ["name", "_change_type", "_commit_timestamp"]
     assert t.column("name").to_pylist() == ["b"]
-    assert (r["base_offset"], r["next_offset"], r["high_watermark"], r["log_start_offset"]) == \
+    assert (r.base_offset, r.next_offset, r.high_watermark, r.log_start_offset) == \
         (1, 2, 3, 0)
     empty = logt.fetch(3, None, 1 << 20, 0, None)
-    assert empty["records"] is None and empty["next_offset"] == 3
+    assert empty.records is None and empty.next_offset == 3
     with pytest.raises(LogOffsetOutOfRange, match="past the end"):
         logt.fetch(4, None, 100, 0, None)
     with pytest.raises(InvalidColumnProjection, match="nope"):
@@ -218,8 +218,8 @@ def test_fetch_below_log_start_names_table_bucket_and_offsets(tmp_path):
     b = Bucket(_table(False, {"table.log.ttl": "1s"}), 3, tmp_path, segment_bytes=1, clock=clock)
     b.write("append", _rows([1], ["a"]))
     b.write("append", _rows([2], ["b"]))
-    clock.now += 10
-    assert b.apply_retention(int(clock.now * 1000)) == 1
+    clock.now += 10_000
+    assert b.apply_retention(clock.now) == 1
     with pytest.raises(LogOffsetOutOfRange) as e:
         b.fetch(0, None, 100, 0, None)
     assert "db.t" in str(e.value) and "bucket 3" in str(e.value)
@@ -241,10 +241,10 @@ def test_long_poll_wakes_on_append(logt):
     logt.write("append", _rows([9], ["z"]))
     t.join(5)
     assert not t.is_alive() and time.monotonic() - start < 3
-    assert bytes_to_table(got["r"]["records"]).column("id").to_pylist() == [9]
+    assert bytes_to_table(got["r"].records).column("id").to_pylist() == [9]
     # With nothing arriving the wait ends at max_wait_ms.
     start = time.monotonic()
-    assert logt.fetch(1, None, 100, 150, None)["records"] is None
+    assert logt.fetch(1, None, 100, 150, None).records is None
     assert 0.1 < time.monotonic() - start < 2
 
 
@@ -331,7 +331,7 @@ def test_pk_table_with_decimal_date_and_timestamp_columns(tmp_path):
     b.write("upsert", row)
     b.write("upsert", row.set_column(1, "d", pa.array([decimal.Decimal("1.50")],
                                                      pa.decimal128(10, 2))))
-    t = bytes_to_table(b.fetch(0, None, 1 << 20, 0, None)["records"])
+    t = bytes_to_table(b.fetch(0, None, 1 << 20, 0, None).records)
     assert t.column("_change_type").to_pylist() == ["+I", "-U", "+U"]
     assert t.column("d").to_pylist() == [decimal.Decimal("12.34"), decimal.Decimal("12.34"),
                                          decimal.Decimal("1.50")]

@@ -8,18 +8,21 @@ import struct
 import threading
 import time
 import uuid
+from dataclasses import asdict
 
 import pyarrow as pa
 import pytest
 
-from fluss_spark.client.rpc import RpcConnection
+from fluss_spark.transport.client import RpcConnection
 from fluss_spark.errors import (InvalidColumnProjection, InvalidScanRequest, KvSnapshotNotExist,
                                 NonPrimaryKeyTable, NotLeaderOrFollower, ScannerExpired,
                                 TooManyScanners, UnknownScannerId)
 from fluss_spark.metadata.layout import SnapshotRecord, TableRecord
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import bytes_to_table, serialize_schema
-from fluss_spark.server.rpc import RpcServer
+from fluss_spark.protocol.codec import packb, unpackb
+from fluss_spark.protocol.messages import ListScannersRequest, ScanKvRequest
+from fluss_spark.transport.server import RpcServer
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
 from fluss_spark.server.snapshot_store import snapshot_location
@@ -113,11 +116,23 @@ def clock():
     return FakeClock()
 
 
+class WireScannerManager(ScannerManager):
+    """The manager as the RPC server drives it, with request and response maps as on the wire."""
+
+    def scan_wire(self, body):
+        answer = self.handle_scan(ScanKvRequest.decode(unpackb(packb(body))))
+        return unpackb(packb(answer.to_wire()))
+
+    def list_wire(self):
+        """Every field of every session, absent ones as None."""
+        return asdict(self.handle_list(ListScannersRequest()))
+
+
 def make_manager(server, clock, **options):
     opts = {"kv.scanner.ttl": 60_000, "kv.scanner.expiration-interval": 1_000}
     opts.update({k.replace("_", "-").replace("kv-scanner-", "kv.scanner."): v
                  for k, v in options.items()})
-    return ScannerManager(server, opts, clock=clock)
+    return WireScannerManager(server, opts, clock=clock)
 
 
 @pytest.fixture
@@ -143,7 +158,7 @@ def drain(manager, first: dict, batch=None, seq=0) -> tuple[pa.Table, list[dict]
         body = {"scanner_id": first["scanner_id"], "call_seq_id": seq}
         if batch is not None:
             body["batch_size_bytes"] = batch
-        responses.append(manager.handle_scan(body))
+        responses.append(manager.scan_wire(body))
     tables = [bytes_to_table(r["records"]) for r in responses]
     return pa.concat_tables(tables), responses
 
@@ -156,7 +171,7 @@ def snapshot_rows(server, rec) -> pa.Table:
 # -- Fluss's scenarios ----------------------------------------------------------------------
 def test_new_scan_happy_path_fits_in_one_batch(server, manager):
     rec = server.take_snapshot(TABLE, 1)
-    resp = manager.handle_scan(open_body(rec.snapshot_id, bucket=1, batch=1 << 20))
+    resp = manager.scan_wire(open_body(rec.snapshot_id, bucket=1, batch=1 << 20))
     assert "scanner_id" not in resp                     # nothing left: no session
     assert resp["has_more"] is False
     assert (resp["snapshot_id"], resp["log_offset"]) == (rec.snapshot_id, rec.log_offset)
@@ -168,7 +183,7 @@ def test_new_scan_happy_path_fits_in_one_batch(server, manager):
 
 def test_multi_batch_continuation_returns_every_row_once_in_key_order(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    first = manager.handle_scan(open_body(rec.snapshot_id, batch=8192))
+    first = manager.scan_wire(open_body(rec.snapshot_id, batch=8192))
     assert first["has_more"] and first["scanner_id"]
     assert manager.session_count() == 1
     table, responses = drain(manager, first)
@@ -185,88 +200,88 @@ def test_multi_batch_continuation_returns_every_row_once_in_key_order(server, ma
 
 def test_explicit_close_ends_the_session(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    first = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))
+    first = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))
     sid = first["scanner_id"]
-    assert manager.handle_scan({"scanner_id": sid, "close": True})["has_more"] is False
+    assert manager.scan_wire({"scanner_id": sid, "close": True})["has_more"] is False
     assert manager.session_count() == 0
     with pytest.raises(ScannerExpired, match="closed by the client"):
-        manager.handle_scan({"scanner_id": sid, "call_seq_id": 1})
+        manager.scan_wire({"scanner_id": sid, "call_seq_id": 1})
 
 
 def test_close_of_gone_or_unknown_scanner_is_a_no_op(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    sid = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
-    manager.handle_scan({"scanner_id": sid, "close": True})
-    assert manager.handle_scan({"scanner_id": sid, "close": True})["scanner_id"] == sid
-    assert manager.handle_scan({"scanner_id": uuid.uuid4().hex, "close": True})["has_more"] is False
+    sid = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
+    manager.scan_wire({"scanner_id": sid, "close": True})
+    assert manager.scan_wire({"scanner_id": sid, "close": True})["scanner_id"] == sid
+    assert manager.scan_wire({"scanner_id": uuid.uuid4().hex, "close": True})["has_more"] is False
 
 
 def test_unknown_scanner_id(manager):
     with pytest.raises(UnknownScannerId, match="not known to tablet server 7"):
-        manager.handle_scan({"scanner_id": "f" * 32, "call_seq_id": 1})
+        manager.scan_wire({"scanner_id": "f" * 32, "call_seq_id": 1})
 
 
 def test_expired_on_recently_evicted_scanner(server, manager, clock):
     rec = server.take_snapshot(TABLE, 0)
-    a = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
-    b = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
+    a = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
+    b = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
     clock.advance(40_000)
-    manager.handle_scan({"scanner_id": b, "call_seq_id": 1})        # b stays active
+    manager.scan_wire({"scanner_id": b, "call_seq_id": 1})        # b stays active
     clock.advance(30_000)                                           # a idle 70 s > ttl 60 s
     assert manager.evict_expired() == 1
     with pytest.raises(ScannerExpired, match="idle"):
-        manager.handle_scan({"scanner_id": a, "call_seq_id": 1})
-    assert manager.handle_scan({"scanner_id": b, "call_seq_id": 2})["row_count"] >= 1
-    assert [s["scanner_id"] for s in manager.handle_list({})["scanners"]] == [b]
+        manager.scan_wire({"scanner_id": a, "call_seq_id": 1})
+    assert manager.scan_wire({"scanner_id": b, "call_seq_id": 2})["row_count"] >= 1
+    assert [s["scanner_id"] for s in manager.list_wire()["scanners"]] == [b]
 
 
 def test_bucket_moved_away_mid_scan(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    sid = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
-    live = manager.handle_scan(open_body(live=True, batch=2048))["scanner_id"]
+    sid = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
+    live = manager.scan_wire(open_body(live=True, batch=2048))["scanner_id"]
     other = server.take_snapshot(TABLE, 1)
     server.unhost(TABLE, 0)
     manager.close_bucket(TABLE, 0)
     for s in (sid, live):
         with pytest.raises(ScannerExpired, match="no longer hosts table 1 bucket 0"):
-            manager.handle_scan({"scanner_id": s, "call_seq_id": 1})
+            manager.scan_wire({"scanner_id": s, "call_seq_id": 1})
     with pytest.raises(NotLeaderOrFollower):
-        manager.handle_scan(open_body(rec.snapshot_id))
+        manager.scan_wire(open_body(rec.snapshot_id))
     # Other buckets are untouched.
-    assert manager.handle_scan(open_body(other.snapshot_id, bucket=1))["row_count"] == 5
+    assert manager.scan_wire(open_body(other.snapshot_id, bucket=1))["row_count"] == 5
 
 
 def test_sequence_mismatch_is_rejected_and_the_session_survives(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    first = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))
+    first = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))
     sid = first["scanner_id"]
     for bad in (2, 7, 10**6):
         with pytest.raises(InvalidScanRequest, match="expected call_seq_id 1"):
-            manager.handle_scan({"scanner_id": sid, "call_seq_id": bad})
-    second = manager.handle_scan({"scanner_id": sid, "call_seq_id": 1})
+            manager.scan_wire({"scanner_id": sid, "call_seq_id": bad})
+    second = manager.scan_wire({"scanner_id": sid, "call_seq_id": 1})
     assert second["row_start"] == first["row_count"]
 
 
 def test_missing_sequence_is_rejected(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    sid = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
+    sid = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
     with pytest.raises(InvalidScanRequest, match="call_seq_id"):
-        manager.handle_scan({"scanner_id": sid})
+        manager.scan_wire({"scanner_id": sid})
     with pytest.raises(InvalidScanRequest, match="call_seq_id"):
-        manager.handle_scan({"scanner_id": sid, "call_seq_id": "1"})
+        manager.scan_wire({"scanner_id": sid, "call_seq_id": "1"})
     body = open_body(rec.snapshot_id)
     del body["call_seq_id"]
     with pytest.raises(InvalidScanRequest, match="call_seq_id"):
-        manager.handle_scan(body)
+        manager.scan_wire(body)
     with pytest.raises(InvalidScanRequest, match="call_seq_id 0"):
-        manager.handle_scan(open_body(rec.snapshot_id, call_seq_id=1))
-    assert manager.handle_scan({"scanner_id": sid, "call_seq_id": 1})["row_count"] >= 1
+        manager.scan_wire(open_body(rec.snapshot_id, call_seq_id=1))
+    assert manager.scan_wire({"scanner_id": sid, "call_seq_id": 1})["row_count"] >= 1
 
 
 def test_oversize_batch_is_clamped_to_the_server_maximum(server, clock):
     m = make_manager(server, clock, **{"kv.scanner.max-batch-size": 16 * 1024})
     rec = server.take_snapshot(TABLE, 0)
-    first = m.handle_scan(open_body(rec.snapshot_id, batch=10**12))
+    first = m.scan_wire(open_body(rec.snapshot_id, batch=10**12))
     table, responses = drain(m, first, batch=2**40)
     assert table.equals(snapshot_rows(server, rec))
     assert len(responses) >= 4
@@ -277,11 +292,11 @@ def test_oversize_batch_is_clamped_to_the_server_maximum(server, clock):
 
 def test_open_and_scanner_id_together_are_rejected(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    sid = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
+    sid = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
     with pytest.raises(InvalidScanRequest, match="not both"):
-        manager.handle_scan({**open_body(rec.snapshot_id), "scanner_id": sid})
+        manager.scan_wire({**open_body(rec.snapshot_id), "scanner_id": sid})
     with pytest.raises(InvalidScanRequest, match="not both"):
-        manager.handle_scan({"scanner_id": sid, "close": True, "table_id": TABLE})
+        manager.scan_wire({"scanner_id": sid, "close": True, "table_id": TABLE})
     assert manager.session_count() == 1                 # the session was not touched
 
 
@@ -290,29 +305,29 @@ def test_too_many_scanners_per_bucket_and_per_server(server, clock):
                                        "kv.scanner.max-per-server": 3})
     rec = server.take_snapshot(TABLE, 0)
     live1 = server.take_snapshot(TABLE, 1)
-    ids = [m.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"] for _ in range(2)]
+    ids = [m.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"] for _ in range(2)]
     with pytest.raises(TooManyScanners, match="max-per-bucket=2"):
-        m.handle_scan(open_body(rec.snapshot_id, batch=2048))
+        m.scan_wire(open_body(rec.snapshot_id, batch=2048))
     # A result that fits in one batch never holds a slot, but is still admitted only with room.
-    assert m.handle_scan(open_body(live1.snapshot_id, bucket=1))["row_count"] == 5
+    assert m.scan_wire(open_body(live1.snapshot_id, bucket=1))["row_count"] == 5
     server.buckets[(TABLE, 2)].write("upsert", rows(range(100_000, 103_000)))
-    third = m.handle_scan(open_body(live=True, bucket=2, batch=2048))["scanner_id"]
+    third = m.scan_wire(open_body(live=True, bucket=2, batch=2048))["scanner_id"]
     with pytest.raises(TooManyScanners, match="max-per-server"):
-        m.handle_scan(open_body(live=True, bucket=2, batch=2048))
-    m.handle_scan({"scanner_id": ids[0], "close": True})
-    assert m.handle_scan(open_body(rec.snapshot_id, batch=2048))["has_more"]
+        m.scan_wire(open_body(live=True, bucket=2, batch=2048))
+    m.scan_wire({"scanner_id": ids[0], "close": True})
+    assert m.scan_wire(open_body(rec.snapshot_id, batch=2048))["has_more"]
     # Idle sessions are evicted to make room when the limit is hit.
     clock.advance(61_000)
-    assert m.handle_scan(open_body(rec.snapshot_id, batch=2048))["has_more"]
+    assert m.scan_wire(open_body(rec.snapshot_id, batch=2048))["has_more"]
     with pytest.raises(ScannerExpired):
-        m.handle_scan({"scanner_id": third, "call_seq_id": 1})
+        m.scan_wire({"scanner_id": third, "call_seq_id": 1})
     m.close_all()
 
 
 def test_live_scan_is_isolated_from_writes_after_open(server, manager):
     b = server.buckets[(TABLE, 0)]
     before = b.high_watermark
-    first = manager.handle_scan(open_body(live=True, batch=4096))
+    first = manager.scan_wire(open_body(live=True, batch=4096))
     assert first["log_offset"] == before and first["snapshot_id"] is None
     b.write("upsert", rows(range(2990, 3100)))          # updates and new keys
     b.write("delete", rows(range(0, 1000)))
@@ -320,7 +335,7 @@ def test_live_scan_is_isolated_from_writes_after_open(server, manager):
     assert table.num_rows == 3000
     assert sorted(table.column("id").to_pylist()) == list(range(3000))
     # A new live scan sees the new state and a later log offset.
-    resp = manager.handle_scan(open_body(live=True, batch=1 << 20))
+    resp = manager.scan_wire(open_body(live=True, batch=1 << 20))
     now = bytes_to_table(resp["records"])
     assert sorted(now.column("id").to_pylist()) == list(range(1000, 3100))
     assert resp["log_offset"] == b.high_watermark > before
@@ -329,46 +344,46 @@ def test_live_scan_is_isolated_from_writes_after_open(server, manager):
 # -- ours -----------------------------------------------------------------------------------
 def test_repeat_of_the_last_sequence_returns_the_identical_batch(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    first = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))
+    first = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))
     sid = first["scanner_id"]
-    assert manager.handle_scan({"scanner_id": sid, "call_seq_id": 0})["records"] == first["records"]
-    one = manager.handle_scan({"scanner_id": sid, "call_seq_id": 1})
-    again = manager.handle_scan({"scanner_id": sid, "call_seq_id": 1})
+    assert manager.scan_wire({"scanner_id": sid, "call_seq_id": 0})["records"] == first["records"]
+    one = manager.scan_wire({"scanner_id": sid, "call_seq_id": 1})
+    again = manager.scan_wire({"scanner_id": sid, "call_seq_id": 1})
     assert again["records"] == one["records"] and again["row_start"] == one["row_start"]
     with pytest.raises(InvalidScanRequest):             # only the last batch is kept
-        manager.handle_scan({"scanner_id": sid, "call_seq_id": 0})
-    two = manager.handle_scan({"scanner_id": sid, "call_seq_id": 2})
+        manager.scan_wire({"scanner_id": sid, "call_seq_id": 0})
+    two = manager.scan_wire({"scanner_id": sid, "call_seq_id": 2})
     assert two["row_start"] == one["row_start"] + one["row_count"]
     # The final batch can be asked for again too (its response may be lost).
     table, responses = drain(manager, {**two, "scanner_id": sid}, seq=2)
     last = responses[-1]
     assert not last["has_more"]
-    repeat = manager.handle_scan({"scanner_id": sid, "call_seq_id": 2 + len(responses) - 1})
+    repeat = manager.scan_wire({"scanner_id": sid, "call_seq_id": 2 + len(responses) - 1})
     assert repeat["records"] == last["records"]
 
 
 def test_projection_is_applied_on_the_server(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    first = manager.handle_scan(open_body(rec.snapshot_id, batch=4096, projection=["amount", "id"]))
+    first = manager.scan_wire(open_body(rec.snapshot_id, batch=4096, projection=["amount", "id"]))
     table, _ = drain(manager, first)
     assert table.schema.names == ["amount", "id"]
     assert table.equals(snapshot_rows(server, rec).select(["amount", "id"]))
     with pytest.raises(InvalidColumnProjection, match="'nope'"):
-        manager.handle_scan(open_body(rec.snapshot_id, projection=["id", "nope"]))
-    live = manager.handle_scan(open_body(live=True, batch=1 << 20, projection=["name"]))
+        manager.scan_wire(open_body(rec.snapshot_id, projection=["id", "nope"]))
+    live = manager.scan_wire(open_body(live=True, batch=1 << 20, projection=["name"]))
     assert bytes_to_table(live["records"]).schema.names == ["name"]
 
 
 def test_limit_caps_rows_across_batches(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    first = manager.handle_scan(open_body(rec.snapshot_id, batch=1024, limit=777))
+    first = manager.scan_wire(open_body(rec.snapshot_id, batch=1024, limit=777))
     table, responses = drain(manager, first)
     assert len(responses) > 2
     assert table.equals(snapshot_rows(server, rec).slice(0, 777))
-    empty = manager.handle_scan(open_body(rec.snapshot_id, limit=0))
+    empty = manager.scan_wire(open_body(rec.snapshot_id, limit=0))
     assert "scanner_id" not in empty and empty["row_count"] == 0
     assert bytes_to_table(empty["records"]).schema == SCHEMA
-    live = manager.handle_scan(open_body(live=True, batch=1024, limit=100, start_row=50))
+    live = manager.scan_wire(open_body(live=True, batch=1024, limit=100, start_row=50))
     table, _ = drain(manager, live)
     assert table.equals(snapshot_rows(server, rec).slice(50, 100))
 
@@ -377,25 +392,25 @@ def test_start_row_resumes_a_snapshot_exactly(server, manager):
     rec = server.take_snapshot(TABLE, 0)
     full = snapshot_rows(server, rec)
     for start in (0, 1, 1234, 2999):
-        table, responses = drain(manager, manager.handle_scan(
+        table, responses = drain(manager, manager.scan_wire(
             open_body(rec.snapshot_id, batch=4096, start_row=start)))
         assert responses[0]["row_start"] == start
         assert table.equals(full.slice(start))
-    past = manager.handle_scan(open_body(rec.snapshot_id, start_row=3000))
+    past = manager.scan_wire(open_body(rec.snapshot_id, start_row=3000))
     assert past["row_count"] == 0 and not past["has_more"] and "scanner_id" not in past
 
 
 def test_empty_bucket_and_snapshot_errors(server, manager):
     empty = server.take_snapshot(TABLE, 2)
-    resp = manager.handle_scan(open_body(empty.snapshot_id, bucket=2))
+    resp = manager.scan_wire(open_body(empty.snapshot_id, bucket=2))
     assert resp["row_count"] == 0 and "scanner_id" not in resp
-    assert manager.handle_scan(open_body(live=True, bucket=2))["row_count"] == 0
+    assert manager.scan_wire(open_body(live=True, bucket=2))["row_count"] == 0
     with pytest.raises(KvSnapshotNotExist, match="snapshot 99"):
-        manager.handle_scan(open_body(99))
+        manager.scan_wire(open_body(99))
     with pytest.raises(NonPrimaryKeyTable, match="db.t2"):
-        manager.handle_scan(open_body(live=True, table_id=LOG_TABLE))
+        manager.scan_wire(open_body(live=True, table_id=LOG_TABLE))
     with pytest.raises(NotLeaderOrFollower):
-        manager.handle_scan(open_body(live=True, bucket=5))
+        manager.scan_wire(open_body(live=True, bucket=5))
     assert manager.session_count() == 0
 
 
@@ -406,7 +421,7 @@ def test_empty_bucket_and_snapshot_errors(server, manager):
     (dict(open_body(1), live=True), "not both"),
     ({k: v for k, v in open_body().items()}, "snapshot_id"),
     (open_body(1, batch=0), "positive"),
-    (open_body(1, batch=-5), "negative"),
+    (open_body(1, batch=-5), "positive"),
     (open_body(1, batch=2**64 - 1), "too large"),
     (open_body(1, limit=-1), "negative"),
     (open_body(1, start_row=-3), "negative"),
@@ -414,7 +429,7 @@ def test_empty_bucket_and_snapshot_errors(server, manager):
     (open_body(1, batch="10mb"), "integer"),
     (open_body(1, projection="id"), "list"),
     (open_body(1, projection=[]), "non-empty"),
-    (open_body(1, projection=[1]), "column names"),
+    (open_body(1, projection=[1]), r"projection\[0\]' must be a string"),
     (open_body(1, projection=["id", "id"]), "twice"),
     (open_body(1, live="yes"), "true or false"),
     (dict(open_body(1), table_id=None), "table_id"),
@@ -429,23 +444,23 @@ def test_empty_bucket_and_snapshot_errors(server, manager):
 def test_hostile_requests_get_invalid_scan_request_and_sessions_keep_working(
         server, manager, body, match):
     rec = server.take_snapshot(TABLE, 0)
-    first = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))
+    first = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))
     if isinstance(body, dict) and body.get("scanner_id") == "abc":
         body = {**body, "scanner_id": first["scanner_id"]}     # hostile calls on a live session
     with pytest.raises(InvalidScanRequest, match=match):
-        manager.handle_scan(body)
+        manager.scan_wire(body)
     table, _ = drain(manager, first)
     assert table.equals(snapshot_rows(server, rec))
 
 
 def test_list_scanners_reports_progress(server, manager, clock):
     rec = server.take_snapshot(TABLE, 0)
-    first = manager.handle_scan(open_body(rec.snapshot_id, batch=2048))
+    first = manager.scan_wire(open_body(rec.snapshot_id, batch=2048))
     clock.advance(500)
-    manager.handle_scan({"scanner_id": first["scanner_id"], "call_seq_id": 1})
+    manager.scan_wire({"scanner_id": first["scanner_id"], "call_seq_id": 1})
     clock.advance(200)
-    live = manager.handle_scan(open_body(live=True, batch=2048))
-    listed = {s["scanner_id"]: s for s in manager.handle_list({})["scanners"]}
+    live = manager.scan_wire(open_body(live=True, batch=2048))
+    listed = {s["scanner_id"]: s for s in manager.list_wire()["scanners"]}
     s = listed[first["scanner_id"]]
     assert (s["table_id"], s["bucket"], s["snapshot_id"]) == (TABLE, 0, rec.snapshot_id)
     assert (s["age_ms"], s["idle_ms"]) == (700, 200)
@@ -456,28 +471,28 @@ def test_list_scanners_reports_progress(server, manager, clock):
 
 def test_close_all_closes_every_session(server, manager):
     rec = server.take_snapshot(TABLE, 0)
-    ids = [manager.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"],
-           manager.handle_scan(open_body(live=True, batch=2048))["scanner_id"]]
+    ids = [manager.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"],
+           manager.scan_wire(open_body(live=True, batch=2048))["scanner_id"]]
     manager.close_all()
     assert manager.session_count() == 0
     for sid in ids:
         with pytest.raises(ScannerExpired, match="stopped"):
-            manager.handle_scan({"scanner_id": sid, "call_seq_id": 1})
+            manager.scan_wire({"scanner_id": sid, "call_seq_id": 1})
 
 
 def test_background_eviction_pass_uses_the_configured_interval(server):
-    m = ScannerManager(server, {"kv.scanner.ttl": "50ms",
+    m = WireScannerManager(server, {"kv.scanner.ttl": "50ms",
                                 "kv.scanner.expiration-interval": "20ms"})
     m.start()
     try:
         rec = server.take_snapshot(TABLE, 0)
-        sid = m.handle_scan(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
+        sid = m.scan_wire(open_body(rec.snapshot_id, batch=2048))["scanner_id"]
         deadline = time.monotonic() + 5
         while m.session_count() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert m.session_count() == 0
         with pytest.raises(ScannerExpired):
-            m.handle_scan({"scanner_id": sid, "call_seq_id": 1})
+            m.scan_wire({"scanner_id": sid, "call_seq_id": 1})
     finally:
         m.close_all()
 
@@ -490,7 +505,7 @@ def test_concurrent_sessions_are_independent(server, manager):
     def scan(i):
         try:
             live = i % 3 == 0
-            first = manager.handle_scan(open_body(None if live else rec.snapshot_id,
+            first = manager.scan_wire(open_body(None if live else rec.snapshot_id,
                                                   batch=1024 + 512 * i, live=live or None))
             results[i] = drain(manager, first)[0]
         except Exception as e:  # noqa: BLE001
@@ -513,7 +528,7 @@ def test_garbage_on_the_wire_gets_errors_and_other_sessions_keep_working(server,
     conn = RpcConnection(rpc.host, rpc.port, timeout_s=10)
     try:
         rec = server.take_snapshot(TABLE, 0)
-        first = conn.call(ApiKey.SCAN_KV, open_body(rec.snapshot_id, batch=2048))
+        first = conn.call_raw(ApiKey.SCAN_KV, open_body(rec.snapshot_id, batch=2048))
         rng = random.Random(4)
         for _ in range(20):                             # random frames on their own sockets
             with socket.create_connection((rpc.host, rpc.port), timeout=5) as s:
@@ -525,18 +540,18 @@ def test_garbage_on_the_wire_gets_errors_and_other_sessions_keep_working(server,
                 except OSError:
                     pass
         with pytest.raises(InvalidScanRequest):
-            conn.call(ApiKey.SCAN_KV, open_body(rec.snapshot_id, batch=2**64 - 1))
+            conn.call_raw(ApiKey.SCAN_KV, open_body(rec.snapshot_id, batch=2**64 - 1))
         with pytest.raises(InvalidScanRequest):
-            conn.call(ApiKey.SCAN_KV, open_body(rec.snapshot_id, limit=-1))
+            conn.call_raw(ApiKey.SCAN_KV, open_body(rec.snapshot_id, limit=-1))
         seq, parts = 0, [bytes_to_table(first["records"])]
         resp = first
         while resp["has_more"]:
             seq += 1
-            resp = conn.call(ApiKey.SCAN_KV, {"scanner_id": first["scanner_id"],
+            resp = conn.call_raw(ApiKey.SCAN_KV, {"scanner_id": first["scanner_id"],
                                               "call_seq_id": seq})
             parts.append(bytes_to_table(resp["records"]))
         assert pa.concat_tables(parts).equals(snapshot_rows(server, rec))
-        listed = conn.call(ApiKey.LIST_SCANNERS, {})
+        listed = conn.call_raw(ApiKey.LIST_SCANNERS, {})
         assert listed == {"scanners": []}
     finally:
         conn.close()
@@ -551,7 +566,7 @@ def test_closing_a_bucket_while_sessions_are_busy_neither_deadlocks_nor_corrupts
 
     def reader(i):
         try:
-            first = m.handle_scan(open_body(None if i % 2 else rec.snapshot_id,
+            first = m.scan_wire(open_body(None if i % 2 else rec.snapshot_id,
                                             live=bool(i % 2) or None, batch=2048))
             table, _ = drain(m, first)
             outcomes.append("done" if table.equals(expected) else "WRONG")
@@ -578,7 +593,7 @@ def test_closing_a_bucket_while_sessions_are_busy_neither_deadlocks_nor_corrupts
 def test_oversized_projection_is_refused_quickly(manager):
     started = time.monotonic()
     with pytest.raises(InvalidScanRequest, match="at most 10000"):
-        manager.handle_scan(open_body(1, projection=[f"c{i}" for i in range(200_000)]))
+        manager.scan_wire(open_body(1, projection=[f"c{i}" for i in range(200_000)]))
     with pytest.raises(InvalidScanRequest, match="twice: a"):
-        manager.handle_scan(open_body(1, projection=["a", "b"] * 4_000))
+        manager.scan_wire(open_body(1, projection=["a", "b"] * 4_000))
     assert time.monotonic() - started < 2

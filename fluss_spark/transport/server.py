@@ -15,6 +15,7 @@ cannot queue work without bound.
 from __future__ import annotations
 
 import collections
+import contextvars
 import fcntl
 import logging
 import queue
@@ -26,18 +27,58 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from fluss_spark import config
-from fluss_spark.errors import (ApiError, AuthenticationFailed, CorruptMessage, InvalidRequest,
+from fluss_spark.errors import (ApiError, AuthenticationFailed, CorruptMessage,
                                 MetadataStoreUnavailable, UnknownServerError, UnsupportedVersion)
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
-from fluss_spark.server.security import Security, run_as
+from fluss_spark.protocol.messages import (ApiVersionsRequest, ApiVersionsResponse,
+                                           AuthenticateRequest, AuthenticateResponse, Message,
+                                           Request)
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[dict], dict]
+Q = TypeVar("Q", bound=Request)
+#: A handler takes a decoded request and returns its response message.
+Handler = Callable[[Any], Message]
+
+#: Who sent the request a handler thread is running (None: not authenticated, PLAINTEXT).
+_principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("principal",
+                                                                         default=None)
+
+
+def current_principal() -> str | None:
+    """The principal of the request being handled in this thread."""
+    return _principal.get()
+
+
+def run_as(principal: str | None, fn: Callable, *args: Any) -> Any:
+    """Run ``fn(*args)`` with ``current_principal()`` answering ``principal``."""
+    token = _principal.set(principal)
+    try:
+        return fn(*args)
+    finally:
+        _principal.reset(token)
+
+
+class Authenticator(Protocol):
+    """What the server needs of its security settings."""
+
+    @property
+    def sasl(self) -> bool: ...
+
+    def authenticate(self, mechanism: Any, token: Any) -> str: ...
+
+
+class _NoAuthentication:
+    """PLAINTEXT: every connection is served unauthenticated."""
+
+    sasl = False
+
+    def authenticate(self, mechanism: Any, token: Any) -> str:
+        raise AuthenticationFailed("this server does not authenticate (PLAINTEXT)")
 
 #: A request's first payload buffer, and how many times what arrived a full buffer grows to
 #: (up to the frame's length): a buffer holds at most _GROWTH times the bytes that arrived.
@@ -101,14 +142,14 @@ class RpcServer:
 
     def __init__(self, host: str, port: int, *, role: str, server_id: int,
                  disabled: frozenset[int] = frozenset(), limits: RpcLimits | None = None,
-                 security: Security | None = None):
+                 security: Authenticator | None = None):
         self.role = role
-        self.security = security or Security()
+        self.security: Authenticator = security or _NoAuthentication()
         self.server_id = server_id
         self.limits = limits or RpcLimits()
-        self._handlers: dict[int, Handler] = {}
+        self._handlers: dict[int, tuple[type[Request], Handler]] = {}
         self._disabled = disabled
-        self.register(ApiKey.API_VERSIONS, self._api_versions)
+        self.register(ApiVersionsRequest, self._api_versions)
         self._listener = socket.create_server((host, port), backlog=self.limits.backlog)
         self._listener.setblocking(False)
         self.host, self.port = self._listener.getsockname()[:2]
@@ -125,9 +166,10 @@ class RpcServer:
         #: Counters for tests and operators: connections refused, closed as idle or stalled.
         self.stats: collections.Counter = collections.Counter()
 
-    def register(self, api_key: int, handler: Handler) -> None:
-        if api_key not in self._disabled:
-            self._handlers[int(api_key)] = handler
+    def register(self, request_type: type[Q], handler: Callable[[Q], Message]) -> None:
+        """Serve ``request_type``: its requests are decoded (and checked) into that type."""
+        if request_type.API_KEY not in self._disabled:
+            self._handlers[int(request_type.API_KEY)] = (request_type, handler)
 
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(self.limits.handler_threads,
@@ -153,9 +195,9 @@ class RpcServer:
                 pass
         self._selector.close()
 
-    def _api_versions(self, body: dict) -> dict:
-        return {"api_keys": sorted(self._handlers), "server": self.role,
-                "server_id": self.server_id}
+    def _api_versions(self, request: ApiVersionsRequest) -> ApiVersionsResponse:
+        return ApiVersionsResponse(api_keys=tuple(sorted(self._handlers)), server=self.role,
+                                   server_id=self.server_id)
 
     # -- the event loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -267,6 +309,7 @@ class RpcServer:
         conn.buf, conn.got, conn.length, conn.request_started = bytearray(), 0, None, None
         conn.busy = True
         self._selector.unregister(conn.sock)   # nothing more is read until the reply is out
+        assert self._pool is not None       # started before the loop runs
         self._pool.submit(self._run, conn, payload)
         return False
 
@@ -354,53 +397,56 @@ class RpcServer:
             pass
 
     # -- requests ---------------------------------------------------------------------------------
-    def _dispatch(self, payload: bytes, conn: _Connection | None = None) -> tuple[bytes, bool]:
+    def _dispatch(self, payload: bytes | bytearray, conn: _Connection | None = None) -> tuple[bytes, bool]:
         try:
             req = codec.decode_request(payload, max_container=_MAX_CONTAINER)
         except CorruptMessage as e:
             return codec.encode_response(-1, error=e), False
-        if self.security.sasl and conn is not None:
-            if req.api_key == ApiKey.AUTHENTICATE:
-                try:
-                    conn.principal = self.security.authenticate(req.body.get("mechanism"),
-                                                                req.body.get("token"))
-                except AuthenticationFailed as e:
-                    log.warning("authentication from %s failed", conn.ip)
-                    return codec.encode_response(req.correlation_id, error=e), False
-                return codec.encode_response(req.correlation_id, {"principal": conn.principal}), True
-            if conn.principal is None and req.api_key != ApiKey.API_VERSIONS:
-                err = AuthenticationFailed(
-                    f"the {self.role} requires SASL authentication (security.protocol=SASL): "
-                    f"authenticate before {_api_name(req.api_key)} (client username and password "
-                    f"options)")
-                return codec.encode_response(req.correlation_id, error=err), False
-        elif req.api_key == ApiKey.AUTHENTICATE:
-            return codec.encode_response(req.correlation_id, {"principal": None}), True
-        handler = self._handlers.get(req.api_key)
+        cid = req.correlation_id
+        if req.api_key == ApiKey.AUTHENTICATE:
+            return self._authenticate(req, conn)
+        if self.security.sasl and conn is not None and conn.principal is None \
+                and req.api_key != ApiKey.API_VERSIONS:
+            denied = AuthenticationFailed(
+                f"the {self.role} requires SASL authentication (security.protocol=SASL): "
+                f"authenticate before {_api_name(req.api_key)} (client username and password "
+                f"options)")
+            return codec.encode_response(cid, error=denied), False
+        served = self._handlers.get(req.api_key)
         principal = conn.principal if conn is not None else None
         try:
-            if handler is None:
-                name = ApiKey(req.api_key).name if req.api_key in ApiKey._value2member_map_ else req.api_key
-                raise UnsupportedVersion(f"the {self.role} does not support API {name}")
+            if served is None:
+                raise UnsupportedVersion(f"the {self.role} does not support API "
+                                         f"{_api_name(req.api_key)}")
             if req.api_version != CURRENT_VERSION:
                 raise UnsupportedVersion(
                     f"API {req.api_key} version {req.api_version} is not supported "
                     f"(supported: {CURRENT_VERSION})")
-            body = run_as(principal, handler, req.body)
-            return codec.encode_response(req.correlation_id, body), True
+            request_type, handler = served
+            request = request_type.decode(req.body)     # InvalidRequest names a bad field
+            response = run_as(principal, handler, request)
+            return codec.encode_response(cid, response.to_wire()), True
         except ApiError as e:
             if isinstance(e, MetadataStoreUnavailable):  # an outage operators must see
                 log.warning("%s failed: %s", _api_name(req.api_key), e)
-            return codec.encode_response(req.correlation_id, error=e), True
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            # A missing or mistyped field in a request: the client's fault, reported as such.
-            err = InvalidRequest(f"invalid {_api_name(req.api_key)} request: "
-                                 f"{type(e).__name__}: {e}")
-            return codec.encode_response(req.correlation_id, error=err), True
-        except Exception as e:  # noqa: BLE001 - any bug must become an error response
+            return codec.encode_response(cid, error=e), True
+        except Exception as e:  # noqa: BLE001 - a bug of ours, not the client's: say so
             log.exception("%s failed", _api_name(req.api_key))
-            err = UnknownServerError(f"{_api_name(req.api_key)} failed: {type(e).__name__}: {e}")
-            return codec.encode_response(req.correlation_id, error=err), True
+            err = UnknownServerError(f"{_api_name(req.api_key)} failed inside the {self.role}: "
+                                     f"{type(e).__name__}: {e}")
+            return codec.encode_response(cid, error=err), True
+
+    def _authenticate(self, req: codec.Request, conn: _Connection | None) -> tuple[bytes, bool]:
+        cid = req.correlation_id
+        if not self.security.sasl or conn is None:
+            return codec.encode_response(cid, AuthenticateResponse(None).to_wire()), True
+        try:
+            request = AuthenticateRequest.decode(req.body, error=AuthenticationFailed)
+            conn.principal = self.security.authenticate(request.mechanism, request.token)
+        except AuthenticationFailed as e:
+            log.warning("authentication from %s failed", conn.ip)
+            return codec.encode_response(cid, error=e), False
+        return codec.encode_response(cid, AuthenticateResponse(conn.principal).to_wire()), True
 
 
 def _available(sock: socket.socket) -> int:
@@ -416,13 +462,3 @@ def _api_name(key: int) -> str:
         return ApiKey(key).name
     except ValueError:
         return f"api {key}"
-
-
-def require(body: dict, name: str, kind: type | tuple[type, ...]):
-    """Read a required request field of a given type, or raise InvalidRequest naming it."""
-    if name not in body or body[name] is None:
-        raise InvalidRequest(f"missing field {name!r}")
-    value = body[name]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InvalidRequest(f"field {name!r} has type {type(value).__name__}")
-    return value

@@ -1,35 +1,29 @@
-"""An in-memory admin with the coordinator's semantics, for connector unit tests.
+"""An in-memory ``Cluster`` with the servers' semantics, for connector and tiering unit tests.
 
-``tests/integration/test_admin_contract.py`` runs one suite against this fake and against a real
-coordinator process, so the two cannot drift apart.
+``tests/integration/test_admin_contract.py`` runs one suite against this fake and against
+``FlussCluster`` over real servers, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generator, Iterable, Iterator, Literal, Mapping
 
-from fluss_spark.client.model import LeaseInfo, SnapshotInfo, TableInfo
-from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, LeaseHeldByOther,
-                                LeaseNotFound, TableNotExist, UnsupportedVersion)
+import pyarrow as pa
+
+from fluss_spark.client import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster, Pins,
+                                        RecordBatchStream)
+from fluss_spark.clock import Clock, FakeClock
+from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
+                                LeaseHeldByOther, LeaseNotFound, LogOffsetOutOfRange,
+                                TableNotExist, UnsupportedVersion)
 from fluss_spark.metadata.layout import check_lease_id
 
 #: Commit timestamp of changelog record ``offset`` in a fake table is this plus ``offset`` (ms).
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 
 _OFFSET_SPECS = ("earliest", "latest", "timestamp")
-
-
-class FakeClock:
-    """Seconds since the epoch, moved by hand."""
-
-    def __init__(self, t: float = 1_700_000_000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 @dataclass
@@ -42,20 +36,28 @@ class FakeTable:
     log_start: dict = field(default_factory=dict)   # bucket -> first retained offset
 
 
-class FakeAdmin:
-    """The admin API the connector uses, in memory, with lease semantics of the coordinator.
+class FakeCluster:
+    """A ``Cluster`` in memory, with the lease semantics of the coordinator.
 
-    A record's commit timestamp is ``BASE_TIMESTAMP_MS + offset``.
+    A record's commit timestamp is ``BASE_TIMESTAMP_MS + offset``; a snapshot read sends
+    ``page_rows`` rows per batch. ``lease_renewal="reacquire"`` behaves like a cluster without a
+    renew call (Apache Fluss 0.9.1): renewing raises ``UnsupportedVersion``.
     """
 
-    def __init__(self, clock: FakeClock, leases: bool = True):
-        self.clock = clock
+    def __init__(self, clock: Clock | None = None, leases: bool = True,
+                 lease_renewal: Literal["renew", "reacquire"] = "renew", page_rows: int = 3):
+        self.clock: Clock = clock if clock is not None else FakeClock()
         self.leases_supported = leases
+        self.lease_renewal: Literal["renew", "reacquire"] = lease_renewal
+        self.page_rows = page_rows
         self.tables: dict[str, FakeTable] = {}
         #: lease id -> {"pins": {table_id: {bucket: snapshot_id}}, "holders": {table_id: holder},
         #: "expires": ms, "created": ms}
         self.leases: dict[str, dict] = {}
         self.calls: list[tuple] = []
+        #: (``"scan"`` or ``"log"``, the columns asked for) of every read.
+        self.projections: list[tuple[str, list | None]] = []
+        self.closes = 0
         self._next_id = 100
 
     # -- setup helpers --------------------------------------------------------------------
@@ -80,7 +82,7 @@ class FakeAdmin:
     def calls_of(self, kind):
         return [c for c in self.calls if c[0] == kind]
 
-    def _table(self, name) -> FakeTable:
+    def _table(self, name: str) -> FakeTable:
         name = getattr(name, "name", name)
         if name not in self.tables:
             raise TableNotExist(name)
@@ -89,8 +91,8 @@ class FakeAdmin:
     def _by_id(self, tid) -> FakeTable | None:
         return next((t for t in self.tables.values() if t.info.table_id == tid), None)
 
-    def _now_ms(self):
-        return int(self.clock() * 1000)
+    def _now_ms(self) -> int:
+        return self.clock()
 
     def _expire(self):
         now = self._now_ms()
@@ -101,15 +103,23 @@ class FakeAdmin:
         if not self.leases_supported:
             raise UnsupportedVersion("this fake cluster has no KV snapshot lease API")
 
-    # -- tables and offsets -----------------------------------------------------------------
-    def get_table(self, name):
+    # -- the Cluster interface ----------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        return Capabilities(leases=self.leases_supported, lease_renewal=self.lease_renewal,
+                            snapshot_read="scan_session")
+
+    def close(self) -> None:
+        self.closes += 1      # stays usable: tests share one fake between "connections"
+
+    def get_table(self, name: str) -> TableInfo:
         self.calls.append(("get_table", name))
         return self._table(name).info
 
-    def list_tables(self):
+    def list_tables(self) -> list[str]:
         return sorted(self.tables)
 
-    def list_offsets(self, table, buckets=None, spec="latest", timestamp_ms=None):
+    def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
+                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
         # The same argument checks as the client's Admin.list_offsets, before any lookup.
         if spec not in _OFFSET_SPECS:
             raise ConfigError(f"offset spec must be one of {', '.join(_OFFSET_SPECS)}, "
@@ -126,11 +136,11 @@ class FakeAdmin:
             elif spec == "latest":
                 out[b] = end
             else:  # the first offset committed at or after the timestamp, else the log end
-                first = max(0, timestamp_ms - BASE_TIMESTAMP_MS)
+                first = max(0, (timestamp_ms or 0) - BASE_TIMESTAMP_MS)
                 out[b] = max(min(first, end), t.log_start[b])
         return out
 
-    def latest_kv_snapshots(self, table):
+    def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
         self.calls.append(("latest_kv_snapshots", getattr(table, "name", table)))
         t = self._table(table)
         out = {}
@@ -142,10 +152,8 @@ class FakeAdmin:
         return out
 
     # -- leases -----------------------------------------------------------------------------
-    def supports_leases(self):
-        return self.leases_supported
-
-    def acquire_kv_snapshot_lease(self, lease_id, duration_ms, tables, holder=None):
+    def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
+                                  holder: str | None = None) -> dict[int, dict[int, int]]:
         self._lease_api()
         check_lease_id(lease_id)
         duration_ms = _check_duration(duration_ms)
@@ -166,7 +174,7 @@ class FakeAdmin:
                         f"{other!r}, not {holder!r}; another query uses the same lease id. Fix: "
                         f"use a distinct scan.kv.snapshot.lease.id, or, if the other query is "
                         f"gone, drop the lease (`fluss-spark lease drop {lease_id}`)")
-        unavailable = {}
+        unavailable: dict[int, dict[int, int]] = {}
         for tid, wanted in tables.items():
             t = self._by_id(tid)
             for b, sid in wanted.items():
@@ -186,8 +194,10 @@ class FakeAdmin:
                                  "expires": now + duration_ms}
         return unavailable
 
-    def renew_kv_snapshot_lease(self, lease_id, duration_ms):
+    def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
         self._lease_api()
+        if self.lease_renewal != "renew":
+            raise UnsupportedVersion("this fake cluster renews a lease by acquiring it again")
         check_lease_id(lease_id)
         duration_ms = _check_duration(duration_ms)
         self.calls.append(("renew", lease_id))
@@ -197,7 +207,7 @@ class FakeAdmin:
         self.leases[lease_id]["expires"] = self._now_ms() + duration_ms
         return self.leases[lease_id]["expires"]
 
-    def release_kv_snapshot_lease(self, lease_id, tables):
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
         self._lease_api()
         check_lease_id(lease_id)
         self.calls.append(("release", lease_id, {t: list(b) for t, b in tables.items()}))
@@ -218,18 +228,18 @@ class FakeAdmin:
             del self.leases[lease_id]
         return remaining
 
-    def drop_kv_snapshot_lease(self, lease_id):
+    def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
         self._lease_api()
         check_lease_id(lease_id)
         self.calls.append(("drop", lease_id))
         return self.leases.pop(lease_id, None) is not None
 
-    def list_kv_snapshot_leases(self):
+    def list_kv_snapshot_leases(self) -> list[LeaseInfo]:
         self._lease_api()
         self._expire()
         return [self._info(lid) for lid in sorted(self.leases)]
 
-    def describe_kv_snapshot_lease(self, lease_id):
+    def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:
         self._lease_api()
         check_lease_id(lease_id)
         self._expire()
@@ -243,6 +253,43 @@ class FakeAdmin:
         return LeaseInfo(lease_id, v["expires"], v["created"], tables,
                          sum(len(p) for p in tables.values()),
                          {t: h for t, h in v["holders"].items() if t in tables})
+
+
+    # -- reads ------------------------------------------------------------------------------
+    def read_log(self, table: str, bucket: int, start: int, end: int,
+                 projection: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        t = self._table(table)
+        self.projections.append(("log", projection))
+        schema = t.info.changelog_schema(projection)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            if start < t.log_start[bucket]:
+                raise LogOffsetOutOfRange(f"offset {start} of {table} bucket {bucket} is below "
+                                          f"the log start {t.log_start[bucket]}")
+            recs = t.log[bucket][start:end]
+            rows = [dict(row, _change_type=ct, _log_offset=start + i,
+                         _commit_timestamp=BASE_TIMESTAMP_MS + start + i)
+                    for i, (ct, row) in enumerate(recs)]
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+        return batches()
+
+    def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
+                      limit: int | None = None, projection: list[str] | None = None,
+                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+        t = self._table(table)
+
+        def batches() -> Generator[pa.RecordBatch, None, None]:
+            if snapshot_id not in t.snapshots[bucket]:
+                raise KvSnapshotNotExist(f"snapshot {snapshot_id} of {table} bucket {bucket}")
+            self.projections.append(("scan", projection))
+            schema = (t.info.schema if projection is None
+                      else pa.schema([t.info.schema.field(c) for c in projection]))
+            rows = t.snapshots[bucket][snapshot_id][0]
+            rows = rows[start_row: None if limit is None else start_row + limit]
+            for i in range(0, len(rows), self.page_rows):
+                yield pa.RecordBatch.from_pylist(rows[i:i + self.page_rows], schema=schema)
+        return batches()
 
 
 def _check_duration(duration_ms) -> int:
@@ -259,3 +306,7 @@ def _check_holder(holder) -> None:
         check_lease_id(holder)
     except InvalidLeaseId:
         raise InvalidRequest(f"invalid lease holder {holder!r}") from None
+
+
+#: The type checker holds this implementation to the interface: mypy names any method that differs.
+_IMPLEMENTS_CLUSTER: type[Cluster] = FakeCluster

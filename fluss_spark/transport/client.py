@@ -1,4 +1,4 @@
-"""One TCP connection to one server: send a request, wait for its response (framing only)."""
+"""One TCP connection to one server: send a typed request, wait for its typed response."""
 
 from __future__ import annotations
 
@@ -7,9 +7,16 @@ import select
 import socket
 import threading
 
-from fluss_spark.errors import NetworkError, UnsupportedVersion
+from typing import Any, TypeVar
+
+from fluss_spark.errors import ConfigError, NetworkError, UnsupportedVersion
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
+from fluss_spark.protocol.messages import (ApiVersionsRequest, AuthenticateRequest, Message,
+                                           Request)
+from fluss_spark.transport.frames import recv_exact
+
+R = TypeVar("R", bound=Message)
 
 
 class RpcConnection:
@@ -36,10 +43,20 @@ class RpcConnection:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def call(self, api_key: ApiKey, body: dict | None = None, *, timeout_s: float | None = None) -> dict:
-        """Send one request and return its response body, raising the typed error on failure."""
+    def call(self, request: Request[R], *, timeout_s: float | None = None) -> R:
+        """Send one request and return its typed response, raising the typed error on failure."""
+        body = self._exchange(request.API_KEY, request.to_wire(), timeout_s)
+        return request.decode_response(body)
+
+    def call_raw(self, api_key: ApiKey | int, body: Any = None, *,
+                 timeout_s: float | None = None) -> dict:
+        """Send any body under ``api_key`` and return the response body as decoded msgpack
+        (tools and tests that speak the wire directly, malformed requests included)."""
+        return self._exchange(api_key, {} if body is None else body, timeout_s)
+
+    def _exchange(self, api_key: ApiKey | int, body: Any, timeout_s: float | None) -> dict:
         cid = next(self._ids)
-        frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body or {}))
+        frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body))
         with self._lock:
             try:
                 sock = self._connect()
@@ -49,7 +66,7 @@ class RpcConnection:
                 payload = _recv_or_eof(sock, framing.decode_length(header))
             except (OSError, EOFError) as e:
                 self._close_locked()
-                raise NetworkError(f"request {api_key.name} to {self.address} failed: "
+                raise NetworkError(f"request {_api_name(api_key)} to {self.address} failed: "
                                    f"{type(e).__name__}: {e}") from None
         resp = codec.decode_response(payload)
         if resp.correlation_id != cid:
@@ -61,7 +78,7 @@ class RpcConnection:
     def supports(self, api_key: ApiKey) -> bool:
         """Whether the server offers ``api_key`` (asked once per connection object)."""
         if self._api_keys is None:
-            self._api_keys = frozenset(self.call(ApiKey.API_VERSIONS)["api_keys"])
+            self._api_keys = frozenset(self.call(ApiVersionsRequest()).api_keys)
         return int(api_key) in self._api_keys
 
     def require(self, api_key: ApiKey, what: str) -> None:
@@ -91,12 +108,13 @@ class RpcConnection:
         return self._sock
 
     def _authenticate(self, sock: socket.socket) -> None:
+        assert self._credentials is not None
         user, password = self._credentials
         token = b"\0" + user.encode() + b"\0" + password.encode()     # SASL PLAIN (RFC 4616)
-        cid = next(self._ids)
+        request = AuthenticateRequest(mechanism="PLAIN", token=token)
         sock.settimeout(self.timeout_s)
         sock.sendall(framing.encode_frame(codec.encode_request(
-            ApiKey.AUTHENTICATE, CURRENT_VERSION, cid, {"mechanism": "PLAIN", "token": token})))
+            request.API_KEY, CURRENT_VERSION, next(self._ids), request.to_wire())))
         header = _recv_or_eof(sock, framing.HEADER.size)
         codec.decode_response(_recv_or_eof(sock, framing.decode_length(header))).raise_for_error()
 
@@ -107,7 +125,6 @@ class RpcConnection:
             except OSError:
                 pass
             self._sock = None
-
 
 
 def _still_open(sock: socket.socket) -> bool:
@@ -121,7 +138,7 @@ def _still_open(sock: socket.socket) -> bool:
 
 
 def _recv_or_eof(sock: socket.socket, n: int) -> bytearray:
-    data = framing.recv_exact(sock, n)
+    data = recv_exact(sock, n)
     if data is None:
         raise EOFError("connection closed by the server")
     return data
@@ -129,8 +146,14 @@ def _recv_or_eof(sock: socket.socket, n: int) -> bytearray:
 
 def parse_address(address: str) -> tuple[str, int]:
     """``host:port`` -> (host, port), with a clear error."""
-    from fluss_spark.errors import ConfigError
     host, sep, port = address.strip().rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ConfigError(f"bad server address {address!r}: expected host:port")
     return host.strip("[]"), int(port)
+
+
+def _api_name(key: int) -> str:
+    try:
+        return ApiKey(key).name
+    except ValueError:
+        return f"api {key}"

@@ -1,0 +1,130 @@
+"""The cluster interface the Spark connector and the tiering job depend on, and nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Literal, Mapping, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.protocol.changelog import (APPEND, CHANGE_TYPE, CHANGELOG_FIELDS,
+                                            COMMIT_TIMESTAMP, DELETE, INSERT, LOG_OFFSET,
+                                            RETRACTIONS, UPDATE_AFTER, UPDATE_BEFORE)
+
+#: Target size of one batch of a snapshot read, unless the caller asks for another.
+DEFAULT_SNAPSHOT_BATCH_BYTES = 4 << 20
+
+#: ``{table_id: {bucket: snapshot_id}}``: the snapshots a lease pins.
+Pins = Mapping[int, Mapping[int, int]]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a cluster offers beyond reading tables, so callers pick a path without probing."""
+
+    #: KV snapshot leases exist at all; without them a snapshot read runs unprotected.
+    leases: bool
+    #: How a lease is kept alive: ``renew`` (a call of its own) or ``reacquire`` (acquiring the
+    #: same pins again, which extends the lease; Apache Fluss 0.9.1 has no renew call).
+    lease_renewal: Literal["renew", "reacquire"] = "renew"
+    #: How a snapshot is read: server-side ``scan_session`` paging, or the snapshot's ``files``.
+    snapshot_read: Literal["scan_session", "files"] = "scan_session"
+
+
+@runtime_checkable
+class RecordBatchStream(Protocol):
+    """Record batches of one read; ``close()`` ends it early and frees what the server holds."""
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]: ...
+
+    def __next__(self) -> pa.RecordBatch: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """Tables, offsets, KV snapshots, snapshot leases and Arrow reads of one Fluss cluster.
+
+    Errors are the ``fluss_spark.errors`` classes (``TableNotExist``, ``LeaseNotFound``,
+    ``LeaseHeldByOther``, ``KvSnapshotNotExist``, ``LogOffsetOutOfRange``, ...); callers decide
+    on a retry by the error's ``retriable`` attribute. Tables are named ``db.table``.
+    """
+
+    def capabilities(self) -> Capabilities:
+        """What this cluster offers (leases, how leases are renewed, how snapshots are read)."""
+        ...
+
+    # -- tables and offsets -----------------------------------------------------------------------
+    def list_tables(self) -> list[str]:
+        """Every table's name, sorted."""
+        ...
+
+    def get_table(self, name: str) -> TableInfo:
+        """Fresh metadata of ``name``; ``TableNotExist`` when there is none."""
+        ...
+
+    def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
+                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
+        """Changelog offset per bucket: ``earliest`` retained, ``latest`` (the high watermark),
+        or ``timestamp``: the first offset committed at or after ``timestamp_ms``. A bad
+        ``spec`` (or ``timestamp`` without ``timestamp_ms``) is a ``ConfigError``."""
+        ...
+
+    def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
+        """The newest KV snapshot of every bucket that has one."""
+        ...
+
+    # -- KV snapshot leases (only when ``capabilities().leases``) ----------------------------------
+    def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
+                                  holder: str | None = None) -> dict[int, dict[int, int]]:
+        """Pin ``tables`` under the lease (creating it, extending it to now + ``duration_ms``);
+        returns the pins not granted because the snapshot is not registered (any more).
+        A table pinned under this lease for another ``holder`` raises ``LeaseHeldByOther`` and
+        changes nothing."""
+        ...
+
+    def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
+        """Extend the lease to now + ``duration_ms`` (its new expiry, epoch ms); only when
+        ``capabilities().lease_renewal == "renew"``. ``LeaseNotFound`` when it is gone."""
+        ...
+
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
+        """Unpin buckets ``{table_id: [bucket]}``; returns the pins the lease still holds. The
+        lease goes with its last pin; an unknown lease releases nothing."""
+        ...
+
+    def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
+        """Remove the lease and its pins; False when there was no such lease."""
+        ...
+
+    def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:
+        """The lease's expiry, pins and holders; ``LeaseNotFound`` when it is gone."""
+        ...
+
+    # -- reads ------------------------------------------------------------------------------------
+    def read_log(self, table: str, bucket: int, start: int, end: int,
+                 projection: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """Exactly the changelog records of offsets ``[start, end)``: the (projected) table
+        columns then ``_change_type``, ``_log_offset``, ``_commit_timestamp``.
+        ``LogOffsetOutOfRange`` when ``start`` is below the retained log start."""
+        ...
+
+    def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
+                      limit: int | None = None, projection: list[str] | None = None,
+                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+        """Rows ``[start_row, start_row + limit)`` of a KV snapshot in key order, the
+        (projected) table columns only. ``KvSnapshotNotExist`` (while iterating) when the
+        snapshot is gone. Close the stream when stopping early."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the object is not used afterwards."""
+        ...
+
+
+__all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
+           "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
+           "LeaseInfo", "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "TableInfo",
+           "UPDATE_AFTER", "UPDATE_BEFORE"]

@@ -1,0 +1,103 @@
+"""``FlussCluster``: the ``Cluster`` interface over this project's coordinator and tablet servers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable, Iterator, Mapping
+
+import pyarrow as pa
+
+from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster, Pins,
+                                        RecordBatchStream)
+from fluss_spark.client.connection import FlussConnection
+from fluss_spark.errors import UnsupportedVersion
+from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+
+
+class FlussCluster:
+    """A ``Cluster`` that delegates to a ``FlussConnection`` (its admin, KV and log scanners)."""
+
+    def __init__(self, conn: FlussConnection):
+        self.conn = conn
+        self._capabilities: Capabilities | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def connect(cls, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
+                username: str | None = None, password: str | None = None) -> "FlussCluster":
+        return cls(FlussConnection(bootstrap_servers, request_timeout_s=request_timeout_s,
+                                   username=username, password=password))
+
+    def capabilities(self) -> Capabilities:
+        # Asked once: the coordinator's API set does not change under a running connection.
+        with self._lock:
+            if self._capabilities is None:
+                try:
+                    leases = bool(self.conn.admin().supports_leases())
+                except UnsupportedVersion:
+                    leases = False
+                self._capabilities = Capabilities(leases=leases, lease_renewal="renew",
+                                                  snapshot_read="scan_session")
+            return self._capabilities
+
+    # -- tables and offsets -----------------------------------------------------------------------
+    def list_tables(self) -> list[str]:
+        return self.conn.admin().list_tables()
+
+    def get_table(self, name: str) -> TableInfo:
+        return self.conn.admin().get_table(name)
+
+    def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
+                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
+        return self.conn.admin().list_offsets(table, buckets=buckets, spec=spec,
+                                              timestamp_ms=timestamp_ms)
+
+    def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
+        return self.conn.admin().latest_kv_snapshots(table)
+
+    # -- leases -----------------------------------------------------------------------------------
+    def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
+                                  holder: str | None = None) -> dict[int, dict[int, int]]:
+        return self.conn.admin().acquire_kv_snapshot_lease(lease_id, duration_ms, tables,
+                                                           holder=holder)
+
+    def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
+        return self.conn.admin().renew_kv_snapshot_lease(lease_id, duration_ms)
+
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
+        return self.conn.admin().release_kv_snapshot_lease(lease_id, tables)
+
+    def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
+        return self.conn.admin().drop_kv_snapshot_lease(lease_id)
+
+    def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:
+        return self.conn.admin().describe_kv_snapshot_lease(lease_id)
+
+    # -- reads ------------------------------------------------------------------------------------
+    def read_log(self, table: str, bucket: int, start: int, end: int,
+                 projection: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        return self.conn.log_scanner(table, projection).read(bucket, start, end)
+
+    def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
+                      limit: int | None = None, projection: list[str] | None = None,
+                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+        return self.conn.kv_scanner(table).scan(bucket, snapshot_id=snapshot_id,
+                                                start_row=start_row, limit=limit,
+                                                projection=projection,
+                                                batch_size_bytes=batch_size_bytes)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "FlussCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+#: The type checker holds this implementation to the interface: mypy names any method that differs.
+_IMPLEMENTS_CLUSTER: type[Cluster] = FlussCluster
+
+
+__all__ = ["FlussCluster"]

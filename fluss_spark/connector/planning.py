@@ -1,0 +1,178 @@
+"""Offset planning: where a query starts, and how far each micro-batch goes under the read limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              ReadMinRows)
+
+from fluss_spark.client.cluster import Cluster, TableInfo
+from fluss_spark.clock import Clock, monotonic_ms
+from fluss_spark.connector.offsets import QueryIdentity, SnapshotPos, SourceOffset, TablePos
+from fluss_spark.connector.options import SourceOptions
+
+BucketKey = tuple[int, int]  # (table id, bucket)
+
+
+def spread(pending: dict[BucketKey, int], budget: int) -> dict[BucketKey, int]:
+    """Share ``budget`` fairly over buckets (water-filling: small backlogs are served whole, the
+    rest split evenly); deterministic, and at least one unit goes out while any is pending."""
+    alloc = {k: 0 for k in pending}
+    items = sorted(((p, k) for k, p in pending.items() if p > 0))
+    remaining = max(0, budget)
+    for i, (p, k) in enumerate(items):
+        give = min(p, remaining // (len(items) - i))
+        alloc[k] = give
+        remaining -= give
+    for p, k in sorted(items, key=lambda pk: pk[1]):  # rounding leftovers, in bucket order
+        if remaining <= 0:
+            break
+        if alloc[k] < p:
+            alloc[k] += 1
+            remaining -= 1
+    return alloc
+
+
+@dataclass(frozen=True)
+class Step:
+    """The next end offset; ``reads`` is False when it reads nothing (only replacements moved)."""
+
+    end: SourceOffset
+    reads: bool
+
+
+class OffsetPlanner:
+    """Plans offsets of one query run from the cluster's snapshots and changelog offsets.
+
+    Snapshot rows and changelog records are one measure ("offsets"): a bucket reads its snapshot
+    rows first, then (once the snapshot was fully read in an earlier batch) its changelog.
+    """
+
+    def __init__(self, options: SourceOptions, cluster: Callable[[], Cluster], *,
+                 clock: Clock = monotonic_ms):
+        self.options = options
+        self._cluster = cluster
+        self.clock = clock
+        self._last_batch_ms = clock()
+        self._available_now_target: dict[BucketKey, int] | None = None
+        #: Everything available after the last planned start (``reportLatestOffset``).
+        self.latest_available: SourceOffset | None = None
+
+    def offsets(self, table: str, spec: str, timestamp_ms: int | None = None) -> dict[int, int]:
+        if spec == "timestamp":
+            return self._cluster().list_offsets(table, spec="timestamp", timestamp_ms=timestamp_ms)
+        return self._cluster().list_offsets(table, spec=spec)
+
+    # -- where a query starts -----------------------------------------------------------------
+    def initial(self, infos: Iterable[TableInfo], lease_id: str,
+                identity: QueryIdentity) -> SourceOffset:
+        """``full`` mode: PK tables at their latest KV snapshots (buckets without one at their
+        earliest changelog offset), log tables at the earliest offset; the other modes: the
+        changelog only, from that point."""
+        opts = self.options
+        tables: dict[int, TablePos] = {}
+        for info in infos:
+            name = info.name
+            if opts.startup_mode == "full" and info.has_primary_key:
+                snaps = self._cluster().latest_kv_snapshots(name)
+                earliest = self.offsets(name, "earliest")
+                snapshot = {b: SnapshotPos(s.snapshot_id, s.row_count, 0, s.log_offset)
+                            for b, s in sorted(snaps.items())}
+                logs = {b: (snapshot[b].log_offset if b in snapshot else earliest.get(b, 0))
+                        for b in range(info.num_buckets)}
+                tables[info.table_id] = TablePos(name, snapshot, logs)
+            else:
+                spec = {"full": "earliest"}.get(opts.startup_mode, opts.startup_mode)
+                logs = self.offsets(name, spec, opts.startup_timestamp_ms)
+                tables[info.table_id] = TablePos(name, {}, {b: logs.get(b, 0)
+                                                            for b in range(info.num_buckets)})
+        return SourceOffset(lease_id, tables, identity)
+
+    # -- read limits --------------------------------------------------------------------------
+    def default_read_limit(self) -> ReadLimit:
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepare_for_available_now(self, infos: Iterable[TableInfo]) -> None:
+        """Fix the target: the changelog ends as of now (snapshots are bounded anyway)."""
+        target = {}
+        for info in infos:
+            for b, off in self._cluster().list_offsets(info.name, spec="latest").items():
+                target[(info.table_id, b)] = off
+        self._available_now_target = target
+
+    # -- micro-batches ------------------------------------------------------------------------
+    def next_end(self, start: SourceOffset, limit: ReadLimit | None,
+                 identity: QueryIdentity | None) -> Step | None:
+        """The end of the next micro-batch from ``start``; None to wait (``minOffsetsPerTrigger``
+        not reached within ``maxTriggerDelay``)."""
+        pending, latest_log = self.pending(start)
+        self.latest_available = self.advance(start, pending, latest_log, identity)
+
+        limit = limit if limit is not None else self.default_read_limit()
+        budget = None
+        if isinstance(limit, ReadMaxRows):
+            budget = limit.max_rows
+        elif isinstance(limit, ReadMinRows):
+            total = sum(pending.values())
+            waited = self.clock() - self._last_batch_ms
+            # Under AvailableNow no more data is coming: waiting for a minimum would only stall.
+            if (total < limit.min_rows and waited < self.options.max_trigger_delay_ms
+                    and self._available_now_target is None):
+                return None
+            budget = self.options.max_offsets_per_trigger
+        alloc = pending if budget is None else spread(pending, budget)
+        if not any(alloc.values()):
+            return Step(self.advance(start, {}, {}, identity), reads=False)
+        self._last_batch_ms = self.clock()
+        return Step(self.advance(start, alloc, latest_log, identity), reads=True)
+
+    def pending(self, start: SourceOffset) -> tuple[dict[BucketKey, int], dict[BucketKey, int]]:
+        """Units available per bucket: unread snapshot rows, or (once the snapshot was fully
+        read in an earlier batch) changelog records up to the latest offset."""
+        pending: dict[BucketKey, int] = {}
+        latest_log: dict[BucketKey, int] = {}
+        for tid, t in start.tables.items():
+            in_snapshot = {b for b, s in t.snapshot.items() if not s.complete}
+            for b, s in t.snapshot.items():
+                if not s.complete:
+                    pending[(tid, b)] = s.remaining
+            log_buckets = [b for b in t.log if b not in in_snapshot]
+            if not log_buckets:
+                continue
+            latest = self._cluster().list_offsets(t.name, spec="latest")
+            for b in log_buckets:
+                end = latest.get(b, t.log[b])
+                if self._available_now_target is not None:
+                    end = min(end, self._available_now_target.get((tid, b), end))
+                latest_log[(tid, b)] = end
+                pending[(tid, b)] = max(0, end - t.log[b])
+        return pending, latest_log
+
+    @staticmethod
+    def advance(start: SourceOffset, alloc: dict[BucketKey, int],
+                latest_log: dict[BucketKey, int], identity: QueryIdentity | None) -> SourceOffset:
+        """``start`` moved by ``alloc`` units per bucket (changelog buckets up to
+        ``latest_log``); an offset without an identity gets ``identity``."""
+        tables = {}
+        for tid, t in start.tables.items():
+            snapshot, logs = dict(t.snapshot), dict(t.log)
+            for b, s in t.snapshot.items():
+                n = alloc.get((tid, b), 0) if not s.complete else 0
+                if n:
+                    snapshot[b] = SnapshotPos(s.snapshot_id, s.row_count, s.next_row + n,
+                                              s.log_offset)
+            for b in t.log:
+                if (tid, b) in latest_log:
+                    logs[b] = t.log[b] + min(alloc.get((tid, b), 0),
+                                             latest_log[(tid, b)] - t.log[b])
+            tables[tid] = TablePos(t.name, snapshot, logs)
+        return SourceOffset(start.lease_id, tables, start.query or identity)
+
+
+__all__ = ["BucketKey", "OffsetPlanner", "Step", "spread"]

@@ -1,0 +1,60 @@
+"""The wire contract as code: one frozen dataclass per request and response, grouped by area.
+
+Each request knows its API key, version and response type; every message encodes itself
+(``to_wire``) and decodes with checks of every field (``decode``). ``REQUESTS`` maps an API key
+to the type a server decodes its requests with.
+"""
+
+from __future__ import annotations
+
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.messages.base import Empty, Message, Request
+from fluss_spark.protocol.messages.leases import (AcquireLeaseRequest, AcquireLeaseResponse,
+                                                  DescribeLeaseRequest, DropLeaseRequest,
+                                                  DropLeaseResponse, LeaseInfo, ListLeasesRequest,
+                                                  ListLeasesResponse, ReleaseLeaseRequest,
+                                                  ReleaseLeaseResponse, RenewLeaseRequest,
+                                                  RenewLeaseResponse)
+from fluss_spark.protocol.messages.log import (FetchLogRequest, FetchLogResponse,
+                                               ListOffsetsRequest, ListOffsetsResponse,
+                                               ProduceRequest, ProduceResponse)
+from fluss_spark.protocol.messages.meta import (ApiVersionsRequest, ApiVersionsResponse,
+                                                AuthenticateRequest, AuthenticateResponse,
+                                                GetMetadataRequest, GetMetadataResponse,
+                                                ServerAddress, TableInfo, TabletAddress)
+from fluss_spark.protocol.messages.scan import (CloseScan, ContinueScan, ListScannersRequest,
+                                                ListScannersResponse, OpenScan, ScanKvRequest,
+                                                ScanKvResponse, ScannerInfo)
+from fluss_spark.protocol.messages.snapshots import (CommitKvSnapshotRequest,
+                                                     ListKvSnapshotsRequest,
+                                                     ListKvSnapshotsResponse, SnapshotInfo,
+                                                     TriggerKvSnapshotRequest,
+                                                     TriggerKvSnapshotResponse)
+from fluss_spark.protocol.messages.tables import (CreateTableRequest, CreateTableResponse,
+                                                  DropTableRequest, GetMetricsRequest,
+                                                  GetMetricsResponse, ListTablesRequest,
+                                                  ListTablesResponse)
+
+#: The request type of every API key (SCAN_KV decodes into an open, a continue or a close).
+REQUESTS: dict[ApiKey, type[Request]] = {cls.API_KEY: cls for cls in (
+    ApiVersionsRequest, AuthenticateRequest, GetMetadataRequest, CreateTableRequest,
+    DropTableRequest, ListTablesRequest, CommitKvSnapshotRequest, ListKvSnapshotsRequest,
+    AcquireLeaseRequest, RenewLeaseRequest, ReleaseLeaseRequest, DropLeaseRequest,
+    ListLeasesRequest, DescribeLeaseRequest, GetMetricsRequest, ProduceRequest,
+    ListOffsetsRequest, FetchLogRequest, TriggerKvSnapshotRequest, ScanKvRequest,
+    ListScannersRequest)}
+
+__all__ = ["AcquireLeaseRequest", "AcquireLeaseResponse", "ApiVersionsRequest",
+           "ApiVersionsResponse", "AuthenticateRequest", "AuthenticateResponse", "CloseScan",
+           "CommitKvSnapshotRequest", "ContinueScan", "CreateTableRequest", "CreateTableResponse",
+           "DescribeLeaseRequest", "DropLeaseRequest", "DropLeaseResponse", "DropTableRequest",
+           "Empty", "FetchLogRequest", "FetchLogResponse", "GetMetadataRequest",
+           "GetMetadataResponse", "GetMetricsRequest", "GetMetricsResponse", "LeaseInfo",
+           "ListKvSnapshotsRequest", "ListKvSnapshotsResponse", "ListLeasesRequest",
+           "ListLeasesResponse", "ListOffsetsRequest", "ListOffsetsResponse",
+           "ListScannersRequest", "ListScannersResponse", "ListTablesRequest",
+           "ListTablesResponse", "Message", "OpenScan", "ProduceRequest", "ProduceResponse",
+           "ReleaseLeaseRequest", "ReleaseLeaseResponse", "RenewLeaseRequest",
+           "RenewLeaseResponse", "Request", "ScanKvRequest", "ScanKvResponse", "ScannerInfo",
+           "ServerAddress", "SnapshotInfo", "TableInfo", "TabletAddress",
+           "TriggerKvSnapshotRequest", "TriggerKvSnapshotResponse", "REQUESTS"]

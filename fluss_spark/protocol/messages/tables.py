@@ -1,0 +1,62 @@
+"""Coordinator messages about tables, and its metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.messages.base import (Bool, Bytes, Empty, Int, ListOf, MapOf, Message,
+                                                Raw, Request, Str, wire)
+from fluss_spark.protocol.messages.meta import COLUMN, MAX_COLUMNS
+
+@dataclass(frozen=True)
+class CreateTableResponse(Message):
+    table_id: int = wire(Int())
+
+
+@dataclass(frozen=True)
+class CreateTableRequest(Request[CreateTableResponse]):
+    """``schema``: an Arrow IPC schema message (the coordinator checks it and the keys)."""
+
+    API_KEY = ApiKey.CREATE_TABLE
+    RESPONSE = CreateTableResponse
+    name: str = wire(Str(max_len=1024))
+    schema: bytes = wire(Bytes())
+    primary_key: tuple[str, ...] = wire(ListOf(COLUMN, max_len=MAX_COLUMNS), ())
+    bucket_key: tuple[str, ...] = wire(ListOf(COLUMN, max_len=MAX_COLUMNS), ())
+    num_buckets: int = wire(Int(None, None), 1)
+    properties: dict = wire(MapOf(Str(), Str()), default_factory=dict)
+    ignore_if_exists: bool = wire(Bool(), False)
+
+
+@dataclass(frozen=True)
+class DropTableRequest(Request[Empty]):
+    API_KEY = ApiKey.DROP_TABLE
+    RESPONSE = Empty
+    name: str = wire(Str(max_len=1024))
+    ignore_if_not_exists: bool = wire(Bool(), False)
+
+
+@dataclass(frozen=True)
+class ListTablesResponse(Message):
+    tables: tuple[str, ...] = wire(ListOf(Str()), ())
+
+
+@dataclass(frozen=True)
+class ListTablesRequest(Request[ListTablesResponse]):
+    API_KEY = ApiKey.LIST_TABLES
+    RESPONSE = ListTablesResponse
+
+
+@dataclass(frozen=True)
+class GetMetricsResponse(Message):
+    """``metrics``: {name: number}; ``tables``: {table name: {name: number}}."""
+
+    metrics: dict = wire(MapOf(Str(), Raw()), default_factory=dict)
+    tables: dict = wire(MapOf(Str(), Raw()), default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GetMetricsRequest(Request[GetMetricsResponse]):
+    API_KEY = ApiKey.GET_METRICS
+    RESPONSE = GetMetricsResponse

@@ -1,0 +1,52 @@
+"""The tiering job's lease upkeep: unpin tables whose snapshot phase is in the lake and done.
+
+The source releases a table's pins when it commits a batch after the snapshot phase, which Spark
+does only when a NEXT batch runs (docs/spark_source.md, "How the source meets Spark"). The job
+therefore also releases, itself, the pins of every table whose snapshot phase is committed in the
+lake and marked done by Spark, so no lease outlives the snapshot phases even on a quiet table.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable, Container, Mapping
+
+from fluss_spark.client.cluster import Cluster, TableInfo
+from fluss_spark.errors import FlussError, LeaseNotFound
+from fluss_spark.tiering.lake import LakeTable, table_dir
+
+log = logging.getLogger(__name__)
+
+
+def release_finished_snapshots(cluster: Cluster, lease_id: str, lake_root: Path,
+                               tables: Mapping[str, TableInfo], failed: Container[str],
+                               finished_batch: Callable[[str], int]) -> list[str]:
+    """Unpin every table of ``tables`` whose snapshot phase is committed in its lake copy and
+    whose query finished that batch (``finished_batch(name)``, -1 for none); a table in
+    ``failed`` keeps its pins for a restart. Returns the tables released."""
+    try:
+        lease = cluster.describe_kv_snapshot_lease(lease_id)
+    except LeaseNotFound:
+        return []
+    except FlussError as e:
+        log.warning("cannot describe lease %s: %s", lease_id, e)
+        return []
+    released = []
+    for name, info in tables.items():
+        pins = lease.tables.get(info.table_id)
+        if not pins or name in failed:
+            continue  # a failed query's pins go with the lease's expiry or a restart
+        m = LakeTable(table_dir(lake_root, name)).manifest()
+        if (m.commit is not None and m.snapshot_complete and m.fluss_offsets.get("snapshot")
+                and finished_batch(name) >= m.commit.batch_id):
+            try:
+                cluster.release_kv_snapshot_lease(lease_id, {info.table_id: sorted(pins)})
+            except LeaseNotFound:
+                pass
+            released.append(name)
+            log.info("released table %s from lease %s after its snapshot phase", name, lease_id)
+    return released
+
+
+__all__ = ["release_finished_snapshots"]

@@ -1,0 +1,169 @@
+"""One table's tiering query: a checkpointed ``format("fluss")`` stream whose sink commits rounds.
+
+Exactly-once: a round is committed under ``(query id, batch id)``; Spark replays the batch it had
+not marked done after a crash, and the lake skips a batch it already has, without reading it.
+The query id comes from the checkpoint (``<lake>/_tiering/checkpoints/<table>``), so it survives
+restarts. The Fluss offsets a round ends at are read from the checkpoint's offset log (through the
+source's versioned offset decoder) and stored in the manifest: the lake copy after the round
+equals the table at those offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET, TableInfo
+from fluss_spark.connector.offsets import OffsetError, SourceOffset, decode
+from fluss_spark.connector.startup import await_sources
+from fluss_spark.tiering.config import TieringConfig, TieringError
+from fluss_spark.tiering.lake import LakeTable
+
+log = logging.getLogger(__name__)
+
+#: Fault injection for tests: sleep this long inside a round, having first created the marker
+#: file (so a test can kill -9 there): after the rows are read and before the lake commit
+#: (point ``before-commit``, the default) or after the lake commit, before Spark records the batch
+#: as done (``after-commit``: the restarted query replays a round the lake already has).
+PAUSE_ENV, MARKER_ENV = "FLUSS_SPARK_TIER_PAUSE_S", "FLUSS_SPARK_TIER_MARKER"
+PAUSE_POINT_ENV = "FLUSS_SPARK_TIER_PAUSE_POINT"
+
+
+def checkpoint_query_id(checkpoint: Path) -> str:
+    """The streaming query id Spark keeps in ``<checkpoint>/metadata`` (stable over restarts)."""
+    try:
+        return json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        raise TieringError(f"cannot read the query id from {checkpoint}/metadata ({e})") from None
+
+
+def batch_end_offset(checkpoint: Path, batch_id: int) -> SourceOffset:
+    """The fluss source offset batch ``batch_id`` ends at, from the checkpoint's offset log
+    (written by Spark before the batch runs: ``v1``, batch metadata, then one line per source)."""
+    p = checkpoint / "offsets" / str(batch_id)
+    try:
+        lines = [ln for ln in p.read_text().splitlines() if ln.strip()]
+        return decode(lines[-1])
+    except (OSError, OffsetError, IndexError) as e:
+        raise TieringError(f"cannot read the end offset of batch {batch_id} from {p} ({e})"
+                           ) from None
+
+
+def lake_offsets(source_offset: SourceOffset, table: str) -> tuple[dict, bool]:
+    """A table's part of a source offset as stored in the manifest, and whether its snapshot
+    phase is over."""
+    found = source_offset.table_by_name(table)
+    if found is None:
+        raise TieringError(f"the source offset has no entry for table {table!r}")
+    t = found[1]
+    snap = {str(b): [s.snapshot_id, s.row_count, s.next_row] for b, s in t.snapshot.items()}
+    return {"log": {str(b): o for b, o in t.log.items()}, "snapshot": snap}, t.snapshot_complete
+
+
+class TableSink:
+    """The ``foreachBatch`` function of one table's query: one round -> one lake commit."""
+
+    def __init__(self, table: str, lake: LakeTable, checkpoint: Path, columns: list[str],
+                 retain_versions: int = 10, compact_max_files: int = 32,
+                 collect_lock: Any = None):
+        self.table, self.lake, self.checkpoint = table, lake, checkpoint
+        self.columns = columns
+        #: Shared by the sinks of one job (see ``TieringJob.spark_lock``): rounds are collected
+        #: one at a time, never while another query's source is initializing.
+        self.collect_lock = collect_lock or threading.Lock()
+        self.retain_versions, self.compact_max_files = retain_versions, compact_max_files
+        #: (batch id, rows in, seconds reading the round, seconds committing it) per round.
+        self.rounds: list[tuple[int, int, float, float]] = []
+        #: The error a round raised, as raised: Spark hands the job only its text, wrapped.
+        self.failure: BaseException | None = None
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        try:
+            self._round(df, batch_id)
+        except BaseException as e:
+            self.failure = e
+            raise
+
+    def _round(self, df: Any, batch_id: int) -> None:
+        query_id = checkpoint_query_id(self.checkpoint)
+        if self.lake.already_applied(query_id, batch_id):
+            log.info("table %s: batch %d is already in the lake (replayed after a restart); "
+                     "skipped", self.table, batch_id)
+            return
+        offsets, done = lake_offsets(batch_end_offset(self.checkpoint, batch_id), self.table)
+        t0 = time.perf_counter()
+        with self.collect_lock:
+            rows = df.select(*[f"`{c}`" for c in self.columns], CHANGE_TYPE, LOG_OFFSET).toArrow()
+        t1 = time.perf_counter()
+        _maybe_pause("before-commit")
+        m = self.lake.commit_round(rows, query_id=query_id, batch_id=batch_id,
+                                   fluss_offsets=offsets, snapshot_complete=done)
+        _maybe_pause("after-commit")
+        if m is not None:
+            self.rounds.append((batch_id, rows.num_rows, t1 - t0, time.perf_counter() - t1))
+            log.info("table %s: batch %d -> lake version %d (%d rows in, %d in the lake; read "
+                     "%.2fs, commit %.2fs)", self.table, batch_id, m.table_version, rows.num_rows,
+                     m.rows, t1 - t0, time.perf_counter() - t1)
+        if m is not None and m.table_version % 10 == 0:
+            self.lake.compact(self.compact_max_files)
+            self.lake.vacuum(self.retain_versions)
+
+
+def _maybe_pause(point: str) -> None:
+    pause = os.environ.get(PAUSE_ENV)
+    if not pause or os.environ.get(PAUSE_POINT_ENV, "before-commit") != point:
+        return
+    marker = os.environ.get(MARKER_ENV)
+    if marker:
+        Path(marker).write_text(str(os.getpid()))
+    time.sleep(float(pause))
+
+
+@dataclass
+class TableQuery:
+    """A running tiering query of one table: the Spark query, its sink and the table it reads."""
+
+    info: TableInfo
+    query: Any
+    sink: TableSink
+
+
+def start_table_query(spark: Any, config: TieringConfig, lease_id: str, info: TableInfo,
+                      lake: LakeTable, checkpoint: Path, spark_lock: Any) -> TableQuery:
+    """Create the table's lake copy if new and start its query (``full`` mode, the job's lease),
+    under ``spark_lock`` until its sources exist (docs/spark_source.md, "Several queries in one
+    SparkSession")."""
+    lake.create(table=info.name, table_id=info.table_id, schema=info.schema,
+                primary_key=info.primary_key, bucket_key=info.bucket_key,
+                num_buckets=info.num_buckets)
+    reader = (spark.readStream.format("fluss")
+              .option("bootstrap.servers", config.bootstrap_servers)
+              .option("table", info.name)
+              .option("scan.startup.mode", "full")
+              .option("scan.kv.snapshot.lease.id", lease_id)
+              .option("scan.kv.snapshot.lease.duration", f"{config.lease_duration_ms}ms"))
+    if config.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+    for k, v in config.source_options.items():
+        reader = reader.option(k, str(v))
+    sink = TableSink(info.name, lake, checkpoint, list(info.schema.names), config.retain_versions,
+                     config.compact_max_files, spark_lock)
+    writer = (reader.load().writeStream.queryName(f"tier_{info.name.replace('.', '_')}")
+              .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
+    writer = (writer.trigger(availableNow=True) if config.available_now
+              else writer.trigger(processingTime=config.trigger_interval))
+    with spark_lock:
+        query = writer.start()
+        await_sources(query)
+    log.info("tiering %s (table id %d) into %s", info.name, info.table_id, lake.path)
+    return TableQuery(info, query, sink)
+
+
+__all__ = ["MARKER_ENV", "PAUSE_ENV", "PAUSE_POINT_ENV", "TableQuery", "TableSink",
+           "batch_end_offset", "checkpoint_query_id", "lake_offsets", "start_table_query"]
