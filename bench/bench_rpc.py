@@ -19,36 +19,59 @@ import time
 
 SERVER = r"""
 import socket, sys, threading, time
+from dataclasses import dataclass
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.messages.base import Bytes, Int, Message, Request, wire
+from fluss_spark.transport.frames import recv_exact
 
-def upload(body):
-    return {"n": len(body.get("data", b""))}
+@dataclass(frozen=True)
+class Uploaded(Message):
+    n: int = wire(Int())
 
-def download(body):
-    return {"data": b"x" * body["size"]}
+@dataclass(frozen=True)
+class Upload(Request[Uploaded]):
+    API_KEY, RESPONSE = ApiKey.LIST_TABLES, Uploaded
+    data: bytes = wire(Bytes(), b"")
+
+@dataclass(frozen=True)
+class Downloaded(Message):
+    data: bytes = wire(Bytes())
+
+@dataclass(frozen=True)
+class Download(Request[Downloaded]):
+    API_KEY, RESPONSE = ApiKey.GET_METRICS, Downloaded
+    size: int = wire(Int())
+
+def upload(req):
+    return Uploaded(len(req.data))
+
+def download(req):
+    return Downloaded(b"x" * req.size)
 
 if sys.argv[1] == "rpc":
     from fluss_spark.transport.server import RpcServer
     srv = RpcServer("127.0.0.1", 0, role="tablet", server_id=1)
-    srv.register(ApiKey.LIST_TABLES, upload)
-    srv.register(ApiKey.GET_METRICS, download)
+    srv.register(Upload, upload)
+    srv.register(Download, download)
     srv.start()
     port = srv.port
 else:
-    handlers = {int(ApiKey.LIST_TABLES): upload, int(ApiKey.GET_METRICS): download,
-                int(ApiKey.API_VERSIONS): lambda b: {}}
+    # The same typed messages, decoded and answered from the connection's own thread.
+    handlers = {int(ApiKey.LIST_TABLES): (Upload, upload),
+                int(ApiKey.GET_METRICS): (Download, download)}
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
 
     def serve(sock):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         while True:
-            head = framing.recv_exact(sock, 4)
+            head = recv_exact(sock, 4)
             if head is None:
                 return
-            req = codec.decode_request(framing.recv_exact(sock, framing.decode_length(head)))
-            body = handlers[req.api_key](req.body)
+            req = codec.decode_request(recv_exact(sock, framing.decode_length(head)))
+            request_type, handler = handlers[req.api_key]
+            body = handler(request_type.decode(req.body)).to_wire()
             sock.sendall(framing.encode_frame(codec.encode_response(req.correlation_id, body)))
 
     def accept():
