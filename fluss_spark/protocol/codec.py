@@ -11,8 +11,8 @@ from fluss_spark.errors import ApiError, CorruptMessage, from_code
 
 
 @dataclass(frozen=True)
-class Request:
-    """One decoded request."""
+class RequestEnvelope:
+    """One decoded request: its header and its body map (a message in ``protocol/messages``)."""
 
     api_key: int
     api_version: int
@@ -21,7 +21,7 @@ class Request:
 
 
 @dataclass(frozen=True)
-class Response:
+class ResponseEnvelope:
     """One decoded response; ``error_code`` 0 means success."""
 
     correlation_id: int
@@ -90,7 +90,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, body: di
                   "correlation_id": correlation_id, "body": body})
 
 
-def decode_request(data: bytes | bytearray, max_container: int | None = None) -> Request:
+def decode_request(data: bytes | bytearray, max_container: int | None = None) -> RequestEnvelope:
     msg = _unpack_map(data, max_container)
     try:
         api_key, version, cid = msg["api_key"], msg["api_version"], msg["correlation_id"]
@@ -99,7 +99,7 @@ def decode_request(data: bytes | bytearray, max_container: int | None = None) ->
         raise CorruptMessage(f"request is missing the field {e.args[0]!r}") from None
     if not all(isinstance(v, int) for v in (api_key, version, cid)) or not isinstance(body, dict):
         raise CorruptMessage("request header fields must be integers and the body a map")
-    return Request(api_key, version, cid, body)
+    return RequestEnvelope(api_key, version, cid, body)
 
 
 def encode_response(correlation_id: int, body: dict | None = None,
@@ -111,10 +111,10 @@ def encode_response(correlation_id: int, body: dict | None = None,
     return packb(msg)
 
 
-def decode_response(data: bytes | bytearray) -> Response:
+def decode_response(data: bytes | bytearray) -> ResponseEnvelope:
     msg = _unpack_map(data)
     try:
-        return Response(msg["correlation_id"], msg.get("error_code", 0),
+        return ResponseEnvelope(msg["correlation_id"], msg.get("error_code", 0),
                         msg.get("error_message", ""), msg.get("body") or {})
     except KeyError as e:
         raise CorruptMessage(f"response is missing the field {e.args[0]!r}") from None

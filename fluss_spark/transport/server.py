@@ -436,7 +436,7 @@ class RpcServer:
                                      f"{type(e).__name__}: {e}")
             return codec.encode_response(cid, error=err), True
 
-    def _authenticate(self, req: codec.Request, conn: _Connection | None) -> tuple[bytes, bool]:
+    def _authenticate(self, req: codec.RequestEnvelope, conn: _Connection | None) -> tuple[bytes, bool]:
         cid = req.correlation_id
         if not self.security.sasl or conn is None:
             return codec.encode_response(cid, AuthenticateResponse(None).to_wire()), True

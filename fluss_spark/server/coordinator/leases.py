@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import logging
 import threading
 from dataclasses import replace
@@ -224,16 +223,15 @@ class LeaseManager:
                                     "expired")
             return current
 
-    # Below this method, ``list`` in the class body names it, so annotations spell
-    # ``builtins.list``.
-    def list(self) -> list[LeaseRecord]:
+    def live(self) -> list[LeaseRecord]:
+        """Every lease that has not expired."""
         with self.lock:
             now = self._clock()
             return [rec for lease_id, rec in sorted(self._leases.items())
                     if self._live(lease_id, now) is not None]
 
     # -- expiry ------------------------------------------------------------------------------
-    def expire_once(self) -> builtins.list[str]:
+    def expire_once(self) -> list[str]:
         """Remove every expired lease now; returns their ids."""
         with self.lock:
             now = self._clock()
@@ -266,10 +264,10 @@ class LeaseManager:
         self._expiry_thread = None
 
     # -- table drop and GC queries -----------------------------------------------------------
-    def drop_table_pins(self, table_id: int) -> builtins.list[SnapshotKey]:
+    def drop_table_pins(self, table_id: int) -> list[SnapshotKey]:
         """Remove the table's pins from every lease (leases left empty are removed)."""
         with self.lock:
-            gone: builtins.list[SnapshotKey] = []
+            gone: list[SnapshotKey] = []
             for lease_id, rec in list(self._leases.items()):
                 pins = rec.tables.get(table_id)
                 if not pins:
@@ -298,7 +296,7 @@ class LeaseManager:
     def pin_refs(self, table_id: int, bucket: int, snapshot_id: int) -> int:
         return self._refs.get((table_id, bucket, snapshot_id), 0)
 
-    def pinned_by(self, table_id: int, bucket: int, snapshot_id: int) -> builtins.list[str]:
+    def pinned_by(self, table_id: int, bucket: int, snapshot_id: int) -> list[str]:
         with self.lock:
             if not self.is_pinned(table_id, bucket, snapshot_id):
                 return []
@@ -337,7 +335,7 @@ class LeaseManager:
         for key in keys:
             refs[key] = refs.get(key, 0) + 1
 
-    def _remove_refs(self, keys: Iterable[SnapshotKey]) -> builtins.list[SnapshotKey]:
+    def _remove_refs(self, keys: Iterable[SnapshotKey]) -> list[SnapshotKey]:
         """Decrement; returns the keys whose count reached zero."""
         gone = []
         refs = self._refs
@@ -350,7 +348,7 @@ class LeaseManager:
                 gone.append(key)
         return gone
 
-    def _unpinned(self, keys: builtins.list[SnapshotKey]) -> None:
+    def _unpinned(self, keys: list[SnapshotKey]) -> None:
         if keys:
             self._on_unpinned(keys)
 

@@ -279,7 +279,7 @@ class CoordinatorServer:
                                  f"store, {expected!r}")
         if not is_file(expected):
             raise InvalidRequest(f"{what}: no snapshot file at {expected!r}")
-        last = self.snapshots.list(rec.table_id, rec.bucket, latest_only=True)
+        last = self.snapshots.find(rec.table_id, rec.bucket, latest_only=True)
         if last and rec.snapshot_id <= last[0].snapshot_id:
             raise InvalidRequest(f"{what}: snapshot ids must follow the bucket's last one, "
                                  f"{last[0].snapshot_id}")
@@ -288,7 +288,7 @@ class CoordinatorServer:
         with self._lock:
             if self.tables.by_id(req.table_id) is None:
                 raise TableNotExist(f"table id {req.table_id} does not exist")
-            recs = self.snapshots.list(req.table_id, req.bucket, req.latest_only)
+            recs = self.snapshots.find(req.table_id, req.bucket, req.latest_only)
             return m.ListKvSnapshotsResponse(tuple(snapshot_info(r, self.leases.pinned_by(
                 r.table_id, r.bucket, r.snapshot_id)) for r in recs))
 
@@ -336,7 +336,7 @@ class CoordinatorServer:
             return m.DropLeaseResponse(self.leases.drop(req.lease_id))
 
     def _list_leases(self, req: m.ListLeasesRequest) -> m.ListLeasesResponse:
-        return m.ListLeasesResponse(tuple(lease_info(r) for r in self.leases.list()))
+        return m.ListLeasesResponse(tuple(lease_info(r) for r in self.leases.live()))
 
     def _describe_lease(self, req: m.DescribeLeaseRequest) -> m.LeaseInfo:
         return lease_info(self.leases.describe(req.lease_id))

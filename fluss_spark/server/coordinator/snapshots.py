@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import logging
 import threading
 from typing import Callable, Iterable
@@ -80,10 +79,8 @@ class SnapshotRegistry:
         with self.lock:
             return self._snaps.get(table_id, {}).get(bucket, {}).get(snapshot_id)
 
-    # Below this method, ``list`` in the class body names it, so annotations spell
-    # ``builtins.list``.
-    def list(self, table_id: int, bucket: int | None = None,
-             latest_only: bool = False) -> builtins.list[SnapshotRecord]:
+    def find(self, table_id: int, bucket: int | None = None,
+             latest_only: bool = False) -> list[SnapshotRecord]:
         """Snapshots of a table (or one bucket), by bucket then snapshot id."""
         with self.lock:
             buckets = self._snaps.get(table_id, {})
@@ -102,7 +99,7 @@ class SnapshotRegistry:
             return {t: sum(len(s) for s in b.values()) for t, b in self._snaps.items()}
 
     # -- mutations ---------------------------------------------------------------------------
-    def commit(self, rec: SnapshotRecord) -> builtins.list[SnapshotKey]:
+    def commit(self, rec: SnapshotRecord) -> list[SnapshotKey]:
         """Register a snapshot, then apply its bucket's retention; returns what was deleted."""
         if rec.snapshot_id < 0 or rec.bucket < 0:
             raise InvalidRequest(f"snapshot id and bucket must not be negative: {rec}")
@@ -111,7 +108,7 @@ class SnapshotRegistry:
             self._cache(rec)
             return self.apply_retention(rec.table_id, rec.bucket)
 
-    def apply_retention(self, table_id: int, bucket: int) -> builtins.list[SnapshotKey]:
+    def apply_retention(self, table_id: int, bucket: int) -> list[SnapshotKey]:
         """Delete the bucket's unpinned snapshots outside its newest ``num_retained``."""
         with self.lock:
             ids = sorted(self._snaps.get(table_id, {}).get(bucket, {}), reverse=True)
@@ -123,7 +120,7 @@ class SnapshotRegistry:
                         deleted.append((table_id, bucket, snapshot_id))
             return deleted
 
-    def collect(self, keys: Iterable[SnapshotKey]) -> builtins.list[SnapshotKey]:
+    def collect(self, keys: Iterable[SnapshotKey]) -> list[SnapshotKey]:
         """Called when the last pin of each key went: apply retention to their buckets now."""
         with self.lock:
             deleted = []
@@ -131,7 +128,7 @@ class SnapshotRegistry:
                 deleted += self.apply_retention(t, b)
             return deleted
 
-    def gc_all(self) -> builtins.list[SnapshotKey]:
+    def gc_all(self) -> list[SnapshotKey]:
         """Apply retention everywhere; snapshots of tables that no longer exist all go."""
         with self.lock:
             deleted = []

@@ -158,7 +158,7 @@ def make_machine(zk_hosts: str, base_dir):
         @invariant()
         def leases_agree_with_the_model(self):
             live = {r.lease_id: {(t, b): s for t, p in r.tables.items() for b, s in p.items()}
-                    for r in self.h.leases.list()}
+                    for r in self.h.leases.live()}
             assert live == {i: s["pins"] for i, s in self.leases.items()}
 
     return LeaseGcMachine

@@ -117,7 +117,7 @@ def test_expiry_removes_the_lease_and_collects_what_it_alone_pinned(h):
     h.clock.advance(1)
     assert h.leases.expire_once() == ["short"]
     assert not h.alive(1, 0, 1)
-    assert [r.lease_id for r in h.leases.list()] == ["long"]
+    assert [r.lease_id for r in h.leases.live()] == ["long"]
     assert h.store.lease_ids() == ["long"]
 
 
@@ -203,9 +203,9 @@ def test_restart_keeps_every_lease_and_pin(h):
         h.snapshot(2, b, 1)
     h.leases.acquire("a", HOUR, {1: {0: 1, 3: 1}, 2: {1: 1}})
     h.leases.acquire("b", 2 * HOUR, {1: {0: 1}})
-    before = {r.lease_id: (r.tables, r.expires_at_ms, r.created_ms) for r in h.leases.list()}
+    before = {r.lease_id: (r.tables, r.expires_at_ms, r.created_ms) for r in h.leases.live()}
     h.restart()
-    after = {r.lease_id: (r.tables, r.expires_at_ms, r.created_ms) for r in h.leases.list()}
+    after = {r.lease_id: (r.tables, r.expires_at_ms, r.created_ms) for r in h.leases.live()}
     assert after == before
     assert h.leases.pin_refs(1, 0, 1) == 2
     # The pins still protect: two newer snapshots later the pinned one is alive.
@@ -221,7 +221,7 @@ def test_restart_expires_leases_that_ran_out_while_down(h):
     h.snapshot(1, 0, 3)
     h.clock.advance(5000)
     h.restart()
-    assert h.leases.list() == []
+    assert h.leases.live() == []
     assert not h.alive(1, 0, 1)
     assert h.stored_ids(1, 0) == [2, 3]
 
@@ -277,7 +277,7 @@ def test_concurrent_acquire_release_drop_from_several_threads_stay_consistent(h)
                 elif op == 3:
                     h.leases.drop(lease_id)
                 else:
-                    h.leases.list()
+                    h.leases.live()
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -289,13 +289,13 @@ def test_concurrent_acquire_release_drop_from_several_threads_stay_consistent(h)
     assert errors == []
     # Memory, reference counts and ZooKeeper all agree.
     expected_refs = {}
-    for rec in h.leases.list():
+    for rec in h.leases.live():
         for t, pins in rec.tables.items():
             for b, s in pins.items():
                 expected_refs[(t, b, s)] = expected_refs.get((t, b, s), 0) + 1
     assert h.leases._refs == expected_refs
     stored = {r.lease_id: r.tables for r in h.store.load_leases()}
-    assert stored == {r.lease_id: r.tables for r in h.leases.list()}
+    assert stored == {r.lease_id: r.tables for r in h.leases.live()}
 
 
 def test_table_ids_lists_every_pinned_table(h):

@@ -19,12 +19,12 @@ def test_list_and_latest_only(h):
     for b in range(2):
         for s in (1, 2):
             h.snapshot(1, b, s)
-    assert [(r.bucket, r.snapshot_id) for r in h.registry.list(1)] == [(0, 1), (0, 2), (1, 1),
+    assert [(r.bucket, r.snapshot_id) for r in h.registry.find(1)] == [(0, 1), (0, 2), (1, 1),
                                                                        (1, 2)]
-    assert [(r.bucket, r.snapshot_id) for r in h.registry.list(1, latest_only=True)] == [
+    assert [(r.bucket, r.snapshot_id) for r in h.registry.find(1, latest_only=True)] == [
         (0, 2), (1, 2)]
-    assert [r.snapshot_id for r in h.registry.list(1, bucket=1)] == [1, 2]
-    assert h.registry.list(99) == []
+    assert [r.snapshot_id for r in h.registry.find(1, bucket=1)] == [1, 2]
+    assert h.registry.find(99) == []
     assert h.registry.counts() == {1: 4}
 
 
