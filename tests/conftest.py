@@ -84,6 +84,47 @@ def local_cluster(tmp_path, request):
         local.stop()
 
 
+#: Server settings of the shared Apache Fluss cluster: KV snapshots every 5s (the default is 10
+#: minutes), and small log segments with a remote-log task every second, so that per-table
+#: retention (``table.log.ttl``, ``table.log.tiered.local-segments``) takes effect in a test.
+APACHE_FLUSS_TEST_OPTIONS = {
+    "kv.snapshot.interval": "5s",
+    "log.segment.file-size": "1mb",
+    "remote.log.task-interval-duration": "1s",
+}
+
+
+@pytest.fixture(scope="session")
+def apache_fluss(zookeeper, tmp_path_factory):
+    """A real Apache Fluss cluster (jars from Maven Central: 1 coordinator + 2 tablet servers,
+    ``APACHE_FLUSS_TEST_OPTIONS``) on the session ZooKeeper under a root of its own, shared by
+    the whole test session; ``apache_fluss.bootstrap_servers`` is the coordinator's address.
+    Skips when Java or Maven is missing, except under CI (``CI=true``), where it fails."""
+    import shutil
+    from fluss_spark.local.apache_fluss import ApacheFlussCluster
+    from fluss_spark.local.apache_fluss_jars import cached_jars
+    missing = [tool for tool, ok in (("java", shutil.which("java")),
+                                     ("mvn", cached_jars() is not None or shutil.which("mvn")))
+               if not ok]
+    if missing:
+        why = (f"Apache Fluss needs {' and '.join(missing)} (./dev.sh installs them; "
+               "./dev.sh fluss-jars fetches the jars)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    local = ApacheFlussCluster(
+        tmp_path_factory.mktemp("apache-fluss"), tablets=2, zookeeper=zookeeper.address,
+        options={**APACHE_FLUSS_TEST_OPTIONS,
+                 "zookeeper.path.root": f"/apache-fluss-{uuid.uuid4().hex[:12]}"})
+    try:
+        local.start()
+    except BaseException:
+        local.stop()
+        raise
+    yield local
+    local.stop()
+
+
 @pytest.fixture
 def conn(cluster):
     """A FlussConnection to the shared test cluster, closed after the test."""

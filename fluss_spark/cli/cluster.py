@@ -8,6 +8,9 @@ from pathlib import Path
 from fluss_spark.cli.common import _json, bounded, default_cluster_dir
 from fluss_spark.cli.output import _print_metrics, emit_json, print_table
 from fluss_spark.errors import ConfigError, FlussError
+from fluss_spark.local.apache_fluss_jars import DEFAULT_VERSION as DEFAULT_FLUSS_VERSION
+
+ENGINES = ("embedded", "apache-fluss")
 
 
 def add_commands(sub, cmd) -> None:
@@ -16,6 +19,13 @@ def add_commands(sub, cmd) -> None:
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = cmd(csub, "start", "start a local cluster in the background (idempotent)", cmd_cluster_start)
     _dir_arg(c)
+    c.add_argument("--engine", choices=ENGINES, default=None,
+                   help="embedded: this project's servers; apache-fluss: a real Apache Fluss "
+                        "release from Maven Central (needs Java and Maven). Default: the engine "
+                        "of the cluster already in --dir, else embedded")
+    c.add_argument("--fluss-version", default=None, metavar="VERSION",
+                   help="Apache Fluss release for --engine apache-fluss (default "
+                        f"{DEFAULT_FLUSS_VERSION})")
     c.add_argument("--tablets", type=bounded(int, 1, 64), help="number of tablet servers (default 1)")
     c.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                    help="use this ZooKeeper instead of starting one")
@@ -39,7 +49,36 @@ def _cluster_dir(args) -> Path:
     return args.dir or default_cluster_dir()
 
 
+def engine_of(d: Path) -> str | None:
+    """The engine of the cluster whose state is in ``d`` (None when there is none)."""
+    from fluss_spark.local import apache_fluss
+    from fluss_spark.local.cluster import STATE_FILE
+    if (d / apache_fluss.STATE_FILE).exists():
+        return apache_fluss.ENGINE
+    if (d / STATE_FILE).exists():
+        return "embedded"
+    return None
+
+
+def start_engine(args) -> str:
+    """The engine ``cluster start`` runs: --engine, else the one already in --dir, else
+    embedded; a ConfigError when --engine names another engine than the cluster in --dir."""
+    existing = engine_of(_cluster_dir(args))
+    engine = args.engine or existing or "embedded"
+    if existing is not None and engine != existing:
+        raise ConfigError(f"{_cluster_dir(args)} holds a cluster of engine {existing}; stop it "
+                          f"and use another --dir for engine {engine}")
+    if engine != "apache-fluss":
+        if args.fluss_version:
+            raise ConfigError("--fluss-version needs --engine apache-fluss")
+    elif args.sasl or args.disable_api:
+        raise ConfigError("--sasl and --disable-api are options of the embedded engine")
+    return engine
+
+
 def cmd_cluster_start(args) -> int:
+    if start_engine(args) == "apache-fluss":
+        return _start_apache_fluss(args)
     from fluss_spark.config import parse_server_options
     from fluss_spark.protocol.api import API_GROUPS
     from fluss_spark.local.cluster import LocalCluster, read_state
@@ -65,9 +104,51 @@ def cmd_cluster_start(args) -> int:
     return 0
 
 
+def _start_apache_fluss(args) -> int:
+    from fluss_spark.local.apache_fluss import ApacheFlussCluster, parse_options, read_state
+    d = _cluster_dir(args)
+    options = parse_options(args.option)   # refuse a bad option before starting anything
+    state = read_state(d)
+    version = args.fluss_version or (state or {}).get("fluss_version") or DEFAULT_FLUSS_VERSION
+    if state is not None and args.tablets is None and not args.zookeeper:
+        cluster = ApacheFlussCluster.load(d)
+        if args.fluss_version and args.fluss_version != cluster.version:
+            raise ConfigError(f"{d} holds Apache Fluss {cluster.version}; stop it and use another "
+                              f"--dir for {args.fluss_version}")
+        cluster.options.update(options)
+    else:
+        cluster = ApacheFlussCluster(d, tablets=args.tablets or 1, version=version,
+                                     zookeeper=args.zookeeper, options=options)
+    cluster.start()
+    if _json(args):
+        emit_json({"dir": str(d), "engine": "apache-fluss", "fluss_version": cluster.version,
+                   "bootstrap_servers": cluster.bootstrap_servers,
+                   "zookeeper": cluster.zookeeper_address, "processes": cluster.processes()})
+    else:
+        print(cluster.bootstrap_servers)
+    return 0
+
+
+def _status_apache_fluss(args, d: Path) -> int:
+    from fluss_spark.local.apache_fluss import ApacheFlussCluster
+    cluster = ApacheFlussCluster.load(d)
+    procs = cluster.processes()
+    if _json(args):
+        emit_json({"dir": str(d), "engine": "apache-fluss", "fluss_version": cluster.version,
+                   "bootstrap_servers": cluster.bootstrap_servers,
+                   "zookeeper": cluster.zookeeper_address, "processes": procs, "metrics": None})
+        return 0
+    print(f"cluster {d}  Apache Fluss {cluster.version}  bootstrap {cluster.bootstrap_servers}  "
+          f"zookeeper {cluster.zookeeper_address}")
+    print_table(procs, ["role", "id", "pid", "address", "alive"])
+    return 0
+
+
 def cmd_cluster_status(args) -> int:
     from fluss_spark.local.cluster import LocalCluster
     d = _cluster_dir(args)
+    if engine_of(d) == "apache-fluss":
+        return _status_apache_fluss(args, d)
     cluster = LocalCluster.load(d)
     procs = cluster.processes()
     metrics = None
@@ -96,9 +177,11 @@ def cmd_cluster_status(args) -> int:
 
 
 def cmd_cluster_stop(args) -> int:
+    from fluss_spark.local.apache_fluss import ApacheFlussCluster
     from fluss_spark.local.cluster import LocalCluster
     d = _cluster_dir(args)
-    cluster = LocalCluster.load(d)
+    cluster: LocalCluster | ApacheFlussCluster
+    cluster = ApacheFlussCluster.load(d) if engine_of(d) == "apache-fluss" else LocalCluster.load(d)
     cluster.stop()
     if _json(args):
         emit_json({"dir": str(d), "processes": cluster.processes()})

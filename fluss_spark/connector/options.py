@@ -99,6 +99,9 @@ SCAN_BATCH_BYTES = size("scan.batch.bytes", "4mb",
 SPLIT_MAX_ROWS = integer("scan.split.max-rows", 0,
                          "Cut a bucket's snapshot rows of one micro-batch into splits of at most "
                          "this many rows (0: one split per bucket).", minimum=0)
+ENGINE = choice("engine", ("auto", "embedded", "apache-fluss"), "auto",
+                "Which cluster bootstrap.servers names: auto (probe the first reachable server), "
+                "embedded (this project's servers) or apache-fluss (an Apache Fluss cluster).")
 REQUEST_TIMEOUT = duration("client.request.timeout", "60s",
                            "Timeout of one request to a Fluss server.", minimum=1)
 SECURITY_PROTOCOL = choice("client.security.protocol", ("plaintext", "sasl"), None,
@@ -116,7 +119,8 @@ LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
 SOURCE_OPTIONS: list[Option] = [
     BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
     LEASE_DURATION, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
-    FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, REQUEST_TIMEOUT, LEASE_ACQUIRE_RETRIES,
+    FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, ENGINE, REQUEST_TIMEOUT,
+    LEASE_ACQUIRE_RETRIES,
     SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD,
 ]
 
@@ -144,6 +148,7 @@ class SourceOptions:
     scan_batch_bytes: int = 4 << 20
     split_max_rows: int = 0
     request_timeout_ms: int = 60_000
+    engine: str = "auto"
     lease_acquire_retries: int = 5
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)   # never in logs or errors
@@ -154,10 +159,10 @@ class SourceOptions:
 
     def connect(self) -> "Cluster":
         """The cluster at these options' servers, with their timeout and credentials."""
-        from fluss_spark.client.fluss_cluster import FlussCluster
-        return FlussCluster.connect(self.bootstrap_servers,
-                                    request_timeout_s=self.request_timeout_s,
-                                    username=self.sasl_username, password=self.sasl_password)
+        from fluss_spark.client.backends import open_cluster
+        return open_cluster(self.bootstrap_servers, engine=self.engine,
+                            request_timeout_s=self.request_timeout_s,
+                            username=self.sasl_username, password=self.sasl_password)
 
 
 def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
@@ -268,6 +273,7 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         scan_batch_bytes=SCAN_BATCH_BYTES.get(values),
         split_max_rows=SPLIT_MAX_ROWS.get(values),
         request_timeout_ms=REQUEST_TIMEOUT.get(values),
+        engine=ENGINE.get(values),
         lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
         sasl_username=username,
         sasl_password=password,

@@ -1,7 +1,7 @@
 """kill -9 of the driver at every restart point: one lease id ever, exact output, and a checkpoint
 that refuses any other query.
 
-The first run is a separate Spark driver (``DRIVER``), killed with SIGKILL at the point under
+The first run is a separate Spark driver (``fluss_spark.testing.spark_driver``), killed with SIGKILL at the point under
 test; the restarts run in the test's own SparkSession on the same checkpoint.
 """
 
@@ -10,92 +10,19 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
 from fluss_spark.local.ports import wait_until
+from fluss_spark.testing.spark_driver import Driver
 from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on, source_offsets,
                                          table_state)
 
 pytestmark = pytest.mark.spark
 
 MAX_ROWS = 2_000
-
-DRIVER = """
-import os, sys, time
-os.environ["PYSPARK_PYTHON"] = sys.executable
-from pyspark.sql import SparkSession
-servers, table, out, ckpt, block_at, hold = sys.argv[1:7]
-spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-
-def sink(df, batch_id):
-    df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
-    if batch_id == int(block_at):      # a sink that never returns: batch stays uncommitted
-        print(f"IN_BATCH {batch_id}", flush=True)
-        time.sleep(3600)
-
-df = (spark.readStream.format("fluss").option("bootstrap.servers", servers)
-      .option("table", table).option("maxOffsetsPerTrigger", "%d").load())
-if hold == "1":                        # the test stops the coordinator before the query starts
-    print("LOADED", flush=True)
-    sys.stdin.readline()
-q = (df.writeStream.option("checkpointLocation", ckpt).foreachBatch(sink)
-     .trigger(processingTime="300 milliseconds").start())
-while q.lastProgress is None:
-    time.sleep(0.1)
-print("TRIGGERED", flush=True)
-q.awaitTermination()
-""" % MAX_ROWS
-
-
-class Driver:
-    """The first run: a Spark driver process whose stdout lines the test waits on."""
-
-    def __init__(self, tmp_path: Path, *args: str):
-        script = tmp_path / "driver.py"
-        script.write_text(DRIVER)
-        self.proc = subprocess.Popen([sys.executable, str(script), *args], start_new_session=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line.strip())
-
-    def wait_for(self, line: str, what: str, timeout_s: float = 180) -> None:
-        wait_until(lambda: line in self.lines or self.proc.poll() is not None, timeout_s, what)
-        assert line in self.lines, f"the first driver exited ({self.proc.returncode}) before {what}"
-
-    def go(self) -> None:
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-
-    def has_source_runner(self) -> bool:
-        """Whether Spark started the query's driver-side source process (it plans the offsets)."""
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if (os.getpgid(int(pid)) == self.proc.pid and b"python_streaming_source_runner"
-                        in Path(f"/proc/{pid}/cmdline").read_bytes()):
-                    return True
-            except (OSError, ProcessLookupError):
-                continue
-        return False
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass  # killed already
-        self.proc.wait(30)
-
 
 def count_files(d: Path) -> int:
     return len([f for f in d.iterdir() if f.name.isdigit()]) if d.exists() else 0
@@ -144,7 +71,7 @@ def test_driver_killed_at_each_restart_point(spark, cluster, conn, table_name, t
         wait_until(lambda: watcher.seen, 10, "the lease watcher's first look")
         before = set(watcher.in_zookeeper)
         driver = Driver(tmp_path, cluster.bootstrap_servers, table_name, str(out), str(ckpt),
-                        str(block_at), hold)
+                        str(block_at), hold, options={"maxOffsetsPerTrigger": str(MAX_ROWS)})
         try:
             if block_at >= 0:
                 driver.wait_for(f"IN_BATCH {block_at}", f"batch {block_at} to start")

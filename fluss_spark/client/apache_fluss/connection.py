@@ -1,0 +1,234 @@
+"""``FlussWireConnection``: connections to an Apache Fluss cluster's servers and its metadata."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, TypeVar
+
+import pyarrow as pa
+
+from fluss_spark.errors import (ApiError, ConfigError, LeaderNotAvailable, NetworkError,
+                                TableNotExist, UnknownServerError)
+from fluss_spark.protocol.fluss.messages import (FlussRequest, GetTableInfoRequest,
+                                                 GetTableSchemaRequest,
+                                                 MetadataRequest, MetadataResponse,
+                                                 PbTablePath, PbServerNode)
+from fluss_spark.protocol.fluss.proto import ProtoMessage
+from fluss_spark.protocol.fluss.table_json import (FlussTableDescriptor, parse_schema_json,
+                                                   parse_table_json)
+from fluss_spark.retry import retry
+from fluss_spark.transport.fluss_client import FlussRpcConnection
+
+R = TypeVar("R", bound=ProtoMessage)
+T = TypeVar("T")
+
+
+def split_table_name(name: str) -> PbTablePath:
+    """``db.table`` -> Fluss's (database, table); the table part may itself hold dots."""
+    database, sep, table = name.partition(".")
+    if not sep or not database or not table:
+        raise ConfigError(f"table name {name!r} is not 'database.table'")
+    return PbTablePath(database_name=database, table_name=table)
+
+
+def parse_servers(bootstrap_servers: str) -> list[tuple[str, int]]:
+    out = []
+    for part in bootstrap_servers.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"bootstrap server {part.strip()!r} is not host:port")
+        out.append((host, int(port)))
+    if not out:
+        raise ConfigError("no bootstrap servers given")
+    return out
+
+
+@dataclass
+class TableMetadata:
+    """What the cluster said about one table: id, descriptor, and bucket leaders."""
+
+    name: str
+    path: PbTablePath
+    table_id: int
+    schema_id: int
+    descriptor: FlussTableDescriptor
+    created_ms: int
+    leaders: dict[int, int | None] = field(default_factory=dict)
+
+
+class FlussWireConnection:
+    """Connections to one Apache Fluss cluster: the coordinator, the tablet servers (by id) and
+    a metadata cache (tables by name, bucket -> leader tablet), refreshed on stale-metadata
+    errors. Thread-safe."""
+
+    def __init__(self, bootstrap_servers: str, *, request_timeout_s: float = 60.0):
+        self.bootstrap = parse_servers(bootstrap_servers)
+        self.request_timeout_s = request_timeout_s
+        self._lock = threading.RLock()
+        self._conns: dict[tuple[str, int], FlussRpcConnection] = {}
+        self._coordinator: tuple[str, int] | None = None
+        self._tablets: dict[int, tuple[str, int]] = {}
+        self._tables: dict[str, TableMetadata] = {}
+        self._schemas: dict[tuple[int, int], tuple[pa.Schema, pa.Schema]] = {}
+
+    # -- connections ----------------------------------------------------------------------------
+    def connection(self, host: str, port: int) -> FlussRpcConnection:
+        with self._lock:
+            conn = self._conns.get((host, port))
+            if conn is None:
+                conn = FlussRpcConnection(host, port, timeout_s=self.request_timeout_s)
+                self._conns[(host, port)] = conn
+            return conn
+
+    def _any_server(self) -> FlussRpcConnection:
+        """The coordinator once known, else the first bootstrap server that answers."""
+        with self._lock:
+            known = self._coordinator
+        if known is not None:
+            return self.connection(*known)
+        last: ApiError | None = None
+        for host, port in self.bootstrap:
+            conn = self.connection(host, port)
+            try:
+                conn.api_versions()
+                return conn
+            except NetworkError as e:
+                last = e
+        assert last is not None
+        raise last
+
+    def coordinator(self) -> FlussRpcConnection:
+        with self._lock:
+            known = self._coordinator
+        if known is None:
+            self._apply(self._any_server().call(MetadataRequest()))
+            with self._lock:
+                known = self._coordinator
+            if known is None:
+                raise NetworkError("the cluster reports no coordinator yet")
+        return self.connection(*known)
+
+    def tablet(self, server_id: int) -> FlussRpcConnection:
+        with self._lock:
+            address = self._tablets.get(server_id)
+        if address is None:
+            self._apply(self._any_server().call(MetadataRequest()))
+            with self._lock:
+                address = self._tablets.get(server_id)
+            if address is None:
+                raise LeaderNotAvailable(f"tablet server {server_id} is not alive")
+        return self.connection(*address)
+
+    # -- metadata -------------------------------------------------------------------------------
+    def _apply(self, resp: MetadataResponse) -> None:
+        with self._lock:
+            if resp.coordinator_server is not None:
+                node = resp.coordinator_server
+                self._coordinator = (node.host, node.port)
+            if resp.tablet_servers:
+                self._tablets = {n.node_id: _address(n) for n in resp.tablet_servers}
+            for t in resp.table_metadata:
+                name = f"{t.table_path.database_name}.{t.table_path.table_name}"
+                descriptor = parse_table_json(t.table_json)
+                self._tables[name] = TableMetadata(
+                    name=name, path=t.table_path, table_id=t.table_id, schema_id=t.schema_id,
+                    descriptor=descriptor, created_ms=t.created_time,
+                    leaders={b.bucket_id: b.leader_id for b in t.bucket_metadata})
+                self._schemas[(t.table_id, t.schema_id)] = (descriptor.schema,
+                                                            descriptor.wire_schema)
+
+    def refresh_table(self, name: str) -> TableMetadata:
+        """Ask the cluster about ``name`` again (``TableNotExist`` when it has no such table)."""
+        path = split_table_name(name)
+        try:
+            self._apply(self._any_server().call(MetadataRequest(table_path=[path])))
+        except UnknownServerError:
+            # Fluss 0.9.1 answers metadata of a missing table with an unknown server error;
+            # GET_TABLE_INFO says TableNotExist for the same table.
+            self._any_server().call(GetTableInfoRequest(table_path=path))
+            raise
+        with self._lock:
+            meta = self._tables.get(name)
+        if meta is None:
+            raise TableNotExist(f"table {name} does not exist")
+        return meta
+
+    def table(self, name: str) -> TableMetadata:
+        with self._lock:
+            meta = self._tables.get(name)
+        return meta if meta is not None else self.refresh_table(name)
+
+    def invalidate(self, name: str | None = None) -> None:
+        """Forget cached metadata (of ``name``, or everything and the coordinator's address)."""
+        with self._lock:
+            if name is None:
+                self._tables.clear()
+                self._coordinator = None
+            else:
+                self._tables.pop(name, None)
+
+    def schema(self, meta: TableMetadata, schema_id: int) -> tuple[pa.Schema, pa.Schema]:
+        """(Arrow schema, Arrow wire schema) of schema ``schema_id`` of a table."""
+        key = (meta.table_id, schema_id)
+        with self._lock:
+            found = self._schemas.get(key)
+        if found is None:
+            resp = self.call_coordinator(GetTableSchemaRequest(table_path=meta.path,
+                                                               schema_id=schema_id))
+            schema, wire, _ = parse_schema_json(json.loads(resp.schema_json))
+            found = (schema, wire)
+            with self._lock:
+                self._schemas[key] = found
+        return found
+
+    # -- calls with retries ---------------------------------------------------------------------
+    def with_retries(self, op: Callable[[], T], *, table: str | None = None) -> T:
+        """Run ``op``, retrying retriable errors until the request timeout; stale-metadata
+        errors drop the cached metadata (of ``table``) first."""
+        def on_retry(error: ApiError) -> None:
+            if error.refresh_metadata:
+                self.invalidate(table)
+        return retry(op, timeout_s=self.request_timeout_s, on_retry=on_retry)
+
+    def call_coordinator(self, request: FlussRequest[R]) -> R:
+        def op() -> R:
+            try:
+                return self.coordinator().call(request)
+            except ApiError as e:
+                if e.refresh_metadata:
+                    self.invalidate()
+                raise
+        return self.with_retries(op)
+
+    def leader_id(self, name: str, bucket: int) -> int:
+        """The id of the tablet server leading ``bucket`` (``LeaderNotAvailable`` if none)."""
+        meta = self.table(name)
+        if bucket not in meta.leaders:
+            raise ConfigError(f"table {name} has no bucket {bucket} (it has "
+                              f"{len(meta.leaders)})")
+        leader = meta.leaders[bucket]
+        if leader is None:
+            self.invalidate(name)
+            raise LeaderNotAvailable(f"bucket {bucket} of {name} has no leader yet")
+        return leader
+
+    def leader(self, name: str, bucket: int) -> tuple[TableMetadata, FlussRpcConnection]:
+        """The table's metadata and the connection to the leader of ``bucket``."""
+        meta = self.table(name)
+        return meta, self.tablet(self.leader_id(name, bucket))
+
+    def close(self) -> None:
+        with self._lock:
+            conns = list(self._conns.values())
+            self._conns.clear()
+        for conn in conns:
+            conn.close()
+
+
+def _address(node: PbServerNode) -> tuple[str, int]:
+    return node.host, node.port
+
+
+__all__ = ["FlussWireConnection", "TableMetadata", "parse_servers", "split_table_name"]

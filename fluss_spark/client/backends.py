@@ -1,0 +1,63 @@
+"""Which cluster a bootstrap address names (this project's servers or Apache Fluss), and opening it.
+
+``bootstrap.servers`` alone is enough: the first reachable server is asked an Apache Fluss
+API_VERSIONS request; a Fluss server answers in Fluss's protocol, this project's servers answer
+(an error) in their own msgpack frames. The answer is remembered per address for the life of the
+process, so a Spark worker probes once. An explicit engine skips the probe.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from fluss_spark.client.cluster import Cluster
+from fluss_spark.client.connection import parse_bootstrap
+from fluss_spark.errors import ConfigError, NetworkError
+
+EMBEDDED, APACHE_FLUSS, AUTO = "embedded", "apache-fluss", "auto"
+#: What an engine option or flag may say.
+ENGINES = (AUTO, EMBEDDED, APACHE_FLUSS)
+
+_DETECTED: dict[str, str] = {}
+_LOCK = threading.Lock()
+
+
+def detect_engine(bootstrap_servers: str, timeout_s: float = 5.0) -> str:
+    """``apache-fluss`` or ``embedded``: what the first reachable bootstrap server speaks."""
+    with _LOCK:
+        known = _DETECTED.get(bootstrap_servers)
+    if known is not None:
+        return known
+    from fluss_spark.transport.fluss_client import speaks_fluss
+    from fluss_spark.transport.probe import reachable
+    tried = []
+    for host, port in parse_bootstrap(bootstrap_servers):
+        tried.append(f"{host}:{port}")
+        if not reachable(host, port, timeout_s=timeout_s):
+            continue
+        engine = APACHE_FLUSS if speaks_fluss(host, port, timeout_s) else EMBEDDED
+        with _LOCK:
+            _DETECTED[bootstrap_servers] = engine
+        return engine
+    raise NetworkError(f"cannot reach any server of {bootstrap_servers} (tried "
+                       f"{', '.join(tried)}); check bootstrap.servers and that the cluster runs")
+
+
+def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_s: float = 60.0,
+                 username: str | None = None, password: str | None = None) -> Cluster:
+    """The ``Cluster`` at ``bootstrap_servers``: this project's servers (``FlussCluster``) or an
+    Apache Fluss cluster (``ApacheFlussWireCluster``); ``engine`` ``auto`` probes."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == AUTO:
+        engine = detect_engine(bootstrap_servers, timeout_s=min(5.0, request_timeout_s))
+    if engine == APACHE_FLUSS:
+        if username is not None:
+            raise ConfigError("SASL credentials are not supported for Apache Fluss clusters yet: "
+                              "use a PLAINTEXT listener, or drop the username and password")
+        from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
+        return ApacheFlussWireCluster.connect(bootstrap_servers,
+                                              request_timeout_s=request_timeout_s)
+    from fluss_spark.client.fluss_cluster import FlussCluster
+    return FlussCluster.connect(bootstrap_servers, request_timeout_s=request_timeout_s,
+                                username=username, password=password)

@@ -1,0 +1,498 @@
+"""ApacheFlussCluster: a real Apache Fluss release (Maven Central jars) run as local Java processes.
+
+One ZooKeeper (embedded via ``ZooKeeperProcess`` unless an address is given), one coordinator
+and N tablet servers, each a ``java`` process on a free loopback port with its own config dir
+(``server.yaml``), data dir and log file under ``base_dir``. What a later process needs to find
+the cluster again is in ``<base_dir>/apache-fluss.json``:
+
+- version 1: ``{version, engine: "apache-fluss", fluss_version, host, heap, options,
+  zookeeper: {address, external, port, pid}, servers: [{role, id, port, pid}]}``
+
+A server counts as started when its port accepts connections and its log, since it was
+spawned, shows that it registered in ZooKeeper (``End initializing coordinator context`` for
+the coordinator, which it logs once it leads; ``Registered tablet server <id>`` for a tablet)
+and the coordinator logged the tablet's arrival (``New tablet server callback for tablet server
+<id>``). See docs/apache_fluss.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from fluss_spark.errors import FlussError
+from fluss_spark.local.apache_fluss_jars import DEFAULT_VERSION, ensure_jars
+from fluss_spark.local.ports import free_port, port_open
+from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
+from fluss_spark.local.zookeeper import ZooKeeperProcess, four_letter_word, java_binary
+
+STATE_FILE = "apache-fluss.json"
+STATE_VERSION = 1
+ENGINE = "apache-fluss"
+
+_MAIN_CLASS = {"coordinator": "org.apache.fluss.server.coordinator.CoordinatorServer",
+               "tablet": "org.apache.fluss.server.tablet.TabletServer"}
+
+#: Server settings every server gets unless ``options`` overrides them.
+DEFAULT_OPTIONS = {
+    # A server killed with -9 leaves its ephemeral znode behind until its ZooKeeper session
+    # expires, and its replacement cannot register before that (the default is 60s).
+    "zookeeper.client.session-timeout": "6s",
+    "default.replication.factor": "1",
+}
+
+#: Arrow (inside fluss-server) reads java.nio internals. The jar is on the classpath, not the
+#: module path, so ALL-UNNAMED is the module that needs the opening.
+JAVA_17_FLAGS = ("--add-opens=java.base/java.nio=ALL-UNNAMED",)
+
+_LOG4J_PROPERTIES = """\
+rootLogger.level=INFO
+rootLogger.appenderRef.file.ref=File
+appender.file.name=File
+appender.file.type=File
+appender.file.append=true
+appender.file.fileName=${sys:log.file}
+appender.file.layout.type=PatternLayout
+appender.file.layout.pattern=%d{yyyy-MM-dd HH:mm:ss,SSS} %-5p %c{1} - %m%n
+"""
+
+
+class JavaServer:
+    """One coordinator or tablet server of an Apache Fluss release, run with ``java``."""
+
+    def __init__(self, role: str, server_id: int, base_dir: Path, host: str):
+        self.role = role
+        self.server_id = server_id
+        self.host = host
+        self.port: int | None = None
+        self.pid: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.server_dir = base_dir / f"{role}-{server_id}"
+        self.log_path = base_dir / "logs" / (
+            "coordinator.log" if role == "coordinator" else f"tablet-{server_id}.log")
+        self.log_offset = 0   # size of the log when the process was spawned
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.server_id}"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.server_dir / "conf"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.server_dir / "data"
+
+    @property
+    def alive(self) -> bool:
+        # The config dir is on the command line, so a reused pid is never taken for this server.
+        return self.pid is not None and pid_alive(self.pid, self.proc, str(self.conf_dir))
+
+    def write_config(self, zookeeper: str, remote_dir: Path, options: dict[str, str]) -> None:
+        assert self.port is not None
+        settings = {"zookeeper.address": zookeeper,
+                    "bind.listeners": f"FLUSS://{self.host}:{self.port}",
+                    "data.dir": str(self.data_dir),
+                    "remote.data.dir": str(remote_dir)}
+        if self.role == "tablet":
+            settings["tablet-server.id"] = str(self.server_id)
+        settings.update(options)
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        for k, v in settings.items():
+            # Fluss reads server.yaml line by line as "key: value", with "#" starting a comment
+            # and no quoting, so such values cannot be written at all.
+            if any(c in f"{k}{v}" for c in "#\n\r") or ": " in k:
+                raise FlussError(f"server option {k}={v!r} cannot be written to server.yaml")
+        (self.conf_dir / "server.yaml").write_text(
+            "".join(f"{k}: {v}\n" for k, v in settings.items()))
+        (self.conf_dir / "log4j2.properties").write_text(_LOG4J_PROPERTIES)
+
+    def command(self, jars: list[Path], heap: str) -> list[str]:
+        return [java_binary(), f"-Xmx{heap}", *JAVA_17_FLAGS,
+                f"-Dlog.file={self.log_path}",
+                # Fluss logs its own shutdown; log4j's shutdown hook would close the log first.
+                "-Dlog4j.shutdownHookEnabled=false",
+                f"-Dlog4j.configurationFile=file:{self.conf_dir / 'log4j2.properties'}",
+                "-cp", os.pathsep.join(str(j) for j in jars),
+                _MAIN_CLASS[self.role], "--configDir", str(self.conf_dir)]
+
+    def spawn(self, jars: list[Path], heap: str) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name} on "
+                      f"port {self.port} ===\n".encode())
+            log.flush()
+            self.log_offset = log.tell()
+            # stdout/stderr (JVM warnings, a crash before log4j starts) go to the same file.
+            self.proc = subprocess.Popen(self.command(jars, heap), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, cwd=self.server_dir)
+        self.pid = self.proc.pid
+
+    def log_since_spawn(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_offset)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def tail(self, lines: int = 30) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def registered(self) -> bool:
+        """Whether the process, since it was spawned, opened its port and registered itself in
+        ZooKeeper; FlussError with the log tail when it exited instead."""
+        if not self.alive:
+            code = self.proc.poll() if self.proc is not None else None
+            raise FlussError(f"{self.name} exited (status {code}) while starting; "
+                             f"log {self.log_path}:\n{self.tail()}")
+        if self.port is None or not port_open(self.host, self.port, timeout_s=0.5):
+            return False
+        text = self.log_since_spawn()
+        if self.role == "coordinator":
+            # Written once it leads (after any stale leader znode expired) and loaded the
+            # cluster state from ZooKeeper.
+            return "End initializing coordinator context" in text
+        return re.search(rf"Registered tablet server {self.server_id} at path", text) is not None
+
+
+class ApacheFlussCluster:
+    """Apache Fluss ``version`` (coordinator + ``tablets`` tablet servers) rooted at ``base_dir``.
+
+    ``options`` are server settings (``{key: value}`` or ``key=value`` strings) for every server,
+    on top of ``DEFAULT_OPTIONS``; ``zookeeper`` is ``host:port`` of an external ZooKeeper
+    (None starts one under ``base_dir/zookeeper``); clusters sharing one ZooKeeper need
+    distinct ``zookeeper.path.root`` options.
+    """
+
+    def __init__(self, base_dir: str | Path, tablets: int = 1, version: str = DEFAULT_VERSION,
+                 zookeeper: str | None = None, options=None, host: str = "127.0.0.1",
+                 heap: str = "512m", startup_timeout_s: float = 120.0):
+        self.base_dir = Path(base_dir).absolute()
+        if tablets < 1:
+            raise FlussError(f"a cluster needs at least one tablet server, got {tablets}")
+        self.version = version
+        self.host = host
+        self.heap = heap
+        self.startup_timeout_s = startup_timeout_s
+        self.options = dict(DEFAULT_OPTIONS)
+        self.options.update(parse_options(options))
+        self._external_zk = zookeeper
+        self._zk_port: int | None = None
+        self._zk_pid: int | None = None
+        self._zk_proc: subprocess.Popen | None = None
+        self._jars: list[Path] | None = None
+        self.servers: dict[tuple[str, int], JavaServer] = {}
+        for key in [("coordinator", 0)] + [("tablet", i) for i in range(tablets)]:
+            self.servers[key] = JavaServer(key[0], key[1], self.base_dir, host)
+        self._merge_state()
+
+    # -- state file -----------------------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.base_dir / STATE_FILE
+
+    @classmethod
+    def load(cls, base_dir: str | Path) -> "ApacheFlussCluster":
+        """Re-attach to the cluster whose state is in ``base_dir`` (FlussError when none)."""
+        state = read_state(Path(base_dir))
+        if state is None:
+            raise FlussError(f"no Apache Fluss cluster in {base_dir} (no {STATE_FILE}); start "
+                             "one with `fluss-spark cluster start --engine apache-fluss`")
+        zk = state["zookeeper"]
+        tablets = sum(1 for s in state["servers"] if s["role"] == "tablet")
+        return cls(base_dir, tablets=max(tablets, 1), version=state["fluss_version"],
+                   zookeeper=zk["address"] if zk.get("external") else None,
+                   options=state.get("options"), host=state.get("host", "127.0.0.1"),
+                   heap=state.get("heap", "512m"))
+
+    def _merge_state(self) -> None:
+        state = read_state(self.base_dir)
+        if state is None:
+            return
+        if state.get("fluss_version") != self.version:
+            raise FlussError(f"{self.state_path} holds Apache Fluss {state.get('fluss_version')}, "
+                             f"not {self.version}; stop it and use another directory")
+        zk = state.get("zookeeper") or {}
+        if self._external_zk is None and not zk.get("external"):
+            self._zk_port, self._zk_pid = zk.get("port"), zk.get("pid")
+        for s in state.get("servers") or ():
+            key = (s["role"], int(s["id"]))
+            if key not in self.servers:
+                self.servers[key] = JavaServer(key[0], key[1], self.base_dir, self.host)
+            self.servers[key].port, self.servers[key].pid = s.get("port"), s.get("pid")
+
+    def _save_state(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        state = {
+            "version": STATE_VERSION, "engine": ENGINE, "fluss_version": self.version,
+            "host": self.host, "heap": self.heap, "options": self.options,
+            "zookeeper": {"address": self.zookeeper_address,
+                          "external": self._external_zk is not None,
+                          "port": self._zk_port, "pid": self._zk_pid},
+            "servers": [{"role": s.role, "id": s.server_id, "port": s.port, "pid": s.pid}
+                        for s in self.servers.values()],
+        }
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        os.replace(tmp, self.state_path)
+
+    # -- addresses ------------------------------------------------------------------------------
+    @property
+    def zookeeper_address(self) -> str | None:
+        if self._external_zk is not None:
+            return self._external_zk
+        return f"{self.host}:{self._zk_port}" if self._zk_port else None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The coordinator's ``host:port`` (clients learn the tablets from it)."""
+        return self.address("coordinator", 0)
+
+    @property
+    def remote_data_dir(self) -> Path:
+        return self.base_dir / "remote"
+
+    def address(self, role: str, server_id: int) -> str:
+        return f"{self.host}:{self._server(role, server_id).port}"
+
+    def log_path(self, role: str, server_id: int = 0) -> Path:
+        if role == "zookeeper":
+            return self.base_dir / "zookeeper" / "zookeeper.log"
+        return self._server(role, server_id).log_path
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> "ApacheFlussCluster":
+        """Start whatever is not running (ZooKeeper, coordinator, tablets) and wait until the
+        coordinator has seen every tablet register."""
+        jars = self.jars()   # before anything starts: a missing Maven fails with nothing to undo
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.remote_data_dir.mkdir(exist_ok=True)
+        self._ensure_zookeeper()
+        self._save_state()
+        coord = self._server("coordinator", 0)
+        if not coord.alive:
+            self._spawn(coord, jars)
+            self._wait([coord])
+        tablets = [s for s in self.servers.values() if s.role == "tablet" and not s.alive]
+        since = coord.log_size()
+        for s in tablets:
+            self._spawn(s, jars)
+        self._wait(tablets)
+        self._wait_coordinator_sees(tablets, since)
+        return self
+
+    def jars(self) -> list[Path]:
+        if self._jars is None:
+            self._jars = ensure_jars(self.version)
+        return self._jars
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM the tablets, then the coordinator, then an embedded ZooKeeper; SIGKILL what
+        still runs after ``timeout_s``."""
+        for role in ("tablet", "coordinator"):
+            _terminate([s for s in self.servers.values() if s.role == role and s.alive],
+                       timeout_s)
+            for s in self.servers.values():
+                if s.role == role:
+                    s.pid, s.proc = None, None
+        if self._external_zk is None and self._zk_alive_pid():
+            signal_pid(self._zk_pid, signal.SIGTERM)
+            wait_dead([(self._zk_pid, self._zk_proc)], timeout_s)
+        self._zk_pid, self._zk_proc = None, None
+        if self.base_dir.exists():
+            self._save_state()
+
+    def kill(self, role: str, server_id: int = 0) -> None:
+        """kill -9 one process (``zookeeper`` only when embedded) and wait until it is gone."""
+        if role == "zookeeper":
+            if self._external_zk is not None:
+                raise FlussError("the cluster uses an external ZooKeeper; it cannot kill it")
+            pid = self._zk_alive_pid()
+            if pid:
+                signal_pid(pid, signal.SIGKILL)
+                wait_dead([(pid, self._zk_proc)], 10.0)
+            return
+        s = self._server(role, server_id)
+        if s.alive:
+            signal_pid(s.pid, signal.SIGKILL)
+            wait_dead([(s.pid, s.proc)], 10.0)
+
+    def restart(self, role: str, server_id: int = 0) -> None:
+        """Stop (if running) and start one process again on the same port and data dir; waits
+        until it registered again (after a kill -9, that is once its old ZooKeeper session
+        expired: ``zookeeper.client.session-timeout``)."""
+        if role == "zookeeper":
+            self.kill("zookeeper")
+            self._ensure_zookeeper()
+            self._save_state()
+            return
+        s = self._server(role, server_id)
+        if s.alive:
+            _terminate([s], 30.0)
+        coord = self._server("coordinator", 0)
+        since = coord.log_size()
+        self._spawn(s, self.jars())
+        self._wait([s])
+        if role == "tablet":
+            self._wait_coordinator_sees([s], since)
+
+    def processes(self) -> list[dict]:
+        """Every process: role, id, pid, address, alive (ZooKeeper first when embedded)."""
+        rows = []
+        if self._external_zk is None and self._zk_port:
+            pid = self._zk_alive_pid()
+            rows.append({"role": "zookeeper", "id": 0, "pid": pid or self._zk_pid,
+                         "address": self.zookeeper_address, "alive": bool(pid)})
+        for s in self.servers.values():
+            rows.append({"role": s.role, "id": s.server_id, "pid": s.pid,
+                         "address": f"{self.host}:{s.port}" if s.port else None,
+                         "alive": s.alive})
+        return rows
+
+    def log_tails(self, lines: int = 25) -> str:
+        """The last lines of every server log, for error messages and failed tests."""
+        paths = ([self.log_path("zookeeper")] if self._external_zk is None else []) + \
+            [s.log_path for s in self.servers.values()]
+        out = []
+        for path in paths:
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {path} ---\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def __enter__(self) -> "ApacheFlussCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _server(self, role: str, server_id: int) -> JavaServer:
+        s = self.servers.get((role, int(server_id)))
+        if s is None:
+            known = ", ".join(f"{r} {i}" for r, i in self.servers)
+            raise FlussError(f"the cluster has no {role} {server_id} (it has {known})")
+        return s
+
+    def _spawn(self, s: JavaServer, jars: list[Path]) -> None:
+        if s.port is None:
+            s.port = free_port(self.host)
+        assert self.zookeeper_address is not None
+        s.write_config(self.zookeeper_address, self.remote_data_dir, self.options)
+        s.spawn(jars, self.heap)
+        self._save_state()
+
+    def _wait(self, servers: list[JavaServer]) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        pending = list(servers)
+        while pending:
+            pending = [s for s in pending if not s.registered()]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(s.name for s in pending)
+                raise FlussError(f"{names} did not register within "
+                                 f"{self.startup_timeout_s:.0f}s\n{self.log_tails()}")
+            time.sleep(0.1)
+
+    def _wait_coordinator_sees(self, tablets: list[JavaServer], since: int) -> None:
+        """Wait until the coordinator logged, after offset ``since`` of its log (or after its own
+        start), that each of ``tablets`` arrived."""
+        if not tablets:
+            return
+        coord = self._server("coordinator", 0)
+        start = max(since, coord.log_offset)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            try:
+                with open(coord.log_path, "rb") as f:
+                    f.seek(start)
+                    text = f.read().decode(errors="replace")
+            except FileNotFoundError:
+                text = ""
+            seen = {int(m) for m in re.findall(r"New tablet server callback for tablet server "
+                                               r"(\d+)", text)}
+            missing = [s.server_id for s in tablets if s.server_id not in seen]
+            if not missing:
+                return
+            if not coord.alive:
+                raise FlussError(f"the coordinator exited; log {coord.log_path}:\n{coord.tail()}")
+            if time.monotonic() > deadline:
+                raise FlussError(f"the coordinator did not see tablet servers {missing} within "
+                                 f"{self.startup_timeout_s:.0f}s\n{self.log_tails()}")
+            time.sleep(0.1)
+
+    def _ensure_zookeeper(self) -> None:
+        if self._external_zk is not None:
+            return
+        if self._zk_port and four_letter_word(self.host, self._zk_port) == "imok":
+            return
+        if self._zk_alive_pid():   # running but not answering: replace it
+            signal_pid(self._zk_pid, signal.SIGKILL)
+            wait_dead([(self._zk_pid, self._zk_proc)], 10.0)
+        zk = ZooKeeperProcess(self.base_dir / "zookeeper", port=self._zk_port, host=self.host)
+        zk.start(timeout_s=self.startup_timeout_s)
+        assert zk.proc is not None   # start() returns only once its process serves
+        self._zk_port, self._zk_pid, self._zk_proc = zk.port, zk.proc.pid, zk.proc
+
+    def _zk_alive_pid(self) -> int | None:
+        if self._zk_pid and pid_alive(self._zk_pid, self._zk_proc,
+                                      str(self.base_dir / "zookeeper" / "zoo.cfg")):
+            return self._zk_pid
+        return None
+
+
+def _terminate(servers: list[JavaServer], timeout_s: float) -> None:
+    """SIGTERM every server at once (Fluss shuts down on it), then wait for all; SIGKILL what
+    outlives ``timeout_s``."""
+    for s in servers:
+        signal_pid(s.pid, signal.SIGTERM)
+    wait_dead([(s.pid, s.proc) for s in servers], timeout_s)
+
+
+def parse_options(options) -> dict[str, str]:
+    """``{key: value}`` or an iterable of ``key=value`` strings as a dict (FlussError otherwise)."""
+    if not options:
+        return {}
+    if isinstance(options, dict):
+        return {str(k): str(v) for k, v in options.items()}
+    out = {}
+    for opt in options:
+        key, sep, value = str(opt).partition("=")
+        if not sep or not key.strip():
+            raise FlussError(f"server option {opt!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def read_state(base_dir: Path) -> dict | None:
+    """The Apache Fluss cluster state of ``base_dir`` (None when absent); refuses unknown versions."""
+    path = Path(base_dir) / STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise FlussError(f"cannot read {path}: {e}") from None
+    version = state.get("version") if isinstance(state, dict) else None
+    if version != STATE_VERSION:
+        raise FlussError(f"{path} has version {version!r}; this fluss-spark reads version "
+                         f"{STATE_VERSION}")
+    return state

@@ -1,0 +1,276 @@
+"""Test data for a real Apache Fluss cluster, written and read with the official client ``pyfluss``.
+
+pyfluss (``import fluss``) is asynchronous; every function here runs its calls to completion on a
+private event loop, so tests call them like ordinary functions::
+
+    create_pk_table(bootstrap, "db.orders", "id BIGINT, v STRING", primary_key=["id"], buckets=2)
+    upsert(bootstrap, "db.orders", [(1, "a"), (2, "b")])
+    delete(bootstrap, "db.orders", [(2,)])
+    read_log(bootstrap, "db.orders")   # [("+I", {"id": 1, "v": "a"}), ...]
+
+``PyFluss`` keeps one connection for many calls. Table names are ``database.table``; a missing
+database is created. Table ``properties`` set per-table options such as ``table.log.ttl`` or
+``table.log.tiered.local-segments`` (log retention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Iterable, Sequence
+
+import pyarrow as pa
+
+#: SQL type names of the schema strings this module accepts, as Arrow types (pyfluss maps Arrow
+#: types to Fluss types).
+SQL_TYPES: dict[str, pa.DataType] = {
+    "BOOLEAN": pa.bool_(), "TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INT": pa.int32(),
+    "INTEGER": pa.int32(), "BIGINT": pa.int64(), "FLOAT": pa.float32(), "DOUBLE": pa.float64(),
+    "STRING": pa.string(), "BYTES": pa.binary(), "DATE": pa.date32(),
+    "TIMESTAMP": pa.timestamp("us"), "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_schema(schema) -> pa.Schema:
+    """A ``pa.Schema`` from one, from ``[(name, arrow type), ...]`` or from ``"id BIGINT, v
+    STRING"`` (types from ``SQL_TYPES``; ``NOT NULL`` after a type is accepted)."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, str):
+        fields = []
+        for part in schema.split(","):
+            words = part.split()
+            if len(words) < 2:
+                raise ValueError(f"schema column {part.strip()!r} is not 'name TYPE'")
+            name, type_name, rest = words[0], words[1].upper(), " ".join(words[2:]).upper()
+            if type_name not in SQL_TYPES:
+                raise ValueError(f"unknown type {words[1]!r}; known: {', '.join(SQL_TYPES)}")
+            fields.append(pa.field(name, SQL_TYPES[type_name], nullable=rest != "NOT NULL"))
+        return pa.schema(fields)
+    return pa.schema([pa.field(n, t) for n, t in schema])
+
+
+def split_name(name: str) -> tuple[str, str]:
+    db, sep, table = name.partition(".")
+    if not sep or not db or not table or "." in table:
+        raise ValueError(f"table name {name!r} is not database.table")
+    return db, table
+
+
+class PyFluss:
+    """One pyfluss connection to ``bootstrap`` (``host:port``) with blocking helper methods."""
+
+    def __init__(self, bootstrap: str, properties: dict[str, str] | None = None):
+        import fluss
+        self._fluss = fluss
+        # pyfluss's calls expect a running event loop, so each method runs one coroutine here.
+        self._loop = asyncio.new_event_loop()
+        config = fluss.Config({"bootstrap.servers": bootstrap, **(properties or {})})
+
+        async def connect():
+            return await fluss.FlussConnection.create(config)
+        self.conn = self._run(connect())
+        self.admin = self.conn.get_admin()
+
+    def _run(self, coro):
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            async def close():
+                await self.conn.close()
+            self._run(close())
+            self._loop.close()
+
+    def __enter__(self) -> "PyFluss":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def path(self, name: str):
+        return self._fluss.TablePath(*split_name(name))
+
+    # -- metadata -------------------------------------------------------------------------------
+    def server_nodes(self) -> list[tuple[str, int, str, int]]:
+        """``(server_type, id, host, port)`` of every live server."""
+        async def go():
+            return [(n.server_type, n.id, n.host, n.port)
+                    for n in await self.admin.get_server_nodes()]
+        return self._run(go())
+
+    def create_table(self, name: str, schema, *, primary_key: Sequence[str] = (),
+                     buckets: int = 1, properties: dict[str, str] | None = None) -> int:
+        """Create a log table (no ``primary_key``) or a primary-key table; returns its table id."""
+        f = self._fluss
+        db, _ = split_name(name)
+        fs = f.Schema(arrow_schema(schema), primary_keys=list(primary_key) or None)
+        desc = f.TableDescriptor(fs, bucket_count=buckets, properties=dict(properties or {}))
+
+        async def go() -> int:
+            await self.admin.create_database(db, ignore_if_exists=True)
+            await self.admin.create_table(self.path(name), desc, False)
+            return (await self.admin.get_table_info(self.path(name))).table_id
+        return self._run(go())
+
+    def drop_table(self, name: str) -> None:
+        async def go():
+            await self.admin.drop_table(self.path(name), ignore_if_not_exists=True)
+        self._run(go())
+
+    def table_id(self, name: str) -> int:
+        async def go() -> int:
+            return (await self.admin.get_table_info(self.path(name))).table_id
+        return self._run(go())
+
+    def primary_key(self, name: str) -> list[str]:
+        async def go() -> list[str]:
+            return (await self.admin.get_table_info(self.path(name))).get_primary_keys()
+        return self._run(go())
+
+    async def _latest_offsets(self, name: str) -> dict[int, int]:
+        info = await self.admin.get_table_info(self.path(name))
+        return await self.admin.list_offsets(self.path(name), list(range(info.num_buckets)),
+                                             self._fluss.OffsetSpec.latest())
+
+    def latest_offsets(self, name: str) -> dict[int, int]:
+        """``{bucket: log end offset}``."""
+        return self._run(self._latest_offsets(name))
+
+    # -- writes ---------------------------------------------------------------------------------
+    def append(self, name: str, rows: Iterable) -> None:
+        """Append ``rows`` (dicts or tuples in schema order) to a log table; returns once the
+        servers acknowledged them."""
+        async def go():
+            table = await self.conn.get_table(self.path(name))
+            writer = table.new_append().create_writer()
+            for row in rows:
+                writer.append(_row(row))
+            await writer.flush()
+        self._run(go())
+
+    def upsert(self, name: str, rows: Iterable) -> None:
+        """Insert or update ``rows`` of a primary-key table; returns once acknowledged."""
+        async def go():
+            table = await self.conn.get_table(self.path(name))
+            writer = table.new_upsert().create_writer()
+            for row in rows:
+                writer.upsert(_row(row))
+            await writer.flush()
+        self._run(go())
+
+    def delete(self, name: str, keys: Iterable) -> None:
+        """Delete the rows with these primary keys (dicts, or tuples in key order)."""
+        async def go():
+            table = await self.conn.get_table(self.path(name))
+            writer = table.new_upsert().create_writer()
+            for key in keys:
+                writer.delete(_row(key))
+            await writer.flush()
+        self._run(go())
+
+    # -- reads ----------------------------------------------------------------------------------
+    def lookup(self, name: str, key) -> dict[str, Any] | None:
+        async def go():
+            table = await self.conn.get_table(self.path(name))
+            return await table.new_lookup().create_lookuper().lookup(_row(key))
+        return self._run(go())
+
+    def read_log(self, name: str, timeout_s: float = 30.0) -> list[tuple[str, dict[str, Any]]]:
+        """Every change in the table's log from the start up to the end offsets it had when
+        called, as ``(change type, row)`` in offset order per bucket: ``+A`` for a log table,
+        ``+I``/``-U``/``+U``/``-D`` for a primary-key table."""
+        return self._run(self._read_log(name, timeout_s))
+
+    async def _read_log(self, name: str, timeout_s: float) -> list[tuple[str, dict[str, Any]]]:
+        f = self._fluss
+        end = {b: o for b, o in (await self._latest_offsets(name)).items() if o > 0}
+        if not end:
+            return []
+        table = await self.conn.get_table(self.path(name))
+        scanner = await table.new_scan().create_log_scanner()
+        scanner.subscribe_buckets({b: f.EARLIEST_OFFSET for b in end})
+        got: dict[int, list[tuple[int, str, dict[str, Any]]]] = {b: [] for b in end}
+        deadline = time.monotonic() + timeout_s
+        while any(not got[b] or got[b][-1][0] + 1 < end[b] for b in end):
+            if time.monotonic() > deadline:
+                have = {b: (rows[-1][0] + 1 if rows else 0) for b, rows in got.items()}
+                raise TimeoutError(f"reading {name}: reached offsets {have} of {end} "
+                                   f"within {timeout_s:.0f}s")
+            for bucket, records in (await scanner.poll(500)).items():
+                for r in records:
+                    if r.offset < end.get(bucket.bucket_id, 0):
+                        got[bucket.bucket_id].append(
+                            (r.offset, r.change_type.short_string(), r.row))
+        return [(kind, row) for b in sorted(got) for _, kind, row in got[b]]
+
+    def rows(self, name: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        """The rows of a log table, or the current rows of a primary-key table (its changelog
+        applied), in log order."""
+        changes = self.read_log(name, timeout_s)
+        keys = self.primary_key(name)
+        if not keys:
+            return [row for _, row in changes]
+        current: dict[tuple, dict[str, Any]] = {}
+        for kind, row in changes:
+            k = tuple(row[c] for c in keys)
+            if kind in ("+I", "+U"):
+                current[k] = row
+            elif kind == "-D":
+                current.pop(k, None)
+        return list(current.values())
+
+
+def _row(row) -> Any:
+    return row if isinstance(row, dict) else list(row)
+
+
+# -- one call, one connection -----------------------------------------------------------------------
+def create_log_table(bootstrap: str, name: str, schema, buckets: int = 1,
+                     properties: dict[str, str] | None = None) -> int:
+    """Create a log table; returns its table id."""
+    with PyFluss(bootstrap) as c:
+        return c.create_table(name, schema, buckets=buckets, properties=properties)
+
+
+def create_pk_table(bootstrap: str, name: str, schema, primary_key: Sequence[str],
+                    buckets: int = 1, properties: dict[str, str] | None = None) -> int:
+    """Create a primary-key table; returns its table id."""
+    with PyFluss(bootstrap) as c:
+        return c.create_table(name, schema, primary_key=primary_key, buckets=buckets,
+                              properties=properties)
+
+
+def append(bootstrap: str, name: str, rows: Iterable) -> None:
+    with PyFluss(bootstrap) as c:
+        c.append(name, rows)
+
+
+def upsert(bootstrap: str, name: str, rows: Iterable) -> None:
+    with PyFluss(bootstrap) as c:
+        c.upsert(name, rows)
+
+
+def delete(bootstrap: str, name: str, keys: Iterable) -> None:
+    with PyFluss(bootstrap) as c:
+        c.delete(name, keys)
+
+
+def read_log(bootstrap: str, name: str, timeout_s: float = 30.0) -> list[tuple[str, dict]]:
+    with PyFluss(bootstrap) as c:
+        return c.read_log(name, timeout_s)
+
+
+def rows(bootstrap: str, name: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    with PyFluss(bootstrap) as c:
+        return c.rows(name, timeout_s)
+
+
+def lookup(bootstrap: str, name: str, key) -> dict[str, Any] | None:
+    with PyFluss(bootstrap) as c:
+        return c.lookup(name, key)
+
+
+def drop_table(bootstrap: str, name: str) -> None:
+    with PyFluss(bootstrap) as c:
+        c.drop_table(name)

@@ -1,0 +1,198 @@
+"""One TCP connection to one Apache Fluss server, speaking Fluss's own protobuf protocol."""
+
+from __future__ import annotations
+
+import itertools
+import select
+import socket
+import threading
+from typing import TypeVar
+
+from fluss_spark import __version__
+from fluss_spark.errors import ApiError, CorruptMessage, NetworkError
+from fluss_spark.protocol.fluss import framing
+from fluss_spark.protocol.fluss.api import API_VERSION, api_name
+from fluss_spark.protocol.fluss.errors import to_exception
+from fluss_spark.protocol.fluss.messages import (ApiVersionsRequest, ApiVersionsResponse,
+                                                 ErrorResponse, FlussRequest)
+from fluss_spark.protocol.fluss.proto import ProtoMessage
+from fluss_spark.transport.frames import recv_exact
+
+R = TypeVar("R", bound=ProtoMessage)
+
+#: What this client calls itself in API_VERSIONS.
+CLIENT_SOFTWARE_NAME = "fluss-spark-python"
+
+
+def api_versions_request() -> ApiVersionsRequest:
+    return ApiVersionsRequest(client_software_name=CLIENT_SOFTWARE_NAME,
+                              client_software_version=__version__)
+
+
+class FlussRpcConnection:
+    """A lazily (re)connected, thread-safe request/response channel to one Fluss server.
+
+    One request is in flight at a time; request ids count up per connection object. Error
+    responses raise the ``fluss_spark.errors`` class of their Fluss code; any socket failure
+    closes the socket and raises ``NetworkError`` (retriable), and the next call reconnects.
+    """
+
+    def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
+                 connect_timeout_s: float = 5.0):
+        self.host, self.port = host, int(port)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._api_versions: dict[int, tuple[int, int]] | None = None
+        self.server_type: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def call(self, request: FlussRequest[R], *, timeout_s: float | None = None) -> R:
+        """Send ``request`` and return its decoded response (or raise its error)."""
+        body = self.call_raw(int(request.API_KEY), API_VERSION[request.API_KEY],
+                             request.encode(), timeout_s=timeout_s)
+        try:
+            return request.decode_response(body)
+        except CorruptMessage as e:
+            raise CorruptMessage(f"{api_name(request.API_KEY)} response from {self.address} "
+                                 f"does not decode: {e}") from None
+
+    def call_raw(self, api_key: int, api_version: int, body: bytes, *,
+                 timeout_s: float | None = None) -> memoryview:
+        """Send an encoded request body and return the response body (tools and tests)."""
+        request_id = next(self._ids) & 0x7FFFFFFF
+        frame = framing.encode_request(api_key, api_version, request_id, body)
+        with self._lock:
+            try:
+                sock = self._connect()
+                sock.settimeout(timeout_s or self.timeout_s)
+                sock.sendall(frame)
+                prefix = _recv(sock, framing.LENGTH.size)
+                payload = _recv(sock, framing.decode_length(prefix))
+            except (OSError, EOFError) as e:
+                self._close_locked()
+                raise NetworkError(f"{api_name(api_key)} to {self.address} failed: "
+                                   f"{type(e).__name__}: {e}") from None
+            except CorruptMessage:
+                self._close_locked()
+                raise
+            try:
+                header = framing.decode_response_header(payload)
+            except CorruptMessage:
+                self._close_locked()
+                raise
+            if header.response_type == framing.SERVER_FAILURE:
+                # Fluss sends this when the connection itself failed; it is not reused.
+                self._close_locked()
+            elif header.request_id != request_id:
+                self._close_locked()
+                raise NetworkError(f"{self.address} answered request id {header.request_id}, "
+                                   f"expected {request_id}")
+        body_view = memoryview(payload)[header.body_offset:]
+        if header.response_type == framing.SUCCESS_RESPONSE:
+            return body_view
+        raise _error(body_view, api_key, self.address)
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """API key -> (min, max) version this server offers (asked once per object)."""
+        if self._api_versions is None:
+            resp = self.call(api_versions_request())
+            self.server_type = resp.server_type
+            self._api_versions = {v.api_key: (v.min_version, v.max_version)
+                                  for v in resp.api_versions}
+        return self._api_versions
+
+    def supports(self, api_key: int, version: int = 0) -> bool:
+        versions = self.api_versions().get(int(api_key))
+        return versions is not None and versions[0] <= version <= versions[1]
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _connect(self) -> socket.socket:
+        if self._sock is not None and not _still_open(self._sock):
+            # Closed by the server between requests (idle timeout, restart): reconnect instead of
+            # losing the request on a dead socket.
+            self._close_locked()
+        if self._sock is None:
+            sock = socket.create_connection((self.host, self.port),
+                                            timeout=self.connect_timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = sock
+        return self._sock
+
+    def _close_locked(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+
+
+def _error(body: memoryview, api_key: int, address: str) -> ApiError:
+    try:
+        err = ErrorResponse.decode(body)
+    except CorruptMessage as e:
+        return CorruptMessage(f"error response to {api_name(api_key)} from {address} does not "
+                              f"decode: {e}")
+    return to_exception(err.error_code, err.error_message)
+
+
+def _recv(sock: socket.socket, n: int) -> bytearray:
+    data = recv_exact(sock, n)
+    if data is None:
+        raise EOFError("connection closed by the server")
+    return data
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """A connection between requests has nothing to read; readable means EOF (or junk)."""
+    poller = select.poll()
+    try:
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+def speaks_fluss(host: str, port: int, timeout: float = 5.0) -> bool:
+    """Whether ``host:port`` is an Apache Fluss server: it answers an API_VERSIONS request
+    with a well-formed Fluss response (this project's servers answer in msgpack instead)."""
+    request_id = 1
+    frame = framing.encode_request(int(api_versions_request().API_KEY), 0, request_id,
+                                   api_versions_request().encode())
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(frame)
+            prefix = recv_exact(sock, framing.LENGTH.size)
+            if prefix is None:
+                return False
+            # A Fluss API_VERSIONS answer is small; anything long is not one.
+            length = framing.decode_length(bytes(prefix), limit=1 << 20)
+            payload = recv_exact(sock, length)
+    except (OSError, CorruptMessage):
+        return False
+    if payload is None:
+        return False
+    try:
+        header = framing.decode_response_header(payload)
+        body = memoryview(payload)[header.body_offset:]
+        if header.response_type == framing.SUCCESS_RESPONSE:
+            return header.request_id == request_id and bool(
+                ApiVersionsResponse.decode(body).api_versions)
+        ErrorResponse.decode(body)
+        return header.request_id in (request_id, None)
+    except CorruptMessage:
+        return False
+
+
+__all__ = ["CLIENT_SOFTWARE_NAME", "FlussRpcConnection", "api_versions_request",
+           "speaks_fluss"]

@@ -1,0 +1,57 @@
+"""bootstrap.servers alone picks the backend: this project's servers or Apache Fluss."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from fluss_spark.client import FlussCluster
+from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
+from fluss_spark.client.backends import detect_engine, open_cluster
+from fluss_spark.errors import ConfigError, NetworkError
+from fluss_spark.local.ports import free_port
+
+
+def test_each_engine_is_recognised_and_opened(cluster, apache_fluss):
+    assert detect_engine(cluster.bootstrap_servers) == "embedded"
+    assert detect_engine(apache_fluss.bootstrap_servers) == "apache-fluss"
+    with open_cluster(cluster.bootstrap_servers) as ours:
+        assert isinstance(ours, FlussCluster)
+        caps = ours.capabilities()
+        assert (caps.leases, caps.lease_renewal, caps.snapshot_read) == (True, "renew",
+                                                                         "scan_session")
+    theirs = open_cluster(apache_fluss.bootstrap_servers)
+    try:
+        assert isinstance(theirs, ApacheFlussWireCluster)
+        caps = theirs.capabilities()
+        assert (caps.leases, caps.lease_renewal, caps.snapshot_read) == (True, "reacquire",
+                                                                         "files")
+    finally:
+        theirs.close()
+    # The probe leaves this project's servers serving their own protocol.
+    with open_cluster(cluster.bootstrap_servers, engine="embedded") as again:
+        assert isinstance(again.list_tables(), list)
+
+
+def test_the_first_reachable_server_decides(cluster):
+    down = f"127.0.0.1:{free_port()}"
+    assert detect_engine(f"{down},{cluster.bootstrap_servers}") == "embedded"
+
+
+def test_nothing_reachable_and_bad_choices_are_clear_errors(apache_fluss):
+    down = f"127.0.0.1:{free_port()}"
+    with pytest.raises(NetworkError, match=f"cannot reach any server of {down}"):
+        detect_engine(down, timeout_s=0.5)
+    with pytest.raises(ConfigError, match="engine must be one of auto, embedded, apache-fluss"):
+        open_cluster(down, engine="kafka")
+    with pytest.raises(ConfigError, match="SASL credentials are not supported for Apache Fluss"):
+        open_cluster(apache_fluss.bootstrap_servers, engine="apache-fluss", username="u",
+                     password="p")
+
+
+def test_a_silent_server_is_not_taken_for_fluss():
+    """Something that accepts connections but never answers is not Apache Fluss."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        assert detect_engine(f"127.0.0.1:{port}", timeout_s=0.5) == "embedded"
