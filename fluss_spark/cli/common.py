@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+from contextlib import closing
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from fluss_spark.config import MAX_BUCKETS, bounded  # noqa: F401 - for the command modules
 from fluss_spark.errors import ConfigError, FlussError
+
+if TYPE_CHECKING:   # the client is imported when a command runs, not to parse arguments
+    from fluss_spark.client.cluster import Cluster
 
 DEFAULT_TIMEOUT_S = 30.0
 #: Largest row or record count an argument takes.
 MAX_COUNT = 10**12
 #: Longest --timeout (a day): longer is a typo, and the socket layer refuses far longer ones.
 MAX_TIMEOUT_S = 86_400.0
-
 
 
 def default_cluster_dir() -> Path:
@@ -42,19 +45,60 @@ def bootstrap_servers(args) -> str:
     return ",".join(f"{host}:{s['port']}" for s in state["servers"] if s.get("port"))
 
 
-def connect(args):
-    """A FlussConnection, after checking that some bootstrap server accepts connections (a
-    cluster that is down is reported at once instead of after the retry timeout)."""
-    from fluss_spark.client import FlussConnection
+#: Why a command of this CLI cannot run against an Apache Fluss cluster, by command.
+_NOT_ON_APACHE_FLUSS = {
+    "lease list": "Apache Fluss 0.9.1 has no call that lists leases",
+    "lease describe": "Apache Fluss 0.9.1 has no call that describes a lease",
+    "lease renew": "Apache Fluss renews a lease when it is acquired again: use `lease acquire`",
+    "snapshot trigger": "Apache Fluss takes KV snapshots on its own schedule "
+                        "(the table's kv.snapshot.interval)",
+    "snapshot list": "Apache Fluss 0.9.1 lists only the latest KV snapshots",
+    "scanner list": "Apache Fluss 0.9.1 has no scan sessions",
+}
+
+
+def _reachable_servers(args) -> str:
     from fluss_spark.client.connection import parse_bootstrap
     from fluss_spark.local.ports import port_open
     servers = bootstrap_servers(args)
     if not any(port_open(h, p, timeout_s=2.0) for h, p in parse_bootstrap(servers)):
         raise FlussError(f"no server is reachable at {servers}; is the cluster running? "
                          "(`fluss-spark cluster status`)")
+    return servers
+
+
+def _command(args) -> str:
+    return " ".join(str(a) for a in (getattr(args, "command", None),
+                                     getattr(args, "action", None)) if a)
+
+
+def connect(args):
+    """A FlussConnection to this project's servers, after checking that some bootstrap server
+    accepts connections (a cluster that is down is reported at once instead of after the retry
+    timeout). An Apache Fluss cluster is refused in one line that says what it lacks."""
+    from fluss_spark.client import FlussConnection
+    from fluss_spark.client.backends import APACHE_FLUSS, detect_engine
+    from fluss_spark.errors import UnsupportedVersion
+    servers = _reachable_servers(args)
+    if detect_engine(servers, timeout_s=2.0) == APACHE_FLUSS:
+        command = _command(args)
+        why = _NOT_ON_APACHE_FLUSS.get(command, "this command needs fluss_spark's own servers")
+        raise UnsupportedVersion(f"`fluss-spark {command}` is not available on Apache Fluss "
+                                 f"(the cluster at {servers}): {why}")
     user, password = credentials(args, servers) or (None, None)
     return FlussConnection(servers, request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S),
                            username=user, password=password)
+
+
+def connect_cluster(args) -> "closing[Cluster]":
+    """The ``Cluster`` at the bootstrap servers, this project's or Apache Fluss (probed), for
+    the commands that both engines serve; closed at the end of a ``with`` block."""
+    from fluss_spark.client.backends import open_cluster
+    servers = _reachable_servers(args)
+    user, password = credentials(args, servers) or (None, None)
+    return closing(open_cluster(servers,
+                                request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S),
+                                username=user, password=password))
 
 
 def credentials(args, servers: str) -> tuple[str, str] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fluss_spark.cli.common import _json, connect
+from fluss_spark.cli.common import _json, connect, connect_cluster
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
 from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound
 
@@ -79,8 +79,8 @@ def cmd_lease_describe(args) -> int:
 
 
 def cmd_lease_drop(args) -> int:
-    with connect(args) as conn:
-        if not conn.admin().drop_kv_snapshot_lease(args.lease_id):
+    with connect_cluster(args) as cluster:
+        if not cluster.drop_kv_snapshot_lease(args.lease_id):
             raise LeaseNotFound(f"KV snapshot lease {args.lease_id!r} does not exist (expired, "
                                 f"released or never acquired); nothing was dropped")
     if _json(args):
@@ -132,12 +132,15 @@ def cmd_lease_renew(args) -> int:
 
 
 def cmd_lease_release(args) -> int:
-    with connect(args) as conn:
-        info = conn.table(args.table)
-        remaining = conn.admin().release_kv_snapshot_lease(args.lease_id,
-                                                           {info.table_id: info.buckets})
+    with connect_cluster(args) as cluster:
+        info = cluster.get_table(args.table)
+        remaining = cluster.release_kv_snapshot_lease(args.lease_id,
+                                                      {info.table_id: info.buckets})
     if _json(args):
-        emit_json({"lease_id": args.lease_id, "table": info.name, "remaining_pins": remaining})
-    else:
+        emit_json({"lease_id": args.lease_id, "table": info.name,
+                   "remaining_pins": remaining if remaining >= 0 else None})
+    elif remaining >= 0:
         print(f"released {info.name} from lease {args.lease_id}; {remaining} pin(s) remain")
+    else:   # Apache Fluss does not say what a release left pinned
+        print(f"released {info.name} from lease {args.lease_id}")
     return 0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fluss_spark.cli.common import MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, _pairs, bounded, connect
+from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, _pairs, bounded,
+                                    connect, connect_cluster)
 from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError
 
@@ -81,8 +82,8 @@ def cmd_table_create(args) -> int:
 
 
 def cmd_table_list(args) -> int:
-    with connect(args) as conn:
-        names = conn.admin().list_tables()
+    with connect_cluster(args) as cluster:
+        names = cluster.list_tables()
     if _json(args):
         emit_json([{"table": n} for n in names])
     else:
@@ -91,8 +92,8 @@ def cmd_table_list(args) -> int:
 
 
 def cmd_table_describe(args) -> int:
-    with connect(args) as conn:
-        d = _describe(conn.admin().get_table(args.table))
+    with connect_cluster(args) as cluster:
+        d = _describe(cluster.get_table(args.table))
     emit_json(d) if _json(args) else _print_description(d)
     return 0
 

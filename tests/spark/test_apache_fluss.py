@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from fluss_spark.clock import wall_ms
@@ -130,6 +131,24 @@ def test_pk_table_changelog_has_exact_change_types(spark, apache_fluss, fluss, n
            spark.read.parquet(str(out)).orderBy("_log_offset").collect()]
     assert got == [(1, "a", "+I"), (2, "b", "+I"), (1, "a", "-U"), (1, "a2", "+U"),
                    (2, "b", "-D")]
+
+
+def test_reads_of_kv_snapshots_are_refused_at_the_start_with_what_to_do(spark, apache_fluss,
+                                                                         fluss, name, tmp_path):
+    servers = apache_fluss.bootstrap_servers
+    fluss.create_table(name, "id BIGINT NOT NULL, v STRING", primary_key=["id"], buckets=1)
+    with pytest.raises(Exception, match="scan.startup.mode=earliest, latest or timestamp"):
+        spark.read.format("fluss").option("bootstrap.servers", servers).option(
+            "table", name).load().collect()
+    q = (stream(spark, servers, name).writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+    try:
+        with pytest.raises(StreamingQueryException,
+                           match="primary-key table and scan.startup.mode=full reads its KV "
+                                 "snapshot"):
+            q.awaitTermination(120)
+    finally:
+        q.stop()
 
 
 def test_several_tables_projection_and_batch_read(spark, apache_fluss, fluss, name, tmp_path):

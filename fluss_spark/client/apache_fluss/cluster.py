@@ -39,7 +39,7 @@ class ApacheFlussWireCluster:
     describe one, and lease holders are not recorded (``holder`` is ignored). Fluss does not say
     what a release left pinned (``release_kv_snapshot_lease`` returns -1) nor whether a dropped
     lease existed (``drop_kv_snapshot_lease`` returns True). Snapshots are read from their
-    files (``snapshot_read="files"``), which this client does not do yet.
+    files on Apache Fluss, which this client does not do yet (``snapshot_read="none"``).
     """
 
     def __init__(self, conn: FlussWireConnection):
@@ -56,7 +56,7 @@ class ApacheFlussWireCluster:
             coordinator = self.conn.with_retries(self.conn.coordinator)
             leases = all(coordinator.supports(int(key)) for key in LEASE_APIS)
             self._capabilities = Capabilities(leases=leases, lease_renewal="reacquire",
-                                              snapshot_read="files")
+                                              snapshot_read="none")
         return self._capabilities
 
     # -- databases and tables (admin) -----------------------------------------------------------
@@ -291,6 +291,12 @@ class ApacheFlussWireCluster:
 
     def close(self) -> None:
         self.conn.close()
+
+    def __enter__(self) -> "ApacheFlussWireCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 __all__ = ["ApacheFlussWireCluster"]
