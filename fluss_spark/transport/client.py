@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import select
 import socket
-import threading
-
 from typing import Any, TypeVar
 
 from fluss_spark.errors import ConfigError, NetworkError, UnsupportedVersion
@@ -14,12 +11,12 @@ from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
 from fluss_spark.protocol.messages import (ApiVersionsRequest, AuthenticateRequest, Message,
                                            Request)
-from fluss_spark.transport.frames import recv_exact
+from fluss_spark.transport.channel import SocketChannel, recv_or_eof
 
 R = TypeVar("R", bound=Message)
 
 
-class RpcConnection:
+class RpcConnection(SocketChannel):
     """A lazily (re)connected, thread-safe request/response channel to ``host:port``.
 
     Requests are serialised on the connection; any socket failure closes it and raises
@@ -30,18 +27,10 @@ class RpcConnection:
                  connect_timeout_s: float = 5.0, credentials: tuple[str, str] | None = None):
         """``credentials``: (username, password) for a server with SASL (PLAIN) authentication;
         every new socket authenticates before its first request."""
-        self.host, self.port = host, int(port)
+        super().__init__(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
         self._credentials = credentials
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self._sock: socket.socket | None = None
-        self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._api_keys: frozenset[int] | None = None
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
 
     def call(self, request: Request[R], *, timeout_s: float | None = None) -> R:
         """Send one request and return its typed response, raising the typed error on failure."""
@@ -62,8 +51,8 @@ class RpcConnection:
                 sock = self._connect()
                 sock.settimeout(timeout_s or self.timeout_s)
                 sock.sendall(frame)
-                header = _recv_or_eof(sock, framing.HEADER.size)
-                payload = _recv_or_eof(sock, framing.decode_length(header))
+                header = recv_or_eof(sock, framing.HEADER.size)
+                payload = recv_or_eof(sock, framing.decode_length(header))
             except (OSError, EOFError) as e:
                 self._close_locked()
                 raise NetworkError(f"request {_api_name(api_key)} to {self.address} failed: "
@@ -86,26 +75,9 @@ class RpcConnection:
             raise UnsupportedVersion(f"the server at {self.address} does not support {what} "
                                      f"(API {api_key.name}); upgrade the server")
 
-    def close(self) -> None:
-        with self._lock:
-            self._close_locked()
-
-    def _connect(self) -> socket.socket:
-        if self._sock is not None and not _still_open(self._sock):
-            # The server closed it (idle timeout, restart): a request sent on it would be lost
-            # on the way, so open a fresh connection instead of failing the call.
-            self._close_locked()
-        if self._sock is None:
-            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._credentials is not None:
-                try:
-                    self._authenticate(sock)
-                except BaseException:
-                    sock.close()
-                    raise
-            self._sock = sock
-        return self._sock
+    def _on_connect(self, sock: socket.socket) -> None:
+        if self._credentials is not None:
+            self._authenticate(sock)
 
     def _authenticate(self, sock: socket.socket) -> None:
         assert self._credentials is not None
@@ -115,33 +87,8 @@ class RpcConnection:
         sock.settimeout(self.timeout_s)
         sock.sendall(framing.encode_frame(codec.encode_request(
             request.API_KEY, CURRENT_VERSION, next(self._ids), request.to_wire())))
-        header = _recv_or_eof(sock, framing.HEADER.size)
-        codec.decode_response(_recv_or_eof(sock, framing.decode_length(header))).raise_for_error()
-
-    def _close_locked(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            self._sock = None
-
-
-def _still_open(sock: socket.socket) -> bool:
-    """A connection between requests has nothing to read; readable means EOF (or junk)."""
-    poller = select.poll()     # poll, not select: no limit on descriptor numbers
-    try:
-        poller.register(sock, select.POLLIN)
-        return not poller.poll(0)
-    except (OSError, ValueError):
-        return False
-
-
-def _recv_or_eof(sock: socket.socket, n: int) -> bytearray:
-    data = recv_exact(sock, n)
-    if data is None:
-        raise EOFError("connection closed by the server")
-    return data
+        header = recv_or_eof(sock, framing.HEADER.size)
+        codec.decode_response(recv_or_eof(sock, framing.decode_length(header))).raise_for_error()
 
 
 def parse_address(address: str) -> tuple[str, int]:

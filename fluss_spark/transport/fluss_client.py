@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import select
 import socket
-import threading
 from typing import TypeVar
 
 from fluss_spark import __version__
@@ -16,6 +14,7 @@ from fluss_spark.protocol.fluss.errors import to_exception
 from fluss_spark.protocol.fluss.messages import (ApiVersionsRequest, ApiVersionsResponse,
                                                  ErrorResponse, FlussRequest)
 from fluss_spark.protocol.fluss.proto import ProtoMessage
+from fluss_spark.transport.channel import SocketChannel, recv_or_eof
 from fluss_spark.transport.frames import recv_exact
 
 R = TypeVar("R", bound=ProtoMessage)
@@ -29,7 +28,7 @@ def api_versions_request() -> ApiVersionsRequest:
                               client_software_version=__version__)
 
 
-class FlussRpcConnection:
+class FlussRpcConnection(SocketChannel):
     """A lazily (re)connected, thread-safe request/response channel to one Fluss server.
 
     One request is in flight at a time; request ids count up per connection object. Error
@@ -39,18 +38,10 @@ class FlussRpcConnection:
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
                  connect_timeout_s: float = 5.0):
-        self.host, self.port = host, int(port)
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
-        self._sock: socket.socket | None = None
-        self._lock = threading.Lock()
+        super().__init__(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
         self._ids = itertools.count(1)
         self._api_versions: dict[int, tuple[int, int]] | None = None
         self.server_type: int | None = None
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
 
     def call(self, request: FlussRequest[R], *, timeout_s: float | None = None) -> R:
         """Send ``request`` and return its decoded response (or raise its error)."""
@@ -72,8 +63,8 @@ class FlussRpcConnection:
                 sock = self._connect()
                 sock.settimeout(timeout_s or self.timeout_s)
                 sock.sendall(frame)
-                prefix = _recv(sock, framing.LENGTH.size)
-                payload = _recv(sock, framing.decode_length(prefix))
+                prefix = recv_or_eof(sock, framing.LENGTH.size)
+                payload = recv_or_eof(sock, framing.decode_length(prefix))
             except (OSError, EOFError) as e:
                 self._close_locked()
                 raise NetworkError(f"{api_name(api_key)} to {self.address} failed: "
@@ -111,30 +102,6 @@ class FlussRpcConnection:
         versions = self.api_versions().get(int(api_key))
         return versions is not None and versions[0] <= version <= versions[1]
 
-    def close(self) -> None:
-        with self._lock:
-            self._close_locked()
-
-    def _connect(self) -> socket.socket:
-        if self._sock is not None and not _still_open(self._sock):
-            # Closed by the server between requests (idle timeout, restart): reconnect instead of
-            # losing the request on a dead socket.
-            self._close_locked()
-        if self._sock is None:
-            sock = socket.create_connection((self.host, self.port),
-                                            timeout=self.connect_timeout_s)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._sock = sock
-        return self._sock
-
-    def _close_locked(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            self._sock = None
-
 
 def _error(body: memoryview, api_key: int, address: str) -> ApiError:
     try:
@@ -143,23 +110,6 @@ def _error(body: memoryview, api_key: int, address: str) -> ApiError:
         return CorruptMessage(f"error response to {api_name(api_key)} from {address} does not "
                               f"decode: {e}")
     return to_exception(err.error_code, err.error_message)
-
-
-def _recv(sock: socket.socket, n: int) -> bytearray:
-    data = recv_exact(sock, n)
-    if data is None:
-        raise EOFError("connection closed by the server")
-    return data
-
-
-def _still_open(sock: socket.socket) -> bool:
-    """A connection between requests has nothing to read; readable means EOF (or junk)."""
-    poller = select.poll()
-    try:
-        poller.register(sock, select.POLLIN)
-        return not poller.poll(0)
-    except (OSError, ValueError):
-        return False
 
 
 def speaks_fluss(host: str, port: int, timeout: float = 5.0) -> bool:

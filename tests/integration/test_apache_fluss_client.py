@@ -70,7 +70,7 @@ def test_api_versions_of_coordinator_and_tablets(apache_fluss, fluss):
         tablet.close()
     assert isinstance(fluss, Cluster)
     assert fluss.capabilities() == Capabilities(leases=True, lease_renewal="reacquire",
-                                                snapshot_read="files")
+                                                snapshot_read="none")
 
 
 def test_databases_tables_and_metadata(fluss, tables):

@@ -1,0 +1,75 @@
+"""One lazily (re)connected TCP socket to one server, shared by both wire protocols' clients."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+
+from fluss_spark.transport.frames import recv_exact
+
+
+class SocketChannel:
+    """The socket of a request/response connection: opened on first use, replaced when the
+    server closed it between requests, closed on any failure (the caller holds ``_lock``)."""
+
+    def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
+                 connect_timeout_s: float = 5.0):
+        self.host, self.port = host, int(port)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _connect(self) -> socket.socket:
+        if self._sock is not None and not still_open(self._sock):
+            # The server closed it (idle timeout, restart): a request sent on it would be lost
+            # on the way, so open a fresh connection instead of failing the call.
+            self._close_locked()
+        if self._sock is None:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                self._on_connect(sock)
+            except BaseException:
+                sock.close()
+                raise
+            self._sock = sock
+        return self._sock
+
+    def _on_connect(self, sock: socket.socket) -> None:
+        """What a new socket does before its first request (authentication)."""
+
+    def _close_locked(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+
+
+def still_open(sock: socket.socket) -> bool:
+    """A connection between requests has nothing to read; readable means EOF (or junk)."""
+    poller = select.poll()     # poll, not select: no limit on descriptor numbers
+    try:
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+def recv_or_eof(sock: socket.socket, n: int) -> bytearray:
+    """Exactly ``n`` bytes, or EOFError when the server closed the connection first."""
+    data = recv_exact(sock, n)
+    if data is None:
+        raise EOFError("connection closed by the server")
+    return data
