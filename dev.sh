@@ -3,6 +3,7 @@
 #   ./dev.sh demo    install, then run the quickstart job (local cluster + Spark streaming read)
 #   ./dev.sh test    install, then type-check (mypy) and run the whole test suite
 #   ./dev.sh typecheck  install, then run mypy (configured in setup.cfg, section [mypy])
+#   ./dev.sh fluss-jars  install, then fetch the Apache Fluss server jars (Maven) into .cache/
 #   ./dev.sh install install only
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -10,6 +11,8 @@ VENV=${VENV:-.venv}
 
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# Maven fetches the Apache Fluss jars the real-cluster tests run (fluss_spark/local/apache_fluss_jars.py).
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 [ -f /usr/share/java/zookeeper.jar ] || [ -n "${ZOOKEEPER_HOME:-}" ] || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "Installing ${need_apt[*]} with apt-get"
@@ -36,7 +39,7 @@ if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, mypy' >/dev/nul
     echo "error: installing the Python packages failed; see $VENV/install.log" >&2
     exit 1
   fi
-  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss, mypy'
+  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss, mypy, fluss'
   touch "$VENV/.installed"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
@@ -47,12 +50,18 @@ typecheck() {
   python -m mypy
 }
 
+fluss_jars() {
+  python -m fluss_spark.local.apache_fluss_jars
+}
+
 case "${1:-}" in
   demo)    shift; exec python examples/quickstart.py "$@" ;;
   test)    shift
            typecheck          # a type error fails the run (and CI) before any test
+           fluss_jars >/dev/null   # the real Apache Fluss cluster of the tests runs these jars
            exec python -m pytest "$@" ;;
+  fluss-jars) shift; fluss_jars ;;
   typecheck) shift; typecheck ;;
   install) echo "Installed: $(python -c 'import fluss_spark; print(fluss_spark.__version__)')" ;;
-  *) echo "usage: ./dev.sh demo|test|typecheck|install" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test|typecheck|fluss-jars|install" >&2; exit 2 ;;
 esac

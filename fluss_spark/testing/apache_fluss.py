@@ -78,7 +78,12 @@ class PyFluss:
     def close(self) -> None:
         if not self._loop.is_closed():
             async def close():
-                await self.conn.close()
+                # close() waits for unacknowledged writes, which after a write timeout may
+                # never come; the connection is then left to the process's exit.
+                try:
+                    await asyncio.wait_for(self.conn.close(), 10.0)
+                except asyncio.TimeoutError:
+                    pass
             self._run(close())
             self._loop.close()
 
@@ -138,7 +143,7 @@ class PyFluss:
         return self._run(self._latest_offsets(name))
 
     # -- writes ---------------------------------------------------------------------------------
-    def append(self, name: str, rows: Iterable) -> None:
+    def append(self, name: str, rows: Iterable, timeout_s: float = 60.0) -> None:
         """Append ``rows`` (dicts or tuples in schema order) to a log table; returns once the
         servers acknowledged them."""
         async def go():
@@ -146,27 +151,27 @@ class PyFluss:
             writer = table.new_append().create_writer()
             for row in rows:
                 writer.append(_row(row))
-            await writer.flush()
+            await _flush(writer, timeout_s)
         self._run(go())
 
-    def upsert(self, name: str, rows: Iterable) -> None:
+    def upsert(self, name: str, rows: Iterable, timeout_s: float = 60.0) -> None:
         """Insert or update ``rows`` of a primary-key table; returns once acknowledged."""
         async def go():
             table = await self.conn.get_table(self.path(name))
             writer = table.new_upsert().create_writer()
             for row in rows:
                 writer.upsert(_row(row))
-            await writer.flush()
+            await _flush(writer, timeout_s)
         self._run(go())
 
-    def delete(self, name: str, keys: Iterable) -> None:
+    def delete(self, name: str, keys: Iterable, timeout_s: float = 60.0) -> None:
         """Delete the rows with these primary keys (dicts, or tuples in key order)."""
         async def go():
             table = await self.conn.get_table(self.path(name))
             writer = table.new_upsert().create_writer()
             for key in keys:
                 writer.delete(_row(key))
-            await writer.flush()
+            await _flush(writer, timeout_s)
         self._run(go())
 
     # -- reads ----------------------------------------------------------------------------------
@@ -221,6 +226,15 @@ class PyFluss:
         return list(current.values())
 
 
+async def _flush(writer, timeout_s: float) -> None:
+    """Flush ``writer``; TimeoutError after ``timeout_s`` (a client that keeps retrying against
+    a restarted server would otherwise wait forever)."""
+    try:
+        await asyncio.wait_for(writer.flush(), timeout_s)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"the servers did not acknowledge the writes within {timeout_s:.0f}s")
+
+
 def _row(row) -> Any:
     return row if isinstance(row, dict) else list(row)
 
@@ -241,19 +255,19 @@ def create_pk_table(bootstrap: str, name: str, schema, primary_key: Sequence[str
                               properties=properties)
 
 
-def append(bootstrap: str, name: str, rows: Iterable) -> None:
+def append(bootstrap: str, name: str, rows: Iterable, timeout_s: float = 60.0) -> None:
     with PyFluss(bootstrap) as c:
-        c.append(name, rows)
+        c.append(name, rows, timeout_s)
 
 
-def upsert(bootstrap: str, name: str, rows: Iterable) -> None:
+def upsert(bootstrap: str, name: str, rows: Iterable, timeout_s: float = 60.0) -> None:
     with PyFluss(bootstrap) as c:
-        c.upsert(name, rows)
+        c.upsert(name, rows, timeout_s)
 
 
-def delete(bootstrap: str, name: str, keys: Iterable) -> None:
+def delete(bootstrap: str, name: str, keys: Iterable, timeout_s: float = 60.0) -> None:
     with PyFluss(bootstrap) as c:
-        c.delete(name, keys)
+        c.delete(name, keys, timeout_s)
 
 
 def read_log(bootstrap: str, name: str, timeout_s: float = 30.0) -> list[tuple[str, dict]]:

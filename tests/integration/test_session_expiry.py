@@ -64,11 +64,14 @@ def test_cluster_start_replaces_a_process_that_does_not_answer(local):
     pid = tablet_pid(cluster, 0)
     os.kill(pid, signal.SIGSTOP)
     again = LocalCluster.load(cluster.base_dir).start()
-    new_pid = tablet_pid(again, 0)
-    assert new_pid != pid
-    assert not pid_alive(pid, None, None)      # killed (a zombie until reaped counts as gone)
-    conn = again.connection(request_timeout_s=20)
-    conn.admin().create_table("db.after", "k BIGINT", num_buckets=2)
-    conn.writer("db.after").append(pa.table({"k": pa.array(range(10), pa.int64())}))
-    assert sum(conn.admin().list_offsets("db.after", spec="latest").values()) == 10
-    conn.close()
+    try:
+        new_pid = tablet_pid(again, 0)
+        assert new_pid != pid
+        assert not pid_alive(pid, None, None)      # killed (a zombie until reaped counts as gone)
+        conn = again.connection(request_timeout_s=20)
+        conn.admin().create_table("db.after", "k BIGINT", num_buckets=2)
+        conn.writer("db.after").append(pa.table({"k": pa.array(range(10), pa.int64())}))
+        assert sum(conn.admin().list_offsets("db.after", spec="latest").values()) == 10
+        conn.close()
+    finally:
+        again.stop()        # the replacement process is this object's, not the fixture's

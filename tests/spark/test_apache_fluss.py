@@ -14,7 +14,10 @@ from chispa import assert_df_equality
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
+from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.clock import wall_ms
+from fluss_spark.connector.offsets import decode
+from fluss_spark.errors import LogOffsetOutOfRange, UnsupportedVersion
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.apache_fluss import PyFluss
 from fluss_spark.testing.spark_driver import Driver
@@ -175,7 +178,10 @@ def test_several_tables_projection_and_batch_read(spark, apache_fluss, fluss, na
 def test_tablet_killed_during_a_stream_loses_and_repeats_nothing(spark, apache_fluss, fluss,
                                                                   name, tmp_path):
     servers = apache_fluss.bootstrap_servers
-    fluss.create_table(name, SCHEMA, buckets=2)
+    # Two replicas: with one, Fluss may cut acknowledged records from a tablet killed -9 (its
+    # log is truncated to the last checkpointed position, docs/apache_fluss.md), a loss of the
+    # cluster's, not of the source's.
+    fluss.create_table(name, SCHEMA, buckets=2, properties={"table.replication.factor": "2"})
     fluss.append(name, rows(range(100)))
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     q = (stream(spark, servers, name, **{"scan.startup.mode": "earliest",
@@ -224,4 +230,147 @@ def test_driver_killed_then_restarted_from_its_checkpoint(spark, apache_fluss, f
         q.stop()
     got = spark.read.parquet(str(out))
     assert_df_equality(got.select("id", "v", "_change_type"), expected(spark, range(500)),
+                       ignore_row_order=True)
+
+
+class Batches:
+    """A foreachBatch sink keeping the ``(id, v, _change_type)`` rows of every non-empty
+    micro-batch, and when (wall clock, ms) each ran."""
+
+    def __init__(self):
+        self.batches: list[tuple[int, list[tuple]]] = []
+
+    def __call__(self, df, batch_id):
+        got = [tuple(r) for r in df.select("id", "v", "_change_type").collect()]
+        if got:
+            self.batches.append((wall_ms(), got))
+
+    def rows(self) -> list[tuple]:
+        return [r for _, got in self.batches for r in got]
+
+
+def held_back_with(q, n: int) -> bool:
+    """Whether a trigger of ``q`` ran no batch although its source saw ``n`` records (the
+    latest offset it reported, summed over buckets: the table was read from offset 0)."""
+    for p in q.recentProgress:
+        latest = p["sources"][0]["latestOffset"] if p["sources"] else None
+        if p["numInputRows"] == 0 and latest is not None and sum(
+                off for t in decode(latest).tables.values() for off in t.log.values()) == n:
+            return True
+    return False
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay(spark, apache_fluss, fluss, name):
+    servers = apache_fluss.bootstrap_servers
+    fluss.create_table(name, SCHEMA, buckets=2)
+    sink = Batches()
+    # Spark reports a trigger that ran no batch only every 10s by default; a report per trigger
+    # is what shows that the source saw the records and still held the batch back. The query
+    # copies the session's settings when it starts, so the setting is undone right after.
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
+    try:
+        q = (stream(spark, servers, name, **{"scan.startup.mode": "earliest",
+                                             "minOffsetsPerTrigger": 50, "maxTriggerDelay": "1h"})
+             .writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds").start())
+    finally:
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+    try:
+        fluss.append(name, rows(range(30)))
+        wait_until(lambda: held_back_with(q, 30), 120, "a trigger that saw the 30 records")
+        assert sink.batches == [] and not any(p["numInputRows"] for p in q.recentProgress)
+        fluss.append(name, rows(range(30, 50)))
+        # A batch's progress is reported after its sink ran: wait for the report.
+        wait_until(lambda: sum(p["numInputRows"] for p in q.recentProgress) >= 50, 120,
+                   "the batch once 50 records are there")
+        batch_sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    finally:
+        q.stop()
+    assert batch_sizes == [50] and len(sink.batches) == 1
+    assert_df_equality(spark.createDataFrame(sink.rows(), expected(spark, []).schema),
+                       expected(spark, range(50)), ignore_row_order=True)
+
+    # A short maxTriggerDelay lets fewer records than minOffsetsPerTrigger through.
+    other = name + "_d"
+    fluss.create_table(other, SCHEMA, buckets=2)
+    fluss.append(other, rows(range(10)))   # all there before the query: one batch of 10
+    sink = Batches()
+    started_ms = wall_ms()
+    q = (stream(spark, servers, other, **{"scan.startup.mode": "earliest",
+                                          "minOffsetsPerTrigger": 1_000, "maxTriggerDelay": "2s"})
+         .writeStream.foreachBatch(sink).trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: sum(p["numInputRows"] for p in q.recentProgress) >= 10, 120,
+                   "the small batch after maxTriggerDelay")
+        batch_sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    finally:
+        q.stop()
+    assert batch_sizes == [10] and sink.batches[0][0] >= started_ms + 2_000
+    assert_df_equality(spark.createDataFrame(sink.rows(), expected(spark, []).schema),
+                       expected(spark, range(10)), ignore_row_order=True)
+
+
+def test_fail_on_data_loss_when_retention_removed_unread_records(spark, apache_fluss, fluss,
+                                                                 name, tmp_path):
+    servers = apache_fluss.bootstrap_servers
+    # Fluss removes records only once their segment was copied to remote storage, deleted
+    # locally (all but table.log.tiered.local-segments newest segments) and has passed
+    # table.log.ttl remotely; the shared cluster rolls 1 MB segments and runs that every
+    # second (APACHE_FLUSS_TEST_OPTIONS in tests/conftest.py). Uncompressed batches make the
+    # rows below fill segments at their own size.
+    fluss.create_table(name, SCHEMA, buckets=1, properties={
+        "table.log.ttl": "1s", "table.log.tiered.local-segments": "1",
+        "table.log.arrow.compression.type": "NONE"})
+    fluss.append(name, rows(range(10)))      # stays in the active segment: never removed
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    options = {"scan.startup.mode": "earliest", "maxOffsetsPerTrigger": 500}
+    progress = available_now(spark, servers, name, out, ckpt, **options)
+    checkpointed = decode(progress[-1]["sources"][0]["endOffset"])
+    assert [t.log for t in checkpointed.tables.values()] == [{0: 10}]
+
+    # While the query is down: ~3 MB more (3 segments); retention removes all but the active
+    # segment, so records from offset 10 on, which the checkpoint still needs, are lost. One
+    # bucket, written in order: the record at offset i is row i.
+    big = [(i, f"v{i}-{uuid.uuid4().hex * 32}") for i in range(10, 3010)]
+    for start in range(0, len(big), 500):
+        fluss.append(name, big[start:start + 500])
+    wire = ApacheFlussWireCluster.connect(servers, request_timeout_s=30)
+    try:
+        def retention_done() -> bool:
+            earliest = wire.list_offsets(name, spec="earliest")[0]
+            if earliest <= 10:
+                return False
+            try:
+                # Segments leave remote storage after local disk: until then the earliest
+                # offset is in a remote segment, which this client cannot read yet (or is
+                # removed between the two calls). Once it is local, no more writes, no change.
+                list(wire.read_log(name, 0, earliest, earliest + 1))
+            except (UnsupportedVersion, LogOffsetOutOfRange):
+                return False
+            return True
+        wait_until(retention_done, 120, "retention to remove the records from offset 10 on")
+        earliest = wire.list_offsets(name, spec="earliest")[0]
+    finally:
+        wire.close()
+
+    # failOnDataLoss=true (the default): the restarted query fails, naming what it misses.
+    q = (stream(spark, servers, name, **options).writeStream.format("parquet")
+         .option("path", str(out)).option("checkpointLocation", str(ckpt))
+         .trigger(availableNow=True).start())
+    try:
+        with pytest.raises(StreamingQueryException) as failed:
+            q.awaitTermination(300)
+    finally:
+        q.stop()
+    message = str(failed.value)
+    assert "LogOffsetOutOfRange" in message and f"table '{name}' bucket 0" in message
+    assert "changelog records [10, " in message and "failOnDataLoss=false" in message
+
+    # failOnDataLoss=false: it goes on from the earliest retained record and reads what remains.
+    progress = available_now(spark, servers, name, out, ckpt,
+                             **{**options, "failOnDataLoss": "false"})
+    assert sum(p["numInputRows"] for p in progress) == 3010 - earliest
+    want = spark.createDataFrame(
+        [(i, f"v{i}", "+A") for i in range(10)] + [(i, v, "+A") for i, v in big if i >= earliest],
+        expected(spark, []).schema)
+    assert_df_equality(spark.read.parquet(str(out)).select("id", "v", "_change_type"), want,
                        ignore_row_order=True)

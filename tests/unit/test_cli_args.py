@@ -174,3 +174,52 @@ def test_tier_run_numbers_are_bounded():
     with pytest.raises(SystemExit) as e:
         tier_main(["--lake", "/tmp/x", "--pattern", "a", "--max-restarts", "-1"])
     assert e.value.code == 2
+
+
+def test_cluster_start_engine_defaults_to_embedded(tmp_path):
+    from fluss_spark.cli.cluster import start_engine
+    args = cli.build_parser().parse_args(["cluster", "start", "--dir", str(tmp_path)])
+    assert args.engine is None and args.fluss_version is None
+    assert start_engine(args) == "embedded"
+
+
+def test_cluster_start_apache_fluss_arguments(tmp_path):
+    from fluss_spark.cli.cluster import start_engine
+    args = cli.build_parser().parse_args(
+        ["cluster", "start", "--engine", "apache-fluss", "--fluss-version", "0.9.1-incubating",
+         "--dir", str(tmp_path), "--tablets", "2", "--option", "kv.snapshot.interval=5s"])
+    assert (args.engine, args.fluss_version, args.tablets, args.option) == \
+        ("apache-fluss", "0.9.1-incubating", 2, ["kv.snapshot.interval=5s"])
+    assert start_engine(args) == "apache-fluss"
+
+
+def test_cluster_start_takes_the_engine_of_the_cluster_in_its_dir(tmp_path):
+    from fluss_spark.cli.cluster import start_engine
+    (tmp_path / "apache-fluss.json").write_text("{}")
+    args = cli.build_parser().parse_args(["cluster", "start", "--dir", str(tmp_path)])
+    assert start_engine(args) == "apache-fluss"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["cluster", "start", "--engine", "kafka"], "invalid choice"),
+    (["cluster", "start", "--fluss-version", "0.9.1-incubating"], "--engine apache-fluss"),
+    (["cluster", "start", "--engine", "apache-fluss", "--sasl"], "embedded engine"),
+    (["cluster", "start", "--engine", "apache-fluss", "--option", "kv.snapshot.interval"],
+     "key=value"),
+    (["cluster", "start", "--engine", "apache-fluss", "--fluss-version", "0.0.1"], "0.0.1"),
+])
+def test_cluster_start_engine_errors_are_one_line(capsys, monkeypatch, tmp_path, argv, needle):
+    # No Maven run: the cache is empty and mvn is not on PATH, yet each error comes first.
+    monkeypatch.setenv("FLUSS_SPARK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    code, out, err = run(capsys, *argv, "--dir", str(tmp_path / "c"))
+    assert code in (1, 2) and out == ""
+    assert err.startswith("error: ") and needle in err and err.count("\n") == 1
+    assert not (tmp_path / "c" / "apache-fluss.json").exists()
+
+
+def test_cluster_start_refuses_another_engine_in_the_same_dir(capsys, tmp_path):
+    (tmp_path / "cluster.json").write_text("{}")
+    code, _, err = run(capsys, "cluster", "start", "--engine", "apache-fluss",
+                       "--dir", str(tmp_path))
+    assert code == 1 and "holds a cluster of engine embedded" in err
