@@ -27,8 +27,10 @@ pytestmark = pytest.mark.spark
 SCHEMA = "id BIGINT, v STRING"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fluss(apache_fluss):
+    """A pyfluss writer per test: a tablet server killed in one test can leave a writer unable
+    to flush, which must not spill into the next test."""
     with PyFluss(apache_fluss.bootstrap_servers) as client:
         yield client
 
