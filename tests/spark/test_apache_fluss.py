@@ -137,6 +137,34 @@ def test_pk_table_changelog_has_exact_change_types(spark, apache_fluss, fluss, n
     assert got == [(1, "a", "+I"), (2, "b", "+I"), (1, "a", "-U"), (1, "a2", "+U"),
                    (2, "b", "-D")]
 
+    # timestamp: only the changes committed from that time on, with their own change types.
+    cut_ms = int(spark.read.parquet(str(out)).agg(F.max("_commit_timestamp")).first()[0]
+                 .timestamp() * 1000) + 1
+    wait_until(lambda: wall_ms() > cut_ms, 5, "the clock to pass the last change's commit time")
+    fluss.upsert(name, [(1, "a3"), (3, "c")])
+    ts_out = tmp_path / "ts"
+    available_now(spark, servers, name, ts_out, tmp_path / "ts-ckpt", **{
+        "scan.startup.mode": "timestamp", "scan.startup.timestamp": cut_ms})
+    got = [(r["id"], r["v"], r["_change_type"]) for r in
+           spark.read.parquet(str(ts_out)).orderBy("_log_offset").collect()]
+    assert got == [(1, "a2", "-U"), (1, "a3", "+U"), (3, "c", "+I")]
+
+    # latest: only the changes made after the query started.
+    latest_out, ckpt = tmp_path / "latest", tmp_path / "latest-ckpt"
+    q = (stream(spark, servers, name, **{"scan.startup.mode": "latest"}).writeStream
+         .format("parquet").option("path", str(latest_out)).option("checkpointLocation", str(ckpt))
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: q.lastProgress is not None, 120, "the first trigger")
+        fluss.delete(name, [(3,)])
+        wait_until(lambda: sum(p["numInputRows"] for p in q.recentProgress) >= 1, 120,
+                   "the delete")
+    finally:
+        q.stop()
+    got = [(r["id"], r["v"], r["_change_type"]) for r in
+           spark.read.parquet(str(latest_out)).collect()]
+    assert got == [(3, "c", "-D")]
+
 
 def test_reads_of_kv_snapshots_are_refused_at_the_start_with_what_to_do(spark, apache_fluss,
                                                                          fluss, name, tmp_path):
