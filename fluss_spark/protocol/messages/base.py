@@ -9,6 +9,7 @@ unless the field is declared ``omit_none`` (then the key is left out).
 
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import re
@@ -26,11 +27,12 @@ R = TypeVar("R", bound="Message")
 MAX_SANE_INT = 2**53
 
 
-class Kind:
+class Kind(abc.ABC):
     """How one field looks on the wire, and which of its values are valid."""
 
+    @abc.abstractmethod
     def decode(self, value: Any, name: str, error: type[ApiError]) -> Any:
-        raise NotImplementedError
+        """The checked Python value of a wire value (``error`` names the field if invalid)."""
 
     def encode(self, value: Any) -> Any:
         return value
