@@ -6,6 +6,7 @@ Fluss wire client; the source finds the engine from ``bootstrap.servers`` alone.
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from fluss_spark.errors import LogOffsetOutOfRange, UnsupportedVersion
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.apache_fluss import PyFluss
 from fluss_spark.testing.spark_driver import Driver
+from fluss_spark.tiering.config import TieringConfig
+from fluss_spark.tiering.job import TieringJob
+from fluss_spark.tiering.lake import LakeTable, table_dir
 
 pytestmark = pytest.mark.spark
 
@@ -404,3 +408,25 @@ def test_fail_on_data_loss_when_retention_removed_unread_records(spark, apache_f
         expected(spark, []).schema)
     assert_df_equality(spark.read.parquet(str(out)).select("id", "v", "_change_type"), want,
                        ignore_row_order=True)
+
+
+def test_tiering_keeps_a_lake_copy_of_a_log_table(spark, apache_fluss, fluss, name, tmp_path):
+    fluss.create_table(name, SCHEMA, buckets=2)
+    fluss.append(name, rows(range(200)))
+    lake = tmp_path / "lake"
+    config = TieringConfig(lake=lake, bootstrap_servers=apache_fluss.bootstrap_servers,
+                           table_pattern=re.escape(name), trigger_interval="300 milliseconds",
+                           poll_interval_s=0.3, discover_interval_s=1.0)
+    job = TieringJob(spark, config).start()
+    try:
+        fluss.append(name, rows(range(200, 260)))
+
+        def caught_up():
+            job.poll()
+            return job.caught_up()
+        wait_until(caught_up, 180, "the lake copy to catch up with the table")
+    finally:
+        job.stop()
+    copy = LakeTable(table_dir(lake, name)).read()
+    assert sorted(zip(copy.column("id").to_pylist(), copy.column("v").to_pylist())) == \
+        rows(range(260))
