@@ -17,7 +17,6 @@ and the coordinator logged the tablet's arrival (``New tablet server callback fo
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -28,8 +27,9 @@ from pathlib import Path
 from fluss_spark.errors import FlussError
 from fluss_spark.local.apache_fluss_jars import DEFAULT_VERSION, ensure_jars
 from fluss_spark.local.ports import free_port, port_open
+from fluss_spark.local.process_cluster import ProcessCluster, read_state_file
 from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
-from fluss_spark.local.zookeeper import ZooKeeperProcess, four_letter_word, java_binary
+from fluss_spark.local.zookeeper import java_binary
 
 STATE_FILE = "apache-fluss.json"
 STATE_VERSION = 1
@@ -172,7 +172,7 @@ class JavaServer:
         return re.search(rf"Registered tablet server {self.server_id} at path", text) is not None
 
 
-class ApacheFlussCluster:
+class ApacheFlussCluster(ProcessCluster[JavaServer]):
     """Apache Fluss ``version`` (coordinator + ``tablets`` tablet servers) rooted at ``base_dir``.
 
     ``options`` are server settings (``{key: value}`` or ``key=value`` strings) for every server,
@@ -184,82 +184,42 @@ class ApacheFlussCluster:
     def __init__(self, base_dir: str | Path, tablets: int = 1, version: str = DEFAULT_VERSION,
                  zookeeper: str | None = None, options=None, host: str = "127.0.0.1",
                  heap: str = "512m", startup_timeout_s: float = 120.0):
-        self.base_dir = Path(base_dir).absolute()
-        if tablets < 1:
-            raise FlussError(f"a cluster needs at least one tablet server, got {tablets}")
         self.version = version
-        self.host = host
         self.heap = heap
-        self.startup_timeout_s = startup_timeout_s
         self.options = dict(DEFAULT_OPTIONS)
         self.options.update(parse_options(options))
-        self._external_zk = zookeeper
-        self._zk_port: int | None = None
-        self._zk_pid: int | None = None
-        self._zk_proc: subprocess.Popen | None = None
         self._jars: list[Path] | None = None
-        self.servers: dict[tuple[str, int], JavaServer] = {}
-        for key in [("coordinator", 0)] + [("tablet", i) for i in range(tablets)]:
-            self.servers[key] = JavaServer(key[0], key[1], self.base_dir, host)
-        self._merge_state()
+        super().__init__(base_dir, tablets, zookeeper, host, startup_timeout_s)
+
+    def _add_server(self, role: str, server_id: int) -> None:
+        self.servers[(role, server_id)] = JavaServer(role, server_id, self.base_dir, self.host)
 
     # -- state file -----------------------------------------------------------------------------
-    @property
-    def state_path(self) -> Path:
-        return self.base_dir / STATE_FILE
+    _state_file = STATE_FILE
+    _state_version = STATE_VERSION
 
     @classmethod
     def load(cls, base_dir: str | Path) -> "ApacheFlussCluster":
         """Re-attach to the cluster whose state is in ``base_dir`` (FlussError when none)."""
-        state = read_state(Path(base_dir))
-        if state is None:
-            raise FlussError(f"no Apache Fluss cluster in {base_dir} (no {STATE_FILE}); start "
-                             "one with `fluss-spark cluster start --engine apache-fluss`")
-        zk = state["zookeeper"]
-        tablets = sum(1 for s in state["servers"] if s["role"] == "tablet")
-        return cls(base_dir, tablets=max(tablets, 1), version=state["fluss_version"],
-                   zookeeper=zk["address"] if zk.get("external") else None,
-                   options=state.get("options"), host=state.get("host", "127.0.0.1"),
-                   heap=state.get("heap", "512m"))
+        state, saved = cls._saved(
+            base_dir, f"no Apache Fluss cluster in {base_dir} (no {STATE_FILE}); start one with "
+                      "`fluss-spark cluster start --engine apache-fluss`")
+        return cls(base_dir, **saved, version=state["fluss_version"],
+                   options=state.get("options"), heap=state.get("heap", "512m"))
 
-    def _merge_state(self) -> None:
-        state = read_state(self.base_dir)
-        if state is None:
-            return
+    def _merge_settings(self, state: dict) -> None:
         if state.get("fluss_version") != self.version:
             raise FlussError(f"{self.state_path} holds Apache Fluss {state.get('fluss_version')}, "
                              f"not {self.version}; stop it and use another directory")
-        zk = state.get("zookeeper") or {}
-        if self._external_zk is None and not zk.get("external"):
-            self._zk_port, self._zk_pid = zk.get("port"), zk.get("pid")
-        for s in state.get("servers") or ():
-            key = (s["role"], int(s["id"]))
-            if key not in self.servers:
-                self.servers[key] = JavaServer(key[0], key[1], self.base_dir, self.host)
-            self.servers[key].port, self.servers[key].pid = s.get("port"), s.get("pid")
 
-    def _save_state(self) -> None:
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        state = {
+    def _state(self) -> dict:
+        return {
             "version": STATE_VERSION, "engine": ENGINE, "fluss_version": self.version,
             "host": self.host, "heap": self.heap, "options": self.options,
-            "zookeeper": {"address": self.zookeeper_address,
-                          "external": self._external_zk is not None,
-                          "port": self._zk_port, "pid": self._zk_pid},
-            "servers": [{"role": s.role, "id": s.server_id, "port": s.port, "pid": s.pid}
-                        for s in self.servers.values()],
+            "zookeeper": self._zookeeper_state(), "servers": self._servers_state(),
         }
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        os.replace(tmp, self.state_path)
 
     # -- addresses ------------------------------------------------------------------------------
-    @property
-    def zookeeper_address(self) -> str | None:
-        if self._external_zk is not None:
-            return self._external_zk
-        return f"{self.host}:{self._zk_port}" if self._zk_port else None
-
     @property
     def bootstrap_servers(self) -> str:
         """The coordinator's ``host:port`` (clients learn the tablets from it)."""
@@ -269,12 +229,9 @@ class ApacheFlussCluster:
     def remote_data_dir(self) -> Path:
         return self.base_dir / "remote"
 
-    def address(self, role: str, server_id: int) -> str:
-        return f"{self.host}:{self._server(role, server_id).port}"
-
     def log_path(self, role: str, server_id: int = 0) -> Path:
         if role == "zookeeper":
-            return self.base_dir / "zookeeper" / "zookeeper.log"
+            return self._zk_dir / "zookeeper.log"
         return self._server(role, server_id).log_path
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -312,36 +269,14 @@ class ApacheFlussCluster:
             for s in self.servers.values():
                 if s.role == role:
                     s.pid, s.proc = None, None
-        if self._external_zk is None and self._zk_alive_pid():
-            signal_pid(self._zk_pid, signal.SIGTERM)
-            wait_dead([(self._zk_pid, self._zk_proc)], timeout_s)
-        self._zk_pid, self._zk_proc = None, None
-        if self.base_dir.exists():
-            self._save_state()
-
-    def kill(self, role: str, server_id: int = 0) -> None:
-        """kill -9 one process (``zookeeper`` only when embedded) and wait until it is gone."""
-        if role == "zookeeper":
-            if self._external_zk is not None:
-                raise FlussError("the cluster uses an external ZooKeeper; it cannot kill it")
-            pid = self._zk_alive_pid()
-            if pid:
-                signal_pid(pid, signal.SIGKILL)
-                wait_dead([(pid, self._zk_proc)], 10.0)
-            return
-        s = self._server(role, server_id)
-        if s.alive:
-            signal_pid(s.pid, signal.SIGKILL)
-            wait_dead([(s.pid, s.proc)], 10.0)
+        self._stop_zookeeper(timeout_s)
 
     def restart(self, role: str, server_id: int = 0) -> None:
         """Stop (if running) and start one process again on the same port and data dir; waits
         until it registered again (after a kill -9, that is once its old ZooKeeper session
         expired: ``zookeeper.client.session-timeout``)."""
         if role == "zookeeper":
-            self.kill("zookeeper")
-            self._ensure_zookeeper()
-            self._save_state()
+            self._restart_zookeeper()
             return
         s = self._server(role, server_id)
         if s.alive:
@@ -353,44 +288,7 @@ class ApacheFlussCluster:
         if role == "tablet":
             self._wait_coordinator_sees([s], since)
 
-    def processes(self) -> list[dict]:
-        """Every process: role, id, pid, address, alive (ZooKeeper first when embedded)."""
-        rows = []
-        if self._external_zk is None and self._zk_port:
-            pid = self._zk_alive_pid()
-            rows.append({"role": "zookeeper", "id": 0, "pid": pid or self._zk_pid,
-                         "address": self.zookeeper_address, "alive": bool(pid)})
-        for s in self.servers.values():
-            rows.append({"role": s.role, "id": s.server_id, "pid": s.pid,
-                         "address": f"{self.host}:{s.port}" if s.port else None,
-                         "alive": s.alive})
-        return rows
-
-    def log_tails(self, lines: int = 25) -> str:
-        """The last lines of every server log, for error messages and failed tests."""
-        paths = ([self.log_path("zookeeper")] if self._external_zk is None else []) + \
-            [s.log_path for s in self.servers.values()]
-        out = []
-        for path in paths:
-            if path.exists():
-                tail = path.read_text(errors="replace").splitlines()[-lines:]
-                out.append(f"--- {path} ---\n" + "\n".join(tail))
-        return "\n".join(out)
-
-    def __enter__(self) -> "ApacheFlussCluster":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     # -- internals ------------------------------------------------------------------------------
-    def _server(self, role: str, server_id: int) -> JavaServer:
-        s = self.servers.get((role, int(server_id)))
-        if s is None:
-            known = ", ".join(f"{r} {i}" for r, i in self.servers)
-            raise FlussError(f"the cluster has no {role} {server_id} (it has {known})")
-        return s
-
     def _spawn(self, s: JavaServer, jars: list[Path]) -> None:
         if s.port is None:
             s.port = free_port(self.host)
@@ -400,17 +298,7 @@ class ApacheFlussCluster:
         self._save_state()
 
     def _wait(self, servers: list[JavaServer]) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        pending = list(servers)
-        while pending:
-            pending = [s for s in pending if not s.registered()]
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                names = ", ".join(s.name for s in pending)
-                raise FlussError(f"{names} did not register within "
-                                 f"{self.startup_timeout_s:.0f}s\n{self.log_tails()}")
-            time.sleep(0.1)
+        self._wait_for(servers, lambda s: s.registered(), "register", 0.1)
 
     def _wait_coordinator_sees(self, tablets: list[JavaServer], since: int) -> None:
         """Wait until the coordinator logged, after offset ``since`` of its log (or after its own
@@ -439,25 +327,6 @@ class ApacheFlussCluster:
                                  f"{self.startup_timeout_s:.0f}s\n{self.log_tails()}")
             time.sleep(0.1)
 
-    def _ensure_zookeeper(self) -> None:
-        if self._external_zk is not None:
-            return
-        if self._zk_port and four_letter_word(self.host, self._zk_port) == "imok":
-            return
-        if self._zk_alive_pid():   # running but not answering: replace it
-            signal_pid(self._zk_pid, signal.SIGKILL)
-            wait_dead([(self._zk_pid, self._zk_proc)], 10.0)
-        zk = ZooKeeperProcess(self.base_dir / "zookeeper", port=self._zk_port, host=self.host)
-        zk.start(timeout_s=self.startup_timeout_s)
-        assert zk.proc is not None   # start() returns only once its process serves
-        self._zk_port, self._zk_pid, self._zk_proc = zk.port, zk.proc.pid, zk.proc
-
-    def _zk_alive_pid(self) -> int | None:
-        if self._zk_pid and pid_alive(self._zk_pid, self._zk_proc,
-                                      str(self.base_dir / "zookeeper" / "zoo.cfg")):
-            return self._zk_pid
-        return None
-
 
 def _terminate(servers: list[JavaServer], timeout_s: float) -> None:
     """SIGTERM every server at once (Fluss shuts down on it), then wait for all; SIGKILL what
@@ -484,15 +353,4 @@ def parse_options(options) -> dict[str, str]:
 
 def read_state(base_dir: Path) -> dict | None:
     """The Apache Fluss cluster state of ``base_dir`` (None when absent); refuses unknown versions."""
-    path = Path(base_dir) / STATE_FILE
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise FlussError(f"cannot read {path}: {e}") from None
-    version = state.get("version") if isinstance(state, dict) else None
-    if version != STATE_VERSION:
-        raise FlussError(f"{path} has version {version!r}; this fluss-spark reads version "
-                         f"{STATE_VERSION}")
-    return state
+    return read_state_file(Path(base_dir) / STATE_FILE, STATE_VERSION)

@@ -12,19 +12,15 @@ processes, on the ports they had before.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 from fluss_spark.errors import FlussError
 from fluss_spark.local.ports import free_port
-from fluss_spark.local.server_process import ServerProcess, signal_pid, stop_all, wait_dead
-from fluss_spark.local.server_process import pid_alive as _pid_alive
-from fluss_spark.local.zookeeper import ZooKeeperProcess, four_letter_word
+from fluss_spark.local.process_cluster import ProcessCluster, read_state_file
+from fluss_spark.local.server_process import ServerProcess, pid_alive, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +28,11 @@ STATE_FILE = "cluster.json"
 STATE_VERSION = 1
 _ROLES = ("zookeeper", "coordinator", "tablet")
 
+#: Tells a process of this cluster from another that took over its pid; the tests use it.
+_pid_alive = pid_alive
 
-class LocalCluster:
+
+class LocalCluster(ProcessCluster[ServerProcess]):
     """A cluster of local processes rooted at ``base_dir``.
 
     Parameters
@@ -56,21 +55,9 @@ class LocalCluster:
                  startup_timeout_s: float = 60.0, sasl: bool = False):
         """``sasl``: servers require SASL PLAIN (``security.protocol=SASL``); the principals
         ``admin`` (a super user) and ``internal`` get random passwords in ``users_file``."""
-        self.base_dir = Path(base_dir).absolute()
-        if tablets < 1:
-            raise FlussError(f"a cluster needs at least one tablet server, got {tablets}")
-        self.host = host
         self.server_options = list(server_options)
         self.disabled_apis = list(disabled_apis)
-        self.startup_timeout_s = startup_timeout_s
-        self._external_zk = zookeeper
-        self._zk_port: int | None = None
-        self._zk_pid: int | None = None
-        self._zk_proc: subprocess.Popen | None = None
-        self.servers: dict[tuple[str, int], ServerProcess] = {}
-        for key in [("coordinator", 0)] + [("tablet", i) for i in range(tablets)]:
-            self._add_server(*key)
-        self._merge_state()
+        super().__init__(base_dir, tablets, zookeeper, host, startup_timeout_s)
         if sasl and not self.sasl:
             self.server_options += ["security.protocol=SASL",
                                     f"security.sasl.users-file={self.users_file}",
@@ -116,63 +103,32 @@ class LocalCluster:
                 f.write(text)
 
     # -- state file -----------------------------------------------------------------------------
-    @property
-    def state_path(self) -> Path:
-        return self.base_dir / STATE_FILE
+    _state_file = STATE_FILE
+    _state_version = STATE_VERSION
 
     @classmethod
     def load(cls, base_dir: str | Path) -> "LocalCluster":
         """Re-attach to the cluster whose state is in ``base_dir`` (FlussError when none)."""
-        state = read_state(Path(base_dir))
-        if state is None:
-            raise FlussError(f"no cluster in {base_dir} (no {STATE_FILE}); start one with "
-                             "`fluss-spark cluster start`")
-        zk = state["zookeeper"]
-        tablets = sum(1 for s in state["servers"] if s["role"] == "tablet")
-        return cls(base_dir, tablets=max(tablets, 1),
-                   zookeeper=zk["address"] if zk.get("external") else None,
-                   server_options=state.get("server_options", ()),
-                   disabled_apis=state.get("disabled_apis", ()), host=state.get("host", "127.0.0.1"))
+        state, saved = cls._saved(base_dir, f"no cluster in {base_dir} (no {STATE_FILE}); start "
+                                            "one with `fluss-spark cluster start`")
+        return cls(base_dir, **saved, server_options=state.get("server_options", ()),
+                   disabled_apis=state.get("disabled_apis", ()))
 
-    def _merge_state(self) -> None:
-        state = read_state(self.base_dir)
-        if state is None:
-            return
-        zk = state.get("zookeeper") or {}
-        if self._external_zk is None and not zk.get("external"):
-            self._zk_port, self._zk_pid = zk.get("port"), zk.get("pid")
+    def _merge_settings(self, state: dict) -> None:
         if not self.server_options:
             self.server_options = list(state.get("server_options") or ())
         if not self.disabled_apis:
             self.disabled_apis = list(state.get("disabled_apis") or ())
-        for s in state.get("servers") or ():
-            key = (s["role"], int(s["id"]))
-            if key not in self.servers:
-                self._add_server(*key)   # keep servers a previous start added
-            self.servers[key].port, self.servers[key].pid = s.get("port"), s.get("pid")
 
-    def _save_state(self) -> None:
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        state = {
-            "version": STATE_VERSION, "host": self.host,
-            "zookeeper": {"address": self.zookeeper_address, "external": self._external_zk is not None,
-                          "port": self._zk_port, "pid": self._zk_pid},
+    def _state(self) -> dict:
+        return {
+            "version": STATE_VERSION, "host": self.host, "zookeeper": self._zookeeper_state(),
             "snapshot_dir": str(self.snapshot_dir),
             "server_options": self.server_options, "disabled_apis": self.disabled_apis,
-            "servers": [{"role": s.role, "id": s.server_id, "port": s.port, "pid": s.pid}
-                        for s in self.servers.values()],
+            "servers": self._servers_state(),
         }
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        os.replace(tmp, self.state_path)
 
     # -- addresses ------------------------------------------------------------------------------
-    @property
-    def zookeeper_address(self) -> str | None:
-        if self._external_zk is not None:
-            return self._external_zk
-        return f"{self.host}:{self._zk_port}" if self._zk_port else None
-
     @property
     def snapshot_dir(self) -> Path:
         return self.base_dir / "snapshots"
@@ -182,12 +138,9 @@ class LocalCluster:
         """Addresses of the coordinator and tablets (``host:port,...``)."""
         return ",".join(f"{self.host}:{s.port}" for s in self.servers.values() if s.port)
 
-    def address(self, role: str, server_id: int) -> str:
-        return f"{self.host}:{self._server(role, server_id).port}"
-
     def log_path(self, role: str, server_id: int) -> Path:
         if role == "zookeeper":
-            return self.base_dir / "zookeeper" / "zookeeper.log"
+            return self._zk_dir / "zookeeper.log"
         return self.base_dir / "logs" / f"{role}-{server_id}.log"
 
     def connection(self, request_timeout_s: float = 60.0):
@@ -249,31 +202,12 @@ class LocalCluster:
         stop_all(order, timeout_s)
         for s in order:
             s.pid, s.proc = None, None
-        if self._external_zk is None and self._zk_alive_pid():
-            signal_pid(self._zk_pid, signal.SIGTERM)
-            wait_dead([(self._zk_pid, self._zk_proc)], timeout_s)
-        self._zk_pid, self._zk_proc = None, None
-        if self.base_dir.exists():
-            self._save_state()
-
-    def kill(self, role: str, server_id: int = 0) -> None:
-        """SIGKILL one process (``zookeeper`` only when embedded) and wait until it is gone."""
-        if role == "zookeeper":
-            if self._external_zk is not None:
-                raise FlussError("the cluster uses an external ZooKeeper; it cannot kill it")
-            pid = self._zk_alive_pid()
-            if pid:
-                signal_pid(pid, signal.SIGKILL)
-                wait_dead([(pid, self._zk_proc)], 10.0)
-        else:
-            self._server(role, server_id).kill()
+        self._stop_zookeeper(timeout_s)
 
     def restart(self, role: str, server_id: int = 0) -> None:
         """Stop (if running) and start one process again on the same port and data dir."""
         if role == "zookeeper":
-            self.kill("zookeeper")
-            self._ensure_zookeeper()
-            self._save_state()
+            self._restart_zookeeper()
             return
         s = self._server(role, server_id)
         s.stop(10.0)
@@ -282,19 +216,6 @@ class LocalCluster:
         self._wait_ready([s])
         self._save_state()
         self.wait_registered()
-
-    def processes(self) -> list[dict]:
-        """Every process: role, id, pid, address, alive (ZooKeeper first when embedded)."""
-        rows = []
-        if self._external_zk is None and self._zk_port:
-            pid = self._zk_alive_pid()
-            rows.append({"role": "zookeeper", "id": 0, "pid": pid or self._zk_pid,
-                         "address": self.zookeeper_address, "alive": bool(pid)})
-        for s in self.servers.values():
-            rows.append({"role": s.role, "id": s.server_id, "pid": s.pid,
-                         "address": f"{self.host}:{s.port}" if s.port else None,
-                         "alive": s.alive})
-        return rows
 
     def wait_registered(self, timeout_s: float | None = None) -> None:
         """Wait until GET_METADATA lists a coordinator and every tablet server."""
@@ -325,51 +246,7 @@ class LocalCluster:
                          f"{timeout_s or self.startup_timeout_s:.0f}s (last error: {last_error})"
                          f"\n{self.log_tails()}")
 
-    def log_tails(self, lines: int = 25) -> str:
-        """The last lines of every server log, for error messages and failed tests."""
-        out = []
-        keys = [("zookeeper", 0)] if self._external_zk is None else []
-        for role, sid in keys + list(self.servers):
-            path = self.log_path(role, sid)
-            if path.exists():
-                tail = path.read_text(errors="replace").splitlines()[-lines:]
-                out.append(f"--- {path} ---\n" + "\n".join(tail))
-        return "\n".join(out)
-
-    def __enter__(self) -> "LocalCluster":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     # -- internals ------------------------------------------------------------------------------
-    def _server(self, role: str, server_id: int) -> ServerProcess:
-        s = self.servers.get((role, int(server_id)))
-        if s is None:
-            known = ", ".join(f"{r} {i}" for r, i in self.servers)
-            raise FlussError(f"the cluster has no {role} {server_id} (it has {known})")
-        return s
-
-    def _ensure_zookeeper(self) -> None:
-        if self._external_zk is not None:
-            return
-        zk_dir = self.base_dir / "zookeeper"
-        if self._zk_port and four_letter_word(self.host, self._zk_port) == "imok":
-            return
-        if self._zk_alive_pid():   # running but not answering: replace it
-            signal_pid(self._zk_pid, signal.SIGKILL)
-            wait_dead([(self._zk_pid, self._zk_proc)], 10.0)
-        zk = ZooKeeperProcess(zk_dir, port=self._zk_port, host=self.host)
-        zk.start(timeout_s=self.startup_timeout_s)
-        assert zk.proc is not None   # start() returns only once its process serves
-        self._zk_port, self._zk_pid, self._zk_proc = zk.port, zk.proc.pid, zk.proc
-
-    def _zk_alive_pid(self) -> int | None:
-        if self._zk_pid and _pid_alive(self._zk_pid, self._zk_proc,
-                                       str(self.base_dir / "zookeeper" / "zoo.cfg")):
-            return self._zk_pid
-        return None
-
     def _add_server(self, role: str, server_id: int) -> None:
         # ZooKeeper address and options are filled in by _spawn, when they are final.
         self.servers[(role, server_id)] = ServerProcess(
@@ -387,30 +264,9 @@ class LocalCluster:
         s.spawn()
 
     def _wait_ready(self, servers: list[ServerProcess]) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        pending = list(servers)
-        while pending:
-            pending = [s for s in pending if not s.ready()]
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                names = ", ".join(s.name for s in pending)
-                raise FlussError(f"{names} did not start within {self.startup_timeout_s:.0f}s"
-                                 f"\n{self.log_tails()}")
-            time.sleep(0.05)
+        self._wait_for(servers, lambda s: s.ready(), "start", 0.05)
 
 
 def read_state(base_dir: Path) -> dict | None:
     """The cluster state file of ``base_dir`` (None when absent); refuses unknown versions."""
-    path = Path(base_dir) / STATE_FILE
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise FlussError(f"cannot read {path}: {e}") from None
-    version = state.get("version") if isinstance(state, dict) else None
-    if version != STATE_VERSION:
-        raise FlussError(f"{path} has version {version!r}; this fluss-spark reads version "
-                         f"{STATE_VERSION}")
-    return state
+    return read_state_file(Path(base_dir) / STATE_FILE, STATE_VERSION)

@@ -1,0 +1,261 @@
+"""ProcessCluster: ZooKeeper (embedded or external) and servers by (role, id) as local processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Generic, Protocol, Self, TypeVar
+
+from fluss_spark.errors import FlussError
+from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
+from fluss_spark.local.zookeeper import ZooKeeperProcess, four_letter_word
+
+
+class ClusterServer(Protocol):
+    """What a cluster needs of one of its server processes."""
+
+    role: str
+    server_id: int
+    port: int | None
+    pid: int | None
+    proc: subprocess.Popen | None
+    log_path: Path
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+
+S = TypeVar("S", bound=ClusterServer)
+
+
+class ProcessCluster(Generic[S]):
+    """ZooKeeper, one coordinator and N tablet servers as local processes rooted at ``base_dir``.
+
+    A subclass names its state file (``_state_file``, ``_state_version``), builds its servers
+    (``_add_server``) and adds its own settings to the state file (``_state``,
+    ``_merge_settings``).
+    """
+
+    _state_file: str
+    _state_version: int
+
+    def __init__(self, base_dir: str | Path, tablets: int, zookeeper: str | None, host: str,
+                 startup_timeout_s: float):
+        self.base_dir = Path(base_dir).absolute()
+        if tablets < 1:
+            raise FlussError(f"a cluster needs at least one tablet server, got {tablets}")
+        self.host = host
+        self.startup_timeout_s = startup_timeout_s
+        self._external_zk = zookeeper
+        self._zk_port: int | None = None
+        self._zk_pid: int | None = None
+        self._zk_proc: subprocess.Popen | None = None
+        self.servers: dict[tuple[str, int], S] = {}
+        for key in [("coordinator", 0)] + [("tablet", i) for i in range(tablets)]:
+            self._add_server(*key)
+        self._merge_state()
+
+    def _add_server(self, role: str, server_id: int) -> None:
+        raise NotImplementedError
+
+    def start(self) -> ProcessCluster[S]:
+        raise NotImplementedError
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        raise NotImplementedError
+
+    # -- state file -----------------------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.base_dir / self._state_file
+
+    @classmethod
+    def _saved(cls, base_dir: str | Path, missing: str) -> tuple[dict, dict[str, Any]]:
+        """The state file of ``base_dir`` and the arguments it gives every cluster (``tablets``,
+        ``zookeeper``, ``host``); FlussError ``missing`` when there is none."""
+        state = read_state_file(Path(base_dir) / cls._state_file, cls._state_version)
+        if state is None:
+            raise FlussError(missing)
+        zk = state["zookeeper"]
+        tablets = sum(1 for s in state["servers"] if s["role"] == "tablet")
+        return state, {"tablets": max(tablets, 1),
+                       "zookeeper": zk["address"] if zk.get("external") else None,
+                       "host": state.get("host", "127.0.0.1")}
+
+    def _merge_state(self) -> None:
+        state = read_state_file(self.state_path, self._state_version)
+        if state is None:
+            return
+        self._merge_settings(state)
+        zk = state.get("zookeeper") or {}
+        if self._external_zk is None and not zk.get("external"):
+            self._zk_port, self._zk_pid = zk.get("port"), zk.get("pid")
+        for s in state.get("servers") or ():
+            key = (s["role"], int(s["id"]))
+            if key not in self.servers:
+                self._add_server(*key)   # keep servers a previous start added
+            self.servers[key].port, self.servers[key].pid = s.get("port"), s.get("pid")
+
+    def _merge_settings(self, state: dict) -> None:
+        """Take the subclass's own settings from a state file written earlier."""
+
+    def _state(self) -> dict:
+        raise NotImplementedError
+
+    def _zookeeper_state(self) -> dict:
+        return {"address": self.zookeeper_address, "external": self._external_zk is not None,
+                "port": self._zk_port, "pid": self._zk_pid}
+
+    def _servers_state(self) -> list[dict]:
+        return [{"role": s.role, "id": s.server_id, "port": s.port, "pid": s.pid}
+                for s in self.servers.values()]
+
+    def _save_state(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        state = self._state()
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        os.replace(tmp, self.state_path)
+
+    # -- addresses ------------------------------------------------------------------------------
+    @property
+    def zookeeper_address(self) -> str | None:
+        if self._external_zk is not None:
+            return self._external_zk
+        return f"{self.host}:{self._zk_port}" if self._zk_port else None
+
+    def address(self, role: str, server_id: int) -> str:
+        return f"{self.host}:{self._server(role, server_id).port}"
+
+    @property
+    def _zk_dir(self) -> Path:
+        return self.base_dir / "zookeeper"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def processes(self) -> list[dict]:
+        """Every process: role, id, pid, address, alive (ZooKeeper first when embedded)."""
+        rows = []
+        if self._external_zk is None and self._zk_port:
+            pid = self._zk_alive_pid()
+            rows.append({"role": "zookeeper", "id": 0, "pid": pid or self._zk_pid,
+                         "address": self.zookeeper_address, "alive": bool(pid)})
+        for s in self.servers.values():
+            rows.append({"role": s.role, "id": s.server_id, "pid": s.pid,
+                         "address": f"{self.host}:{s.port}" if s.port else None,
+                         "alive": s.alive})
+        return rows
+
+    def log_tails(self, lines: int = 25) -> str:
+        """The last lines of every server log, for error messages and failed tests."""
+        paths = ([self._zk_dir / "zookeeper.log"] if self._external_zk is None else []) + \
+            [s.log_path for s in self.servers.values()]
+        out = []
+        for path in paths:
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {path} ---\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def kill(self, role: str, server_id: int = 0) -> None:
+        """SIGKILL one process (``zookeeper`` only when embedded) and wait until it is gone."""
+        if role == "zookeeper":
+            self._kill_zookeeper()
+            return
+        s = self._server(role, server_id)
+        if s.alive:
+            signal_pid(s.pid, signal.SIGKILL)
+            wait_dead([(s.pid, s.proc)], 10.0)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _server(self, role: str, server_id: int) -> S:
+        s = self.servers.get((role, int(server_id)))
+        if s is None:
+            known = ", ".join(f"{r} {i}" for r, i in self.servers)
+            raise FlussError(f"the cluster has no {role} {server_id} (it has {known})")
+        return s
+
+    def _wait_for(self, servers: list[S], done: Callable[[S], bool], what: str,
+                  interval_s: float) -> None:
+        """Poll ``done`` on each of ``servers`` until it holds for all; FlussError naming those
+        that did not ``what`` within ``startup_timeout_s``."""
+        deadline = time.monotonic() + self.startup_timeout_s
+        pending = list(servers)
+        while pending:
+            pending = [s for s in pending if not done(s)]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(s.name for s in pending)
+                raise FlussError(f"{names} did not {what} within {self.startup_timeout_s:.0f}s"
+                                 f"\n{self.log_tails()}")
+            time.sleep(interval_s)
+
+    def _ensure_zookeeper(self) -> None:
+        if self._external_zk is not None:
+            return
+        if self._zk_port and four_letter_word(self.host, self._zk_port) == "imok":
+            return
+        if self._zk_alive_pid():   # running but not answering: replace it
+            signal_pid(self._zk_pid, signal.SIGKILL)
+            wait_dead([(self._zk_pid, self._zk_proc)], 10.0)
+        zk = ZooKeeperProcess(self._zk_dir, port=self._zk_port, host=self.host)
+        zk.start(timeout_s=self.startup_timeout_s)
+        assert zk.proc is not None   # start() returns only once its process serves
+        self._zk_port, self._zk_pid, self._zk_proc = zk.port, zk.proc.pid, zk.proc
+
+    def _zk_alive_pid(self) -> int | None:
+        # zoo.cfg is on ZooKeeper's command line, so a reused pid is never taken for it.
+        if self._zk_pid and pid_alive(self._zk_pid, self._zk_proc, str(self._zk_dir / "zoo.cfg")):
+            return self._zk_pid
+        return None
+
+    def _stop_zookeeper(self, timeout_s: float) -> None:
+        """SIGTERM an embedded ZooKeeper (SIGKILL after ``timeout_s``), then save the state."""
+        if self._external_zk is None and self._zk_alive_pid():
+            signal_pid(self._zk_pid, signal.SIGTERM)
+            wait_dead([(self._zk_pid, self._zk_proc)], timeout_s)
+        self._zk_pid, self._zk_proc = None, None
+        if self.base_dir.exists():
+            self._save_state()
+
+    def _kill_zookeeper(self) -> None:
+        if self._external_zk is not None:
+            raise FlussError("the cluster uses an external ZooKeeper; it cannot kill it")
+        pid = self._zk_alive_pid()
+        if pid:
+            signal_pid(pid, signal.SIGKILL)
+            wait_dead([(pid, self._zk_proc)], 10.0)
+
+    def _restart_zookeeper(self) -> None:
+        self._kill_zookeeper()
+        self._ensure_zookeeper()
+        self._save_state()
+
+
+def read_state_file(path: Path, version: int) -> dict | None:
+    """The state file at ``path`` (None when absent); refuses versions other than ``version``."""
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise FlussError(f"cannot read {path}: {e}") from None
+    found = state.get("version") if isinstance(state, dict) else None
+    if found != version:
+        raise FlussError(f"{path} has version {found!r}; this fluss-spark reads version "
+                         f"{version}")
+    return state
