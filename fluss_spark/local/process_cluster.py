@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import signal
@@ -35,7 +36,7 @@ class ClusterServer(Protocol):
 S = TypeVar("S", bound=ClusterServer)
 
 
-class ProcessCluster(Generic[S]):
+class ProcessCluster(abc.ABC, Generic[S]):
     """ZooKeeper, one coordinator and N tablet servers as local processes rooted at ``base_dir``.
 
     A subclass names its state file (``_state_file``, ``_state_version``), builds its servers
@@ -62,14 +63,17 @@ class ProcessCluster(Generic[S]):
             self._add_server(*key)
         self._merge_state()
 
+    @abc.abstractmethod
     def _add_server(self, role: str, server_id: int) -> None:
-        raise NotImplementedError
+        """Create the server ``(role, server_id)`` in ``servers`` (not started)."""
 
+    @abc.abstractmethod
     def start(self) -> ProcessCluster[S]:
-        raise NotImplementedError
+        """Start what is not running and wait until the cluster serves."""
 
+    @abc.abstractmethod
     def stop(self, timeout_s: float = 10.0) -> None:
-        raise NotImplementedError
+        """Stop every process of the cluster."""
 
     # -- state file -----------------------------------------------------------------------------
     @property
@@ -106,8 +110,9 @@ class ProcessCluster(Generic[S]):
     def _merge_settings(self, state: dict) -> None:
         """Take the subclass's own settings from a state file written earlier."""
 
+    @abc.abstractmethod
     def _state(self) -> dict:
-        raise NotImplementedError
+        """What the state file holds for this cluster."""
 
     def _zookeeper_state(self) -> dict:
         return {"address": self.zookeeper_address, "external": self._external_zk is not None,
