@@ -5,8 +5,13 @@ from __future__ import annotations
 import select
 import socket
 import threading
+from typing import Callable
 
+from fluss_spark.errors import CorruptMessage, NetworkError
 from fluss_spark.transport.frames import recv_exact
+
+#: Both protocols prefix a frame with its length in 4 bytes.
+LENGTH_PREFIX = 4
 
 
 class SocketChannel:
@@ -44,6 +49,26 @@ class SocketChannel:
                 raise
             self._sock = sock
         return self._sock
+
+    def _round_trip(self, frame: bytes, decode_length: Callable[[bytearray], int], what: str,
+                    timeout_s: float | None) -> bytearray:
+        """Send one request frame and read the one reply frame (the caller holds ``_lock``).
+
+        A socket failure closes the socket and is a retriable NetworkError; a reply whose length
+        is refused closes it too (the stream is out of step) and propagates."""
+        try:
+            sock = self._connect()
+            sock.settimeout(timeout_s or self.timeout_s)
+            sock.sendall(frame)
+            prefix = recv_or_eof(sock, LENGTH_PREFIX)
+            return recv_or_eof(sock, decode_length(prefix))
+        except (OSError, EOFError) as e:
+            self._close_locked()
+            raise NetworkError(f"{what} to {self.address} failed: {type(e).__name__}: {e}") \
+                from None
+        except CorruptMessage:
+            self._close_locked()
+            raise
 
     def _on_connect(self, sock: socket.socket) -> None:
         """What a new socket does before its first request (authentication)."""

@@ -47,16 +47,8 @@ class RpcConnection(SocketChannel):
         cid = next(self._ids)
         frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body))
         with self._lock:
-            try:
-                sock = self._connect()
-                sock.settimeout(timeout_s or self.timeout_s)
-                sock.sendall(frame)
-                header = recv_or_eof(sock, framing.HEADER.size)
-                payload = recv_or_eof(sock, framing.decode_length(header))
-            except (OSError, EOFError) as e:
-                self._close_locked()
-                raise NetworkError(f"request {_api_name(api_key)} to {self.address} failed: "
-                                   f"{type(e).__name__}: {e}") from None
+            payload = self._round_trip(frame, framing.decode_length,
+                                       f"request {_api_name(api_key)}", timeout_s)
         resp = codec.decode_response(payload)
         if resp.correlation_id != cid:
             self.close()

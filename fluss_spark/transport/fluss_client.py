@@ -14,7 +14,7 @@ from fluss_spark.protocol.fluss.errors import to_exception
 from fluss_spark.protocol.fluss.messages import (ApiVersionsRequest, ApiVersionsResponse,
                                                  ErrorResponse, FlussRequest)
 from fluss_spark.protocol.fluss.proto import ProtoMessage
-from fluss_spark.transport.channel import SocketChannel, recv_or_eof
+from fluss_spark.transport.channel import SocketChannel
 from fluss_spark.transport.frames import recv_exact
 
 R = TypeVar("R", bound=ProtoMessage)
@@ -59,19 +59,8 @@ class FlussRpcConnection(SocketChannel):
         request_id = next(self._ids) & 0x7FFFFFFF
         frame = framing.encode_request(api_key, api_version, request_id, body)
         with self._lock:
-            try:
-                sock = self._connect()
-                sock.settimeout(timeout_s or self.timeout_s)
-                sock.sendall(frame)
-                prefix = recv_or_eof(sock, framing.LENGTH.size)
-                payload = recv_or_eof(sock, framing.decode_length(prefix))
-            except (OSError, EOFError) as e:
-                self._close_locked()
-                raise NetworkError(f"{api_name(api_key)} to {self.address} failed: "
-                                   f"{type(e).__name__}: {e}") from None
-            except CorruptMessage:
-                self._close_locked()
-                raise
+            payload = self._round_trip(frame, framing.decode_length, api_name(api_key),
+                                       timeout_s)
             try:
                 header = framing.decode_response_header(payload)
             except CorruptMessage:
