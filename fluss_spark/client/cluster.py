@@ -28,10 +28,9 @@ class Capabilities:
     #: How a lease is kept alive: ``renew`` (a call of its own) or ``reacquire`` (acquiring the
     #: same pins again, which extends the lease; Apache Fluss 0.9.1 has no renew call).
     lease_renewal: Literal["renew", "reacquire"] = "renew"
-    #: How a snapshot is read: server-side ``scan_session`` paging, the snapshot's ``files``, or
-    #: ``none`` (this client cannot read the cluster's snapshots: PK tables are read from their
-    #: changelog only).
-    snapshot_read: Literal["scan_session", "files", "none"] = "scan_session"
+    #: How a snapshot is read: server-side ``scan_session`` paging, or the snapshot's ``files``
+    #: (Apache Fluss 0.9.1: its RocksDB checkpoint in remote storage).
+    snapshot_read: Literal["scan_session", "files"] = "scan_session"
 
 
 @runtime_checkable

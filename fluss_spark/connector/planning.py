@@ -12,7 +12,6 @@ from fluss_spark.client.cluster import Cluster, TableInfo
 from fluss_spark.clock import Clock, monotonic_ms
 from fluss_spark.connector.offsets import QueryIdentity, SnapshotPos, SourceOffset, TablePos
 from fluss_spark.connector.options import SourceOptions
-from fluss_spark.errors import ConfigError
 
 BucketKey = tuple[int, int]  # (table id, bucket)
 
@@ -34,17 +33,6 @@ def spread(pending: dict[BucketKey, int], budget: int) -> dict[BucketKey, int]:
             alloc[k] += 1
             remaining -= 1
     return alloc
-
-
-def require_snapshot_reads(cluster: Cluster, info: TableInfo, what: str) -> None:
-    """Refuse, before anything is read, a read of a PK table's KV snapshots on a cluster whose
-    snapshots this client cannot read (``Capabilities.snapshot_read == "none"``)."""
-    if cluster.capabilities().snapshot_read == "none":
-        raise ConfigError(
-            f"table {info.name!r} is a primary-key table and {what} reads its KV snapshot, which "
-            f"this client cannot read on this cluster (an Apache Fluss cluster: snapshot reads "
-            f"from its RocksDB files are not supported yet); stream its changelog instead with "
-            f"scan.startup.mode=earliest, latest or timestamp")
 
 
 @dataclass(frozen=True)
@@ -88,7 +76,6 @@ class OffsetPlanner:
         for info in infos:
             name = info.name
             if opts.startup_mode == "full" and info.has_primary_key:
-                require_snapshot_reads(self._cluster(), info, "scan.startup.mode=full")
                 snaps = self._cluster().latest_kv_snapshots(name)
                 earliest = self.offsets(name, "earliest")
                 snapshot = {b: SnapshotPos(s.snapshot_id, s.row_count, 0, s.log_offset)

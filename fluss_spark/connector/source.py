@@ -22,7 +22,6 @@ from pyspark.sql.types import StructType
 from fluss_spark.client.cluster import Cluster, TableInfo
 from fluss_spark.connector.enumerator import Enumerator
 from fluss_spark.connector.options import SourceOptions, parse_options
-from fluss_spark.connector.planning import require_snapshot_reads
 from fluss_spark.connector.readers import SplitReader
 from fluss_spark.connector.schema import Layout, output_schema, project
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
@@ -186,7 +185,6 @@ def plan_batch(cluster: Cluster, options: SourceOptions, names: list[str],
             check_read_columns(info, layout)
         latest = cluster.list_offsets(name, spec="latest")
         if info.has_primary_key:
-            require_snapshot_reads(cluster, info, "a batch read")
             snaps = cluster.latest_kv_snapshots(name)
             earliest = cluster.list_offsets(name, spec="earliest")
             for b in range(info.num_buckets):

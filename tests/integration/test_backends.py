@@ -26,7 +26,7 @@ def test_each_engine_is_recognised_and_opened(cluster, apache_fluss):
         assert isinstance(theirs, ApacheFlussWireCluster)
         caps = theirs.capabilities()
         assert (caps.leases, caps.lease_renewal, caps.snapshot_read) == (True, "reacquire",
-                                                                         "none")
+                                                                         "files")
     finally:
         theirs.close()
     # The probe leaves this project's servers serving their own protocol.

@@ -1,4 +1,6 @@
-"""format("fluss") against a real Apache Fluss cluster: log tables and changelog-only PK reads.
+"""format("fluss") against a real Apache Fluss cluster: log tables and PK changelog reads.
+
+Full mode, batch reads and tiering of primary-key tables are in test_apache_fluss_pk.py.
 
 Test data is written with the official Python client (pyfluss), independently of this project's
 Fluss wire client; the source finds the engine from ``bootstrap.servers`` alone.
@@ -168,24 +170,6 @@ def test_pk_table_changelog_has_exact_change_types(spark, apache_fluss, fluss, n
     got = [(r["id"], r["v"], r["_change_type"]) for r in
            spark.read.parquet(str(latest_out)).collect()]
     assert got == [(3, "c", "-D")]
-
-
-def test_reads_of_kv_snapshots_are_refused_at_the_start_with_what_to_do(spark, apache_fluss,
-                                                                         fluss, name, tmp_path):
-    servers = apache_fluss.bootstrap_servers
-    fluss.create_table(name, "id BIGINT NOT NULL, v STRING", primary_key=["id"], buckets=1)
-    with pytest.raises(Exception, match="scan.startup.mode=earliest, latest or timestamp"):
-        spark.read.format("fluss").option("bootstrap.servers", servers).option(
-            "table", name).load().collect()
-    q = (stream(spark, servers, name).writeStream.format("noop")
-         .option("checkpointLocation", str(tmp_path / "ckpt")).start())
-    try:
-        with pytest.raises(StreamingQueryException,
-                           match="primary-key table and scan.startup.mode=full reads its KV "
-                                 "snapshot"):
-            q.awaitTermination(120)
-    finally:
-        q.stop()
 
 
 def test_several_tables_projection_and_batch_read(spark, apache_fluss, fluss, name, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Iterable, Iterator, Mapping
 
@@ -9,10 +10,13 @@ import pyarrow as pa
 
 from fluss_spark.client.apache_fluss.connection import (FlussWireConnection, TableMetadata,
                                                         split_table_name)
+from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
+                                                         count_rows, read_row_count)
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Pins,
                                         RecordBatchStream)
-from fluss_spark.errors import (ConfigError, LeaderNotAvailable, LogOffsetOutOfRange, NonPrimaryKeyTable,
-                                RecordTooLarge, UnsupportedVersion)
+from fluss_spark.errors import (ConfigError, KvSnapshotNotExist, LeaderNotAvailable,
+                                LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
+                                UnsupportedVersion)
 from fluss_spark.protocol.changelog import CHANGELOG_FIELDS
 from fluss_spark.protocol.fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS, OFFSET_EARLIEST,
                                             OFFSET_LATEST, OFFSET_TIMESTAMP)
@@ -21,12 +25,14 @@ from fluss_spark.protocol.fluss.log_batch import iter_batches
 from fluss_spark.protocol.fluss.messages import (
     AcquireKvSnapshotLeaseRequest, CreateDatabaseRequest, CreateTableRequest,
     DropDatabaseRequest, DropKvSnapshotLeaseRequest, DropTableRequest, FetchLogRequest,
-    GetLatestKvSnapshotsRequest, GetTableInfoRequest, ListDatabasesRequest, ListOffsetsRequest,
-    ListTablesRequest, PbFetchLogReqForBucket, PbFetchLogReqForTable, PbFetchLogRespForBucket,
-    PbKvSnapshotLeaseForBucket, PbKvSnapshotLeaseForTable, PbTableBucket,
+    GetKvSnapshotMetadataRequest, GetLatestKvSnapshotsRequest, GetTableInfoRequest,
+    ListDatabasesRequest, ListOffsetsRequest, ListTablesRequest, PbFetchLogReqForBucket,
+    PbFetchLogReqForTable, PbFetchLogRespForBucket, PbKvSnapshotLeaseForBucket, PbKvSnapshotLeaseForTable, PbTableBucket,
     ReleaseKvSnapshotLeaseRequest)
 from fluss_spark.protocol.fluss.table_json import parse_table_json, table_json
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+
+log = logging.getLogger(__name__)
 
 _SPECS = {"earliest": OFFSET_EARLIEST, "latest": OFFSET_LATEST, "timestamp": OFFSET_TIMESTAMP}
 
@@ -38,8 +44,9 @@ class ApacheFlussWireCluster:
     renewed by acquiring it again (``lease_renewal="reacquire"``), there is no call to renew or
     describe one, and lease holders are not recorded (``holder`` is ignored). Fluss does not say
     what a release left pinned (``release_kv_snapshot_lease`` returns -1) nor whether a dropped
-    lease existed (``drop_kv_snapshot_lease`` returns True). Snapshots are read from their
-    files on Apache Fluss, which this client does not do yet (``snapshot_read="none"``).
+    lease existed (``drop_kv_snapshot_lease`` returns True). A snapshot is read from its files,
+    the RocksDB checkpoint in Fluss's remote storage (``snapshot_read="files"``, see
+    ``kv_snapshot``).
     """
 
     def __init__(self, conn: FlussWireConnection):
@@ -56,7 +63,7 @@ class ApacheFlussWireCluster:
             coordinator = self.conn.with_retries(self.conn.coordinator)
             leases = all(coordinator.supports(int(key)) for key in LEASE_APIS)
             self._capabilities = Capabilities(leases=leases, lease_renewal="reacquire",
-                                              snapshot_read="none")
+                                              snapshot_read="files")
         return self._capabilities
 
     # -- databases and tables (admin) -----------------------------------------------------------
@@ -143,12 +150,33 @@ class ApacheFlussWireCluster:
 
     # -- KV snapshots and leases ----------------------------------------------------------------
     def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
+        """The newest snapshot of each bucket, with its row count (from the snapshot's
+        ``_METADATA``, or counted from its checkpoint when Fluss recorded none)."""
         resp = self.conn.call_coordinator(GetLatestKvSnapshotsRequest(
             table_path=split_table_name(table)))
-        return {s.bucket_id: SnapshotInfo(table_id=resp.table_id, bucket=s.bucket_id,
-                                          snapshot_id=s.snapshot_id,
-                                          log_offset=s.log_offset or 0)
-                for s in resp.latest_snapshots if s.snapshot_id is not None}
+        out = {}
+        for s in resp.latest_snapshots:
+            if s.snapshot_id is None:
+                continue
+            files = self.kv_snapshot_files(table, s.bucket_id, s.snapshot_id)
+            rows = read_row_count(files)
+            if rows is None:
+                log.info("%s records no row count; counting its rows", files.describe())
+                rows = count_rows(files)
+            out[s.bucket_id] = SnapshotInfo(table_id=resp.table_id, bucket=s.bucket_id,
+                                            snapshot_id=s.snapshot_id, path=files.directory,
+                                            log_offset=files.log_offset, row_count=rows)
+        return out
+
+    def kv_snapshot_files(self, table: str, bucket: int, snapshot_id: int) -> KvSnapshotFiles:
+        """The files and log offset of one KV snapshot; ``KvSnapshotNotExist`` when it is gone."""
+        meta = self.conn.table(table)
+        resp = self.conn.call_coordinator(GetKvSnapshotMetadataRequest(
+            table_id=meta.table_id, bucket_id=int(bucket), snapshot_id=int(snapshot_id)))
+        return KvSnapshotFiles(table=table, bucket=int(bucket), snapshot_id=int(snapshot_id),
+                               log_offset=resp.log_offset,
+                               files=tuple((f.remote_path, f.local_file_name)
+                                           for f in resp.snapshot_files))
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
                                   holder: str | None = None) -> dict[int, dict[int, int]]:
@@ -164,7 +192,22 @@ class ApacheFlussWireCluster:
         for t in resp.unavailable_snapshots:
             for s in t.bucket_snapshots:
                 unavailable.setdefault(t.table_id, {})[s.bucket_id] = s.snapshot_id
+        # Fluss 0.9.1 may grant a pin on a snapshot that retention already removed (its answer
+        # does not list it as unavailable), so every granted pin is checked to still exist.
+        for tid, pins in tables.items():
+            for b, sid in pins.items():
+                if int(b) not in unavailable.get(int(tid), {}) and \
+                        not self._snapshot_exists(int(tid), int(b), int(sid)):
+                    unavailable.setdefault(int(tid), {})[int(b)] = int(sid)
         return unavailable
+
+    def _snapshot_exists(self, table_id: int, bucket: int, snapshot_id: int) -> bool:
+        try:
+            self.conn.call_coordinator(GetKvSnapshotMetadataRequest(
+                table_id=table_id, bucket_id=bucket, snapshot_id=snapshot_id))
+        except KvSnapshotNotExist:
+            return False
+        return True
 
     def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
         raise UnsupportedVersion("Apache Fluss 0.9.1 has no call to renew a KV snapshot lease: "
@@ -192,14 +235,19 @@ class ApacheFlussWireCluster:
 
         A projection is pushed to the server (Fluss sends only those columns); the CRC of
         such batches is not checked, because Fluss rewrites them without recomputing it."""
-        meta = self.conn.table(table)
-        names = list(meta.descriptor.schema.names)
-        if projection is not None:
-            unknown = [c for c in projection if c not in names]
-            if unknown or not projection or len(set(projection)) != len(projection):
-                raise ConfigError(f"projection {projection} of {table}: unknown or repeated "
-                                  f"column(s) {unknown}; the table has {', '.join(names)}")
+        self._projection(table, projection)
         return self._read_log(table, int(bucket), int(start), int(end), projection)
+
+    def _projection(self, table: str, projection: list[str] | None) -> list[str]:
+        """The columns to read (all when ``projection`` is None); a bad projection is refused."""
+        names = list(self.conn.table(table).descriptor.schema.names)
+        if projection is None:
+            return names
+        unknown = [c for c in projection if c not in names]
+        if unknown or not projection or len(set(projection)) != len(projection):
+            raise ConfigError(f"projection {projection} of {table}: unknown or repeated "
+                              f"column(s) {unknown}; the table has {', '.join(names)}")
+        return list(projection)
 
     def _read_log(self, table: str, bucket: int, start: int, end: int,
                   projection: list[str] | None) -> Iterator[pa.RecordBatch]:
@@ -283,11 +331,21 @@ class ApacheFlussWireCluster:
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+        """Rows of the snapshot's RocksDB checkpoint, copied from remote storage when the first
+        batch is asked for; projection happens after decoding (the files hold whole rows)."""
         meta = self.conn.table(table)
-        if not meta.descriptor.primary_key:
+        desc = meta.descriptor
+        if not desc.primary_key:
             raise NonPrimaryKeyTable(f"{table} has no primary key, hence no KV snapshots")
-        raise UnsupportedVersion("reading a KV snapshot of Apache Fluss (from its RocksDB "
-                                 "checkpoint files) is not supported yet")
+        kv_format = desc.properties.get("table.kv.format", "compacted").lower()
+        if kv_format != "compacted":
+            raise UnsupportedVersion(f"{table} stores its KV rows in the {kv_format!r} format; "
+                                     "only 'compacted' (Fluss's default) snapshots are read")
+        columns = self._projection(table, projection)
+        output = pa.schema([desc.schema.field(c) for c in columns])
+        return CheckpointScan(lambda: self.kv_snapshot_files(table, bucket, snapshot_id),
+                              lambda schema_id: self.conn.schema(meta, schema_id)[1], output,
+                              start_row=start_row, limit=limit, batch_size_bytes=batch_size_bytes)
 
     def close(self) -> None:
         self.conn.close()

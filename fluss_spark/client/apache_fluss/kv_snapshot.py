@@ -1,0 +1,205 @@
+"""Reading an Apache Fluss KV snapshot from its files: the RocksDB checkpoint in remote storage.
+
+Fluss 0.9.1 serves no snapshot rows over the wire. A snapshot is an (incremental) RocksDB
+checkpoint in ``remote.data.dir``: GET_KV_SNAPSHOT_METADATA names its files (the remote path and
+the file's name inside the checkpoint) and the log offset it covers; the snapshot's directory
+also holds ``_METADATA``, a JSON document with the row count. A reader copies the files into a
+local directory through a pyarrow filesystem (local, S3, HDFS, GCS ... by the path's scheme),
+opens the copy read-only with RocksDB and decodes the values (a schema id, then a compacted row)
+in batches, to Arrow. Iteration is in key order, so rows ``[start, start + n)`` are the same
+rows every time: a retried split reads exactly what the first attempt read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+from dataclasses import dataclass
+from itertools import islice
+from typing import Callable, Generator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
+from fluss_spark.protocol.fluss.compacted_row import decode_kv_values
+
+log = logging.getLogger(__name__)
+
+#: The snapshot's own description, written by Fluss next to its private files.
+METADATA_FILE = "_METADATA"
+#: What a value costs beyond its bytes when a batch's size is estimated (Arrow offsets, nulls).
+_ROW_OVERHEAD_BYTES = 16
+
+
+@dataclass(frozen=True)
+class KvSnapshotFiles:
+    """The files of one KV snapshot: ``(remote path, name in the checkpoint)`` and its log offset."""
+
+    table: str
+    bucket: int
+    snapshot_id: int
+    log_offset: int
+    files: tuple[tuple[str, str], ...]
+
+    @property
+    def directory(self) -> str:
+        """The snapshot's own directory (``.../snap-<id>``): where its private files are."""
+        for remote, local in self.files:
+            if local == "CURRENT":
+                return posixpath.dirname(remote)
+        raise CorruptMessage(f"KV snapshot {self.snapshot_id} of {self.table} bucket "
+                             f"{self.bucket} lists no CURRENT file: {self.files}")
+
+    def describe(self) -> str:
+        return f"KV snapshot {self.snapshot_id} of {self.table} bucket {self.bucket}"
+
+
+def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem of a remote path and the path inside it."""
+    try:
+        return pafs.FileSystem.from_uri(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as e:
+        raise UnsupportedVersion(
+            f"cannot open {path!r} (Fluss's remote.data.dir) through pyarrow: {e}. The KV "
+            "snapshot files must be reachable from Spark's driver and executors: local or "
+            "shared disk, s3://, gs://, hdfs:// (with libhdfs), abfs://") from None
+
+
+def read_row_count(files: KvSnapshotFiles) -> int | None:
+    """The row count Fluss recorded in the snapshot's ``_METADATA`` (None when it has none:
+    tables in the WAL changelog mode, snapshots of servers before 0.9)."""
+    fs, path = filesystem(posixpath.join(files.directory, METADATA_FILE))
+    try:
+        with fs.open_input_stream(path) as f:
+            node = json.loads(f.read())
+    except FileNotFoundError:
+        raise KvSnapshotNotExist(f"{files.describe()} is gone from remote storage "
+                                 f"({path} is missing)") from None
+    except ValueError as e:
+        raise CorruptMessage(f"{files.describe()}: {path} is not JSON: {e}") from None
+    count = node.get("row_count") if isinstance(node, dict) else None
+    return int(count) if isinstance(count, int) and count >= 0 else None
+
+
+def download(files: KvSnapshotFiles, into: str) -> None:
+    """Copy the snapshot's files into the directory ``into`` under their checkpoint names."""
+    for remote, local in files.files:
+        if not local or "/" in local or local in (".", ".."):
+            raise CorruptMessage(f"{files.describe()}: unsafe checkpoint file name {local!r}")
+        fs, path = filesystem(remote)
+        try:
+            with fs.open_input_stream(path) as src, open(os.path.join(into, local), "wb") as dst:
+                shutil.copyfileobj(src, dst, 4 << 20)
+        except FileNotFoundError:
+            raise KvSnapshotNotExist(f"{files.describe()} is gone from remote storage ({remote} "
+                                     "is missing): retention removed it") from None
+
+
+def _open_checkpoint(directory: str, what: str):
+    from rocksdict import AccessType, Options, Rdict
+    try:
+        return Rdict(directory, options=Options(raw_mode=True),
+                     access_type=AccessType.read_only())
+    except Exception as e:  # noqa: BLE001 - rocksdict raises a bare Exception with RocksDB's text
+        raise CorruptMessage(f"{what}: RocksDB cannot open the checkpoint copied to "
+                             f"{directory}: {e}") from None
+
+
+def count_rows(files: KvSnapshotFiles) -> int:
+    """Count the snapshot's rows by reading its checkpoint (for snapshots without a row count)."""
+    with _LocalCheckpoint(files) as db:
+        return sum(1 for _ in db.keys())
+
+
+class _LocalCheckpoint:
+    """A snapshot's checkpoint copied into a private temporary directory, open read-only."""
+
+    def __init__(self, files: KvSnapshotFiles):
+        self.files = files
+        self.dir: str | None = None
+        self.db = None
+
+    def __enter__(self):
+        self.dir = tempfile.mkdtemp(prefix=f"fluss-kv-snapshot-{self.files.snapshot_id}-")
+        try:
+            download(self.files, self.dir)
+            self.db = _open_checkpoint(self.dir, self.files.describe())
+        except BaseException:
+            self.close()
+            raise
+        return self.db
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.db is not None:
+            try:
+                self.db.close()
+            finally:
+                self.db = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+class CheckpointScan:
+    """Rows ``[start_row, start_row + limit)`` of a KV snapshot as Arrow batches of ``output``.
+
+    Nothing is fetched until the first batch is asked for, so a missing snapshot surfaces as
+    ``KvSnapshotNotExist`` while iterating, as the ``Cluster`` interface promises.
+    """
+
+    def __init__(self, files: Callable[[], KvSnapshotFiles],
+                 schema_of: Callable[[int], pa.Schema], output: pa.Schema, *, start_row: int,
+                 limit: int | None, batch_size_bytes: int):
+        self._files = files
+        self._schema_of = schema_of
+        self._output = output
+        self._start = max(0, int(start_row))
+        self._limit = limit
+        self._batch_bytes = max(1, int(batch_size_bytes))
+        self._checkpoint: _LocalCheckpoint | None = None
+        self._batches: Generator[pa.RecordBatch, None, None] | None = None
+
+    def __iter__(self) -> "CheckpointScan":
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        if self._batches is None:
+            self._batches = self._read()
+        return next(self._batches)
+
+    def _read(self) -> Generator[pa.RecordBatch, None, None]:
+        checkpoint = self._checkpoint = _LocalCheckpoint(self._files())
+        db = checkpoint.__enter__()
+        try:
+            stop = None if self._limit is None else self._start + max(0, int(self._limit))
+            values: list[bytes] = []
+            size = 0
+            for value in islice(db.values(), self._start, stop):
+                values.append(value)
+                size += len(value) + _ROW_OVERHEAD_BYTES
+                if size >= self._batch_bytes:
+                    yield decode_kv_values(values, self._schema_of, self._output)
+                    values, size = [], 0
+            if values:
+                yield decode_kv_values(values, self._schema_of, self._output)
+        finally:
+            checkpoint.close()
+
+    def close(self) -> None:
+        if self._batches is not None:
+            self._batches.close()   # runs the generator's cleanup when it stopped mid-way
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+            self._checkpoint = None
+
+
+__all__ = ["CheckpointScan", "KvSnapshotFiles", "METADATA_FILE", "count_rows", "download",
+           "filesystem", "read_row_count"]
