@@ -91,6 +91,9 @@ APACHE_FLUSS_TEST_OPTIONS = {
     "kv.snapshot.interval": "5s",
     "log.segment.file-size": "1mb",
     "remote.log.task-interval-duration": "1s",
+    # Expired KV snapshot leases are noticed within a second (default: 10 minutes), so a lease
+    # that is not renewed loses its snapshots during a test.
+    "kv.snapshot.lease.expiration-check-interval": "1s",
 }
 
 

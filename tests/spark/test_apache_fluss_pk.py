@@ -183,7 +183,10 @@ def test_full_mode_under_one_lease_with_concurrent_writes_and_retention(
                     len(wire.kv_snapshot_files(name, b, sid).files))
         df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
 
-    q = (stream(spark, servers, name, maxOffsetsPerTrigger=20_000).writeStream
+    # A 6 s lease, renewed (re-acquired) every 2 s: held for 15 s and more in batch 1, the
+    # pinned snapshots survive retention only if the renewals work.
+    q = (stream(spark, servers, name, maxOffsetsPerTrigger=20_000,
+                **{"scan.kv.snapshot.lease.duration": "6s"}).writeStream
          .option("checkpointLocation", str(ckpt)).foreachBatch(sink)
          .trigger(processingTime="300 milliseconds").start())
     try:

@@ -17,14 +17,13 @@ import logging
 import os
 import posixpath
 import shutil
-import tempfile
 from dataclasses import dataclass
-from itertools import islice
-from typing import Callable, Generator
+from typing import Any, Callable, Generator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
 from fluss_spark.protocol.fluss.compacted_row import decode_kv_values
 
@@ -110,42 +109,24 @@ def _open_checkpoint(directory: str, what: str):
                              f"{directory}: {e}") from None
 
 
-def count_rows(files: KvSnapshotFiles) -> int:
+def _copy_and_open(files: KvSnapshotFiles) -> Callable[[str], Any]:
+    def open_into(directory: str) -> Any:
+        download(files, directory)
+        return _open_checkpoint(directory, files.describe())
+    return open_into
+
+
+#: This process's local copies of checkpoints (see ``checkpoint_cache``).
+CHECKPOINTS = CheckpointCache()
+
+
+def count_rows(files: KvSnapshotFiles, cache: CheckpointCache = CHECKPOINTS) -> int:
     """Count the snapshot's rows by reading its checkpoint (for snapshots without a row count)."""
-    with _LocalCheckpoint(files) as db:
-        return sum(1 for _ in db.keys())
-
-
-class _LocalCheckpoint:
-    """A snapshot's checkpoint copied into a private temporary directory, open read-only."""
-
-    def __init__(self, files: KvSnapshotFiles):
-        self.files = files
-        self.dir: str | None = None
-        self.db = None
-
-    def __enter__(self):
-        self.dir = tempfile.mkdtemp(prefix=f"fluss-kv-snapshot-{self.files.snapshot_id}-")
-        try:
-            download(self.files, self.dir)
-            self.db = _open_checkpoint(self.dir, self.files.describe())
-        except BaseException:
-            self.close()
-            raise
-        return self.db
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.db is not None:
-            try:
-                self.db.close()
-            finally:
-                self.db = None
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
+    entry = cache.acquire(files.directory, _copy_and_open(files))
+    try:
+        return sum(1 for _ in entry.db.keys())
+    finally:
+        cache.release(entry)
 
 
 class CheckpointScan:
@@ -157,14 +138,14 @@ class CheckpointScan:
 
     def __init__(self, files: Callable[[], KvSnapshotFiles],
                  schema_of: Callable[[int], pa.Schema], output: pa.Schema, *, start_row: int,
-                 limit: int | None, batch_size_bytes: int):
+                 limit: int | None, batch_size_bytes: int, cache: CheckpointCache = CHECKPOINTS):
         self._files = files
+        self._cache = cache
         self._schema_of = schema_of
         self._output = output
         self._start = max(0, int(start_row))
         self._limit = limit
         self._batch_bytes = max(1, int(batch_size_bytes))
-        self._checkpoint: _LocalCheckpoint | None = None
         self._batches: Generator[pa.RecordBatch, None, None] | None = None
 
     def __iter__(self) -> "CheckpointScan":
@@ -176,30 +157,36 @@ class CheckpointScan:
         return next(self._batches)
 
     def _read(self) -> Generator[pa.RecordBatch, None, None]:
-        checkpoint = self._checkpoint = _LocalCheckpoint(self._files())
-        db = checkpoint.__enter__()
+        files = self._files()
+        entry = self._cache.acquire(files.directory, _copy_and_open(files))
+        row = self._start
+        stop = None if self._limit is None else self._start + max(0, int(self._limit))
+        cursor = None
         try:
-            stop = None if self._limit is None else self._start + max(0, int(self._limit))
             values: list[bytes] = []
             size = 0
-            for value in islice(db.values(), self._start, stop):
+            rows = entry.values_from(row) if stop is None or row < stop else iter(())
+            for value in rows:
                 values.append(value)
                 size += len(value) + _ROW_OVERHEAD_BYTES
+                row += 1
+                if row == stop:
+                    # Saved before the last yield: a reader stops asking once it has its rows.
+                    cursor = (row, rows)    # the next split of this snapshot starts here
+                    yield decode_kv_values(values, self._schema_of, self._output)
+                    return
                 if size >= self._batch_bytes:
                     yield decode_kv_values(values, self._schema_of, self._output)
                     values, size = [], 0
             if values:
                 yield decode_kv_values(values, self._schema_of, self._output)
         finally:
-            checkpoint.close()
+            self._cache.release(entry, cursor)
 
     def close(self) -> None:
         if self._batches is not None:
             self._batches.close()   # runs the generator's cleanup when it stopped mid-way
-        if self._checkpoint is not None:
-            self._checkpoint.close()
-            self._checkpoint = None
 
 
-__all__ = ["CheckpointScan", "KvSnapshotFiles", "METADATA_FILE", "count_rows", "download",
-           "filesystem", "read_row_count"]
+__all__ = ["CHECKPOINTS", "CheckpointScan", "KvSnapshotFiles", "METADATA_FILE", "count_rows",
+           "download", "filesystem", "read_row_count"]

@@ -1,0 +1,151 @@
+"""Reading KV snapshots from checkpoint files: copy, open, decode, resume, cache (no cluster).
+
+A "remote" snapshot here is a RocksDB checkpoint made with rocksdict in a local directory,
+holding values encoded like Fluss's (schema id + compacted row, by the reference encoder of the
+decoder's tests), and named by a ``KvSnapshotFiles`` the way GET_KV_SNAPSHOT_METADATA names one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from rocksdict import Options, Rdict
+
+from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
+from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
+                                                         count_rows, read_row_count)
+from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist
+from tests.unit.protocol.test_fluss_compacted_row import kv_value
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+
+
+def make_snapshot(root: Path, rows: int, *, row_count: int | None = None) -> KvSnapshotFiles:
+    """A checkpoint of ``rows`` rows (keys in id order) laid out as Fluss stores one: private
+    files in ``snap-0/`` (renamed), SST files in ``shared/``, and ``snap-0/_METADATA``."""
+    db_dir = root / "db"
+    db = Rdict(str(db_dir), options=Options(raw_mode=True))
+    for i in range(rows):
+        db[i.to_bytes(8, "big")] = kv_value(1, SCHEMA, [i, f"v{i}"])
+    db.flush()
+    db.close()
+    snap, shared = root / "snap-0", root / "shared"
+    snap.mkdir()
+    shared.mkdir()
+    files = []
+    for n, f in enumerate(sorted(p for p in db_dir.iterdir() if p.is_file())):
+        if f.name == "LOCK" or f.name.startswith("LOG"):
+            continue
+        target = (shared if f.suffix == ".sst" else snap) / f"file-{n}"
+        f.rename(target)
+        files.append((str(target), f.name))
+    meta = {"version": 1, "snapshot_id": 0, "log_offset": rows}
+    if row_count is not None:
+        meta["row_count"] = row_count
+    (snap / "_METADATA").write_text(json.dumps(meta))
+    return KvSnapshotFiles(table="db.t", bucket=0, snapshot_id=0, log_offset=rows,
+                           files=tuple(files))
+
+
+@pytest.fixture
+def cache(tmp_path):
+    c = CheckpointCache(root=str(tmp_path / "cache"), capacity=1)
+    yield c
+    c.clear()
+
+
+def scan(files, cache, start=0, limit=None, batch_bytes=1 << 20, output=SCHEMA):
+    return CheckpointScan(lambda: files, lambda sid: SCHEMA, output, start_row=start,
+                          limit=limit, batch_size_bytes=batch_bytes, cache=cache)
+
+
+def ids(batches) -> list[int]:
+    return [i for b in batches for i in b.column("id").to_pylist()]
+
+
+def test_rows_in_key_order_resumed_and_in_batches(tmp_path, cache):
+    files = make_snapshot(tmp_path, 1000, row_count=1000)
+    assert read_row_count(files) == 1000
+    batches = list(scan(files, cache, batch_bytes=2048))
+    assert len(batches) > 5 and all(b.schema == SCHEMA for b in batches)
+    assert ids(batches) == list(range(1000))
+    assert batches[0].column("v")[3].as_py() == "v3"
+    assert ids(scan(files, cache, start=990)) == list(range(990, 1000))
+    assert ids(scan(files, cache, start=10, limit=5)) == list(range(10, 15))
+    assert ids(scan(files, cache, start=10, limit=0)) == []
+    assert ids(scan(files, cache, output=pa.schema([("id", pa.int64())]))) == list(range(1000))
+
+
+def test_consecutive_splits_reuse_the_copy_and_its_position(tmp_path, cache, monkeypatch):
+    files = make_snapshot(tmp_path, 300)
+    got = []
+    for lo in range(0, 300, 100):
+        s = scan(files, cache, start=lo, limit=100)
+        got += ids(s)
+        s.close()
+        entry = next(iter(cache._entries.values()))
+        assert entry.cursor is not None and entry.cursor[0] == lo + 100
+    assert got == list(range(300)) and len(cache) == 1
+    # A read that is not the next one steps over the rows before it, and is still exact.
+    assert ids(scan(files, cache, start=50, limit=3)) == [50, 51, 52]
+
+
+def test_a_reader_that_stops_early_leaves_the_copy_consistent(tmp_path, cache):
+    files = make_snapshot(tmp_path, 500)
+    s = scan(files, cache, batch_bytes=256)
+    first = next(s)
+    s.close()
+    assert 0 < first.num_rows < 500
+    assert ids(scan(files, cache, start=0, limit=500)) == list(range(500))
+
+
+def test_copies_beyond_capacity_are_removed(tmp_path, cache):
+    one = make_snapshot(tmp_path / "a", 10)
+    two = make_snapshot(tmp_path / "b", 20)
+    assert ids(scan(one, cache)) == list(range(10))
+    copy_dir = next(iter(cache._entries.values())).dir
+    assert ids(scan(two, cache)) == list(range(20))
+    assert len(cache) == 1 and not os.path.exists(copy_dir)
+
+
+def test_count_rows_when_the_snapshot_records_none(tmp_path, cache):
+    files = make_snapshot(tmp_path, 77)
+    assert read_row_count(files) is None
+    assert count_rows(files, cache) == 77
+
+
+def test_missing_files_mean_the_snapshot_is_gone(tmp_path, cache):
+    files = make_snapshot(tmp_path, 10, row_count=10)
+    sst = next(remote for remote, local in files.files if local.endswith(".sst"))
+    os.remove(sst)
+    s = scan(files, cache)
+    with pytest.raises(KvSnapshotNotExist, match="gone from remote storage"):
+        next(s)
+    assert len(cache) == 0 and os.listdir(cache._dir) == []
+    os.remove(tmp_path / "snap-0" / "_METADATA")
+    with pytest.raises(KvSnapshotNotExist, match="_METADATA"):
+        read_row_count(files)
+
+
+def test_garbage_instead_of_a_checkpoint_is_a_clear_error(tmp_path, cache):
+    files = make_snapshot(tmp_path, 10)
+    manifest = next(remote for remote, local in files.files if local.startswith("MANIFEST"))
+    Path(manifest).write_bytes(b"not a manifest")
+    with pytest.raises(CorruptMessage, match="RocksDB cannot open the checkpoint"):
+        next(scan(files, cache))
+    unsafe = KvSnapshotFiles(table="db.t", bucket=0, snapshot_id=0, log_offset=0,
+                             files=((files.files[0][0], "../CURRENT"),) + files.files)
+    with pytest.raises(CorruptMessage, match="unsafe checkpoint file name"):
+        next(scan(unsafe, cache))
+
+
+def test_copies_of_dead_processes_are_swept(tmp_path):
+    root = tmp_path / "cache"
+    (root / "999999999" / "x").mkdir(parents=True)
+    (root / str(os.getpid())).mkdir()
+    CheckpointCache(root=str(root))
+    assert sorted(os.listdir(root)) == [str(os.getpid())]
