@@ -52,7 +52,6 @@ _NOT_ON_APACHE_FLUSS = {
     "lease renew": "Apache Fluss renews a lease when it is acquired again: use `lease acquire`",
     "snapshot trigger": "Apache Fluss takes KV snapshots on its own schedule "
                         "(the table's kv.snapshot.interval)",
-    "snapshot list": "Apache Fluss 0.9.1 lists only the latest KV snapshots",
     "scanner list": "Apache Fluss 0.9.1 has no scan sessions",
 }
 
@@ -88,6 +87,12 @@ def connect(args):
     user, password = credentials(args, servers) or (None, None)
     return FlussConnection(servers, request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S),
                            username=user, password=password)
+
+
+def on_apache_fluss(args) -> bool:
+    """Whether the bootstrap servers are an Apache Fluss cluster (probed)."""
+    from fluss_spark.client.backends import APACHE_FLUSS, detect_engine
+    return detect_engine(_reachable_servers(args), timeout_s=2.0) == APACHE_FLUSS
 
 
 def connect_cluster(args) -> "closing[Cluster]":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fluss_spark.cli.common import _json, connect, connect_cluster
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
-from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound
+from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound, UnsupportedVersion
 
 
 def add_commands(sub, cmd) -> None:
@@ -91,28 +91,37 @@ def cmd_lease_drop(args) -> int:
 
 
 def cmd_lease_acquire(args) -> int:
+    from fluss_spark.clock import wall_ms
     from fluss_spark.config import parse_duration_ms
     duration_ms = parse_duration_ms(args.duration, "--duration")
-    with connect(args) as conn:
-        admin = conn.admin()
-        info = conn.table(args.table)
-        latest = admin.latest_kv_snapshots(info)
+    with connect_cluster(args) as cluster:
+        info = cluster.get_table(args.table)
+        if not info.has_primary_key:
+            raise ConfigError(f"{info.name} is a log table: only primary-key tables have KV "
+                              "snapshots to pin")
+        latest = cluster.latest_kv_snapshots(info.name)
         if not latest:
-            raise ConfigError(f"table {info.name} has no KV snapshots to pin; take one with "
-                              f"`fluss-spark snapshot trigger {info.name}`")
+            how = ("Apache Fluss takes one every kv.snapshot.interval after a write"
+                   if cluster.capabilities().lease_renewal == "reacquire"
+                   else f"take one with `fluss-spark snapshot trigger {info.name}`")
+            raise ConfigError(f"table {info.name} has no KV snapshots to pin yet; {how}")
         pins = {b: s.snapshot_id for b, s in latest.items()}
-        unavailable = admin.acquire_kv_snapshot_lease(args.lease_id, duration_ms,
-                                                      {info.table_id: pins}).get(info.table_id, {})
-        lease = admin.describe_kv_snapshot_lease(args.lease_id)
+        asked_ms = wall_ms()
+        unavailable = cluster.acquire_kv_snapshot_lease(
+            args.lease_id, duration_ms, {info.table_id: pins}).get(info.table_id, {})
+        try:
+            expires_at_ms = cluster.describe_kv_snapshot_lease(args.lease_id).expires_at_ms
+        except UnsupportedVersion:
+            expires_at_ms = asked_ms + duration_ms    # Apache Fluss: from the time it was asked
     pinned = [{"bucket": b, "snapshot_id": s} for b, s in sorted(pins.items())
               if b not in unavailable]
     missing = [{"bucket": b, "snapshot_id": s} for b, s in sorted(unavailable.items())]
     if _json(args):
-        emit_json({"lease_id": args.lease_id, "table": info.name, "expires_at_ms": lease.expires_at_ms,
+        emit_json({"lease_id": args.lease_id, "table": info.name, "expires_at_ms": expires_at_ms,
                    "pinned": pinned, "unavailable": missing})
     else:
         print(f"lease {args.lease_id} pins {len(pinned)} snapshot(s) of {info.name} until "
-              f"{_fmt_ms(lease.expires_at_ms)} UTC")
+              f"{_fmt_ms(expires_at_ms)} UTC")
         print_table([{**p, "status": "pinned"} for p in pinned]
                     + [{**p, "status": "unavailable"} for p in missing],
                     ["bucket", "snapshot_id", "status"])

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from typing import Iterable
 
-from fluss_spark.cli.common import MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded, connect
+from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded, connect,
+                                    connect_cluster, on_apache_fluss)
 from fluss_spark.cli.output import _print_metrics, _Progress, emit_json, print_table
-from fluss_spark.errors import ConfigError
+from fluss_spark.errors import ConfigError, UnsupportedVersion
 
 
 def add_commands(sub, cmd) -> None:
     """Register `scan`, `scanner list`, `metrics` and `log`."""
-    c = cmd(sub, "scan", "read a PK table's state through scan sessions", cmd_scan)
+    c = cmd(sub, "scan", "read a PK table's KV snapshot (or live state) through scan sessions; on "
+            "Apache Fluss from the snapshot's files", cmd_scan)
     c.add_argument("table")
     c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), help="only this bucket (default: all)")
     c.add_argument("--snapshot", default="latest", metavar="latest|ID|live",
@@ -67,8 +70,33 @@ def cmd_scan(args) -> int:
     if spec.isdigit() and args.bucket is None:
         raise ConfigError("--snapshot ID names one bucket's snapshot: add --bucket")
     projection = _columns_arg(args.columns)
-    with connect(args) as conn:
-        info = conn.table(args.table)
+    apache = on_apache_fluss(args)
+    if apache and spec == "live":
+        raise UnsupportedVersion("`fluss-spark scan --snapshot live` is not available on Apache "
+                                 "Fluss: Fluss 0.9.1 serves no reads of a bucket's live state; "
+                                 "scan its latest KV snapshot (--snapshot latest)")
+    with ExitStack() as stack:
+        if apache:
+            cluster = stack.enter_context(connect_cluster(args))
+            info = cluster.get_table(args.table)
+
+            def latest_snapshots():
+                return cluster.latest_kv_snapshots(info.name)
+
+            def read(bucket, snapshot_id, limit):
+                return cluster.read_snapshot(info.name, bucket, snapshot_id,
+                                             projection=projection, limit=limit)
+        else:
+            conn = stack.enter_context(connect(args))
+            info = conn.table(args.table)
+            scanner = conn.kv_scanner(info)
+
+            def latest_snapshots():
+                return conn.admin().latest_kv_snapshots(info)
+
+            def read(bucket, snapshot_id, limit):
+                return scanner.scan(bucket, snapshot_id=snapshot_id, live=snapshot_id is None,
+                                    projection=projection, limit=limit)
         if not info.has_primary_key:
             raise ConfigError(f"{info.name} is a log table: scan reads primary-key tables; use "
                               f"`fluss-spark log {info.name}`")
@@ -82,17 +110,17 @@ def cmd_scan(args) -> int:
             raise ConfigError(f"{info.name} has buckets 0..{info.num_buckets - 1}, not {args.bucket}")
         plan: list[tuple[int, int | None]] = []
         if spec == "latest":
-            latest = conn.admin().latest_kv_snapshots(info)
+            latest = latest_snapshots()
             plan = [(b, latest[b].snapshot_id) for b in buckets if b in latest]
             if not plan:
-                raise ConfigError(f"{info.name} has no KV snapshot yet: take one with "
-                                  f"`fluss-spark snapshot trigger {info.name}` or scan the "
-                                  "current state with --snapshot live")
+                how = ("Apache Fluss takes one every kv.snapshot.interval after a write" if apache
+                       else f"take one with `fluss-spark snapshot trigger {info.name}` or scan "
+                            "the current state with --snapshot live")
+                raise ConfigError(f"{info.name} has no KV snapshot yet: {how}")
         elif spec == "live":
             plan = [(b, None) for b in buckets]
         else:
             plan = [(buckets[0], int(spec))]
-        scanner = conn.kv_scanner(info)
         schema = _project_schema(info.schema, projection)
         total = (sum(latest[b].row_count for b, _ in plan) if spec == "latest" else None)
         if total is not None and args.limit is not None:
@@ -105,8 +133,7 @@ def cmd_scan(args) -> int:
             for bucket, snapshot_id in plan:
                 if remaining is not None and remaining <= 0:
                     return
-                for b in scanner.scan(bucket, snapshot_id=snapshot_id, live=snapshot_id is None,
-                                      projection=projection, limit=remaining):
+                for b in read(bucket, snapshot_id, remaining):
                     if remaining is not None:
                         b = b.slice(0, remaining)
                         remaining -= b.num_rows

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fluss_spark.cli.common import MAX_BUCKETS, _json, bounded, connect
+from fluss_spark.cli.common import (MAX_BUCKETS, _json, bounded, connect, connect_cluster,
+                                    on_apache_fluss)
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
 from fluss_spark.errors import ConfigError
 
@@ -14,7 +15,8 @@ def add_commands(sub, cmd) -> None:
     c = cmd(ssub, "trigger", "take a KV snapshot of every bucket now", cmd_snapshot_trigger)
     c.add_argument("table")
     c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), action="append", help="only these buckets (repeatable)")
-    c = cmd(ssub, "list", "registered KV snapshots and the leases pinning them", cmd_snapshot_list)
+    c = cmd(ssub, "list", "registered KV snapshots and the leases pinning them (Apache Fluss: "
+            "the latest snapshot of each bucket)", cmd_snapshot_list)
     c.add_argument("table")
     c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1))
 
@@ -47,10 +49,18 @@ def cmd_snapshot_trigger(args) -> int:
 
 
 def cmd_snapshot_list(args) -> int:
-    with connect(args) as conn:
-        info = conn.table(args.table)
-        snaps = conn.admin().list_kv_snapshots(info, args.bucket)
-    rows = [_snapshot_row(info.name, s) for s in snaps]
+    if on_apache_fluss(args):
+        # Fluss names only each bucket's latest snapshot, and not the leases pinning it.
+        with connect_cluster(args) as cluster:
+            name = cluster.get_table(args.table).name
+            snaps = [s for b, s in sorted(cluster.latest_kv_snapshots(name).items())
+                     if args.bucket is None or b == args.bucket]
+    else:
+        with connect(args) as conn:
+            info = conn.table(args.table)
+            name = info.name
+            snaps = conn.admin().list_kv_snapshots(info, args.bucket)
+    rows = [_snapshot_row(name, s) for s in snaps]
     if _json(args):
         emit_json(rows)
     else:

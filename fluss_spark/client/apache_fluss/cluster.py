@@ -14,7 +14,7 @@ from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnaps
                                                          count_rows, read_row_count)
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Pins,
                                         RecordBatchStream)
-from fluss_spark.errors import (ConfigError, KvSnapshotNotExist, LeaderNotAvailable,
+from fluss_spark.errors import (ConfigError, InvalidLeaseId, KvSnapshotNotExist, LeaderNotAvailable,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
                                 UnsupportedVersion)
 from fluss_spark.protocol.changelog import CHANGELOG_FIELDS
@@ -31,6 +31,7 @@ from fluss_spark.protocol.fluss.messages import (
     ReleaseKvSnapshotLeaseRequest)
 from fluss_spark.protocol.fluss.table_json import parse_table_json, table_json
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class ApacheFlussWireCluster:
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
                                   holder: str | None = None) -> dict[int, dict[int, int]]:
         request = AcquireKvSnapshotLeaseRequest(
-            lease_id=lease_id, lease_duration_ms=int(duration_ms),
+            lease_id=_checked(lease_id), lease_duration_ms=int(duration_ms),
             snapshots_to_lease=[PbKvSnapshotLeaseForTable(
                 table_id=int(tid), bucket_snapshots=[
                     PbKvSnapshotLeaseForBucket(bucket_id=int(b), snapshot_id=int(sid))
@@ -216,13 +217,13 @@ class ApacheFlussWireCluster:
 
     def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
         self.conn.call_coordinator(ReleaseKvSnapshotLeaseRequest(
-            lease_id=lease_id, buckets_to_release=[
+            lease_id=_checked(lease_id), buckets_to_release=[
                 PbTableBucket(table_id=int(tid), bucket_id=int(b))
                 for tid, bs in sorted(tables.items()) for b in sorted(set(bs))]))
         return -1
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
-        self.conn.call_coordinator(DropKvSnapshotLeaseRequest(lease_id=lease_id))
+        self.conn.call_coordinator(DropKvSnapshotLeaseRequest(lease_id=_checked(lease_id)))
         return True
 
     def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:
@@ -355,6 +356,13 @@ class ApacheFlussWireCluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _checked(lease_id: str) -> str:
+    """The lease id, if this project's rule allows it: Fluss makes it a znode name unchecked."""
+    if not is_valid_lease_id(lease_id):
+        raise InvalidLeaseId(f"invalid lease id {lease_id!r}: use {LEASE_ID_RULE}")
+    return lease_id
 
 
 __all__ = ["ApacheFlussWireCluster"]
