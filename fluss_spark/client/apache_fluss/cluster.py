@@ -216,14 +216,16 @@ class ApacheFlussWireCluster:
                                  "(capabilities().lease_renewal == 'reacquire')")
 
     def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
-        self.conn.call_coordinator(ReleaseKvSnapshotLeaseRequest(
+        request = ReleaseKvSnapshotLeaseRequest(
             lease_id=_checked(lease_id), buckets_to_release=[
                 PbTableBucket(table_id=int(tid), bucket_id=int(b))
-                for tid, bs in sorted(tables.items()) for b in sorted(set(bs))]))
+                for tid, bs in sorted(tables.items()) for b in sorted(set(bs))])
+        self.conn.call_coordinator(request)
         return -1
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
-        self.conn.call_coordinator(DropKvSnapshotLeaseRequest(lease_id=_checked(lease_id)))
+        request = DropKvSnapshotLeaseRequest(lease_id=_checked(lease_id))
+        self.conn.call_coordinator(request)
         return True
 
     def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:

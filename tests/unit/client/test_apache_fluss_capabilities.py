@@ -1,0 +1,50 @@
+"""What an Apache Fluss cluster offers follows from the APIs its coordinator advertises."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
+from fluss_spark.client.cluster import Capabilities
+from fluss_spark.errors import InvalidLeaseId
+from fluss_spark.protocol.fluss.api import LEASE_APIS
+
+
+class Coordinator:
+    def __init__(self, missing: set[int]):
+        self.missing = missing
+
+    def supports(self, key: int) -> bool:
+        return key not in self.missing
+
+
+class Connection:
+    """Just what ``capabilities()`` asks of a ``FlussWireConnection``."""
+
+    def __init__(self, missing: set[int]):
+        self.coordinator_ = Coordinator(missing)
+
+    def coordinator(self) -> Coordinator:
+        return self.coordinator_
+
+    def with_retries(self, op, *, table=None):
+        return op()
+
+
+@pytest.mark.parametrize("missing", [set(), {int(k) for k in LEASE_APIS},
+                                     {int(min(LEASE_APIS))}])
+def test_leases_only_when_every_lease_api_is_advertised(missing):
+    cluster = ApacheFlussWireCluster(Connection(missing))
+    assert cluster.capabilities() == Capabilities(leases=not missing, lease_renewal="reacquire",
+                                                  snapshot_read="files")
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "..", "x" * 129, "lease id"])
+def test_a_lease_id_fluss_would_make_a_bad_znode_is_refused_before_sending(bad):
+    cluster = ApacheFlussWireCluster(Connection(set()))
+    with pytest.raises(InvalidLeaseId, match="invalid lease id"):
+        cluster.acquire_kv_snapshot_lease(bad, 1000, {1: {0: 0}})
+    with pytest.raises(InvalidLeaseId):
+        cluster.drop_kv_snapshot_lease(bad)
+    with pytest.raises(InvalidLeaseId):
+        cluster.release_kv_snapshot_lease(bad, {1: [0]})
