@@ -102,9 +102,11 @@ class CheckpointCache:
         _close(db, into)
         return existing
 
-    def release(self, entry: Checkpoint,
-                cursor: tuple[int, Iterator[bytes]] | None = None) -> None:
-        """Done with ``entry``; ``cursor`` is where the next read of it may start."""
+    def release(self, entry: Checkpoint, cursor: tuple[int, Iterator[bytes]] | None = None, *,
+                finished: bool = False) -> None:
+        """Done with ``entry``; ``cursor`` is where the next read of it may start. A copy read
+        to its ``finished`` end goes at once: the splits of a snapshot come in row order, so
+        none is left to read it (a retried task copies it again)."""
         with self._lock:
             entry.users -= 1
             entry.last_used_ms = monotonic_ms()
@@ -113,6 +115,8 @@ class CheckpointCache:
             idle = sorted((e for e in self._entries.values() if e.users == 0),
                           key=lambda e: e.last_used_ms)
             evicted = idle[:max(0, len(idle) - self.capacity)]
+            if finished and entry.users == 0 and entry not in evicted:
+                evicted.append(entry)
             for e in evicted:
                 del self._entries[e.key]
         for e in evicted:

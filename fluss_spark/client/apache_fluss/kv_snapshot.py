@@ -18,6 +18,7 @@ import os
 import posixpath
 import shutil
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Callable, Generator
 
 import pyarrow as pa
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 METADATA_FILE = "_METADATA"
 #: What a value costs beyond its bytes when a batch's size is estimated (Arrow offsets, nulls).
 _ROW_OVERHEAD_BYTES = 16
+#: Rows of a read's first batch, before the size of a value is known; and the most of any batch.
+_FIRST_CHUNK_ROWS = 128
+_MAX_CHUNK_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -162,26 +166,29 @@ class CheckpointScan:
         row = self._start
         stop = None if self._limit is None else self._start + max(0, int(self._limit))
         cursor = None
+        finished = False
         try:
-            values: list[bytes] = []
-            size = 0
             rows = entry.values_from(row) if stop is None or row < stop else iter(())
-            for value in rows:
-                values.append(value)
-                size += len(value) + _ROW_OVERHEAD_BYTES
-                row += 1
-                if row == stop:
+            # Values are taken in chunks sized to the batch target from the last chunk's mean
+            # value size: a per-row Python loop would cost as much as decoding them.
+            chunk = _FIRST_CHUNK_ROWS
+            while True:
+                want = chunk if stop is None else min(chunk, stop - row)
+                values = list(islice(rows, want))
+                row += len(values)
+                if len(values) < want:
+                    finished = True
+                elif row == stop:
                     # Saved before the last yield: a reader stops asking once it has its rows.
                     cursor = (row, rows)    # the next split of this snapshot starts here
+                if values:
+                    mean = sum(map(len, values)) / len(values) + _ROW_OVERHEAD_BYTES
+                    chunk = max(1, min(_MAX_CHUNK_ROWS, int(self._batch_bytes // mean)))
                     yield decode_kv_values(values, self._schema_of, self._output)
+                if finished or row == stop:
                     return
-                if size >= self._batch_bytes:
-                    yield decode_kv_values(values, self._schema_of, self._output)
-                    values, size = [], 0
-            if values:
-                yield decode_kv_values(values, self._schema_of, self._output)
         finally:
-            self._cache.release(entry, cursor)
+            self._cache.release(entry, cursor, finished=finished)
 
     def close(self) -> None:
         if self._batches is not None:

@@ -103,13 +103,16 @@ def test_a_reader_that_stops_early_leaves_the_copy_consistent(tmp_path, cache):
     assert ids(scan(files, cache, start=0, limit=500)) == list(range(500))
 
 
-def test_copies_beyond_capacity_are_removed(tmp_path, cache):
+def test_copies_beyond_capacity_and_copies_read_to_the_end_are_removed(tmp_path, cache):
     one = make_snapshot(tmp_path / "a", 10)
     two = make_snapshot(tmp_path / "b", 20)
-    assert ids(scan(one, cache)) == list(range(10))
+    assert ids(scan(one, cache, limit=5)) == list(range(5))
     copy_dir = next(iter(cache._entries.values())).dir
-    assert ids(scan(two, cache)) == list(range(20))
+    assert ids(scan(two, cache, limit=5)) == list(range(5))
     assert len(cache) == 1 and not os.path.exists(copy_dir)
+    copy_dir = next(iter(cache._entries.values())).dir
+    assert ids(scan(two, cache, start=5)) == list(range(5, 20))     # the rest, to the end
+    assert len(cache) == 0 and not os.path.exists(copy_dir)
 
 
 def test_count_rows_when_the_snapshot_records_none(tmp_path, cache):
