@@ -75,6 +75,9 @@ class TieringJob:
         self.sinks: dict[str, TableSink] = {}
         self.infos: dict[str, TableInfo] = {}
         self.errors: dict[str, str] = {}
+        #: Tables this job released from its lease (what a cluster that cannot describe a lease
+        #: needs to know not to release them again).
+        self._released: set[str] = set()
         #: In [0, 1) from ``jitter``: spreads restart delays so queries that failed together
         #: restart apart.
         self.restart_policy = RestartPolicy(
@@ -267,8 +270,11 @@ class TieringJob:
         """Unpin tables whose snapshot phase is committed in the lake and done in Spark."""
         if self.record is None:
             return []
-        return release_finished_snapshots(self.cluster, self.record.lease_id, self.lake_root,
-                                          self.infos, self.errors, self._finished_batch)
+        released = release_finished_snapshots(self.cluster, self.record.lease_id,
+                                              self.lake_root, self.infos, self.errors,
+                                              self._finished_batch, self._released)
+        self._released.update(released)
+        return released
 
     def _finished_batch(self, name: str) -> int:
         q = self.queries.get(name)

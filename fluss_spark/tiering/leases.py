@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Container, Mapping
 
 from fluss_spark.client.cluster import Cluster, TableInfo
-from fluss_spark.errors import FlussError, LeaseNotFound
+from fluss_spark.errors import FlussError, LeaseNotFound, UnsupportedVersion
 from fluss_spark.tiering.lake import LakeTable, table_dir
 
 log = logging.getLogger(__name__)
@@ -21,27 +21,37 @@ log = logging.getLogger(__name__)
 
 def release_finished_snapshots(cluster: Cluster, lease_id: str, lake_root: Path,
                                tables: Mapping[str, TableInfo], failed: Container[str],
-                               finished_batch: Callable[[str], int]) -> list[str]:
+                               finished_batch: Callable[[str], int],
+                               released_before: Container[str] = ()) -> list[str]:
     """Unpin every table of ``tables`` whose snapshot phase is committed in its lake copy and
     whose query finished that batch (``finished_batch(name)``, -1 for none); a table in
-    ``failed`` keeps its pins for a restart. Returns the tables released."""
+    ``failed`` keeps its pins for a restart. Returns the tables released.
+
+    A cluster that cannot describe a lease (Apache Fluss 0.9.1) does not say what is pinned:
+    every bucket of a PK table not in ``released_before`` is released then (releasing what is
+    not pinned changes nothing)."""
+    pinned: Callable[[TableInfo], list[int]]
     try:
         lease = cluster.describe_kv_snapshot_lease(lease_id)
+        pinned = lambda info: sorted(lease.tables.get(info.table_id, ()))  # noqa: E731
     except LeaseNotFound:
         return []
+    except UnsupportedVersion:
+        pinned = lambda info: info.buckets if info.has_primary_key else []  # noqa: E731
+        tables = {n: i for n, i in tables.items() if n not in released_before}
     except FlussError as e:
         log.warning("cannot describe lease %s: %s", lease_id, e)
         return []
     released = []
     for name, info in tables.items():
-        pins = lease.tables.get(info.table_id)
+        pins = pinned(info)
         if not pins or name in failed:
             continue  # a failed query's pins go with the lease's expiry or a restart
         m = LakeTable(table_dir(lake_root, name)).manifest()
         if (m.commit is not None and m.snapshot_complete and m.fluss_offsets.get("snapshot")
                 and finished_batch(name) >= m.commit.batch_id):
             try:
-                cluster.release_kv_snapshot_lease(lease_id, {info.table_id: sorted(pins)})
+                cluster.release_kv_snapshot_lease(lease_id, {info.table_id: pins})
             except LeaseNotFound:
                 pass
             released.append(name)

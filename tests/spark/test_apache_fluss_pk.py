@@ -295,23 +295,31 @@ def test_batch_read_is_the_table_and_takes_no_lease(spark, apache_fluss, fluss, 
     assert leases.seen == set()
 
 
-def test_tiering_keeps_a_lake_copy_of_a_pk_table(spark, apache_fluss, fluss, wire, name,
-                                                 tmp_path):
+def test_tiering_keeps_a_lake_copy_of_a_pk_table(spark, apache_fluss, fluss, wire, leases,
+                                                 name, tmp_path):
     load(fluss, name, 5_000)
     wait_for_snapshots(wire, name)
     lake = tmp_path / "lake"
     config = TieringConfig(lake=lake, bootstrap_servers=apache_fluss.bootstrap_servers,
                            table_pattern=re.escape(name), trigger_interval="300 milliseconds",
                            poll_interval_s=0.3, discover_interval_s=1.0)
+    # Changes after the snapshot, and none once the job runs: the source itself would release the
+    # lease only at a later batch, which a quiet table never has, so the job must release it.
+    fluss.upsert(name, [(i, f"t{i}") for i in range(0, 5_000, 3)])
+    fluss.delete(name, [(i,) for i in range(1, 5_000, 5)])
     job = TieringJob(spark, config).start()
     try:
-        fluss.upsert(name, [(i, f"t{i}") for i in range(0, 5_000, 3)])
-        fluss.delete(name, [(i,) for i in range(1, 5_000, 5)])
-
         def caught_up():
             job.poll()
             return job.caught_up()
         wait_until(caught_up, 180, "the lake copy to catch up with the table")
+        lease = job.record.lease_id
+        assert lease in leases.seen
+
+        def released():
+            job.poll()
+            return lease not in leases.now()
+        wait_until(released, 60, "the job to release its lease after the snapshot phase")
     finally:
         job.stop()
     copy = LakeTable(table_dir(lake, name)).read()
