@@ -87,6 +87,8 @@ EMBEDDED, APACHE, CEILING = "embedded", "apache-fluss", "ceiling"
 
 
 # -- the ceiling: a minimal Python Data Source over the same Arrow batches ----------------------
+# (bench_spark.py has its twin: Spark pickles a data source defined in __main__ by value, so each
+# script defines its own instead of importing one that Spark's Python workers could not find.)
 class _FilePartition(InputPartition):
     """One bucket's batches, as one Arrow IPC file."""
 

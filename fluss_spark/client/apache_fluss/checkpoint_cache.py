@@ -117,20 +117,22 @@ class CheckpointCache:
             evicted = idle[:max(0, len(idle) - self.capacity)]
             if finished and entry.users == 0 and entry not in evicted:
                 evicted.append(entry)
-            for e in evicted:
-                del self._entries[e.key]
-        for e in evicted:
-            e.cursor = None
-            _close(e.db, e.dir)
+        self._remove(evicted)
 
     def clear(self) -> None:
         """Close and remove every copy nobody is reading."""
         with self._lock:
             idle = [e for e in self._entries.values() if e.users == 0]
-            for e in idle:
+        self._remove(idle)
+
+    def _remove(self, entries: list[Checkpoint]) -> None:
+        with self._lock:
+            # Only what nobody took meanwhile: a copy in use is never closed under its reader.
+            entries = [e for e in entries if e.users == 0 and self._entries.get(e.key) is e]
+            for e in entries:
                 del self._entries[e.key]
-        for e in idle:
-            e.cursor = None
+        for e in entries:
+            e.cursor = None       # the iterator goes before the database it reads is closed
             _close(e.db, e.dir)
 
     def __len__(self) -> int:
