@@ -105,8 +105,10 @@ class PyFluss:
         return self._run(go())
 
     def create_table(self, name: str, schema, *, primary_key: Sequence[str] = (),
-                     buckets: int = 1, properties: dict[str, str] | None = None) -> int:
-        """Create a log table (no ``primary_key``) or a primary-key table; returns its table id."""
+                     buckets: int = 1, properties: dict[str, str] | None = None,
+                     timeout_s: float = 60.0) -> int:
+        """Create a log table (no ``primary_key``) or a primary-key table; returns its table id
+        once every bucket has a leader that answers (a write sent before may go unanswered)."""
         f = self._fluss
         db, _ = split_name(name)
         fs = f.Schema(arrow_schema(schema), primary_keys=list(primary_key) or None)
@@ -115,7 +117,16 @@ class PyFluss:
         async def go() -> int:
             await self.admin.create_database(db, ignore_if_exists=True)
             await self.admin.create_table(self.path(name), desc, False)
-            return (await self.admin.get_table_info(self.path(name))).table_id
+            table_id = (await self.admin.get_table_info(self.path(name))).table_id
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    await self._latest_offsets(name)
+                    return table_id
+                except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
         return self._run(go())
 
     def drop_table(self, name: str) -> None:
