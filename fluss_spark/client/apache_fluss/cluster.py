@@ -131,7 +131,7 @@ class ApacheFlussWireCluster:
             raise ConfigError("offset spec 'timestamp' needs timestamp_ms")
 
         def op() -> dict[int, int]:
-            meta = self.conn.table(table)
+            meta = self._unpartitioned(table)
             wanted = sorted(meta.leaders) if buckets is None else sorted(set(buckets))
             by_leader: dict[int, list[int]] = {}
             for b in wanted:
@@ -153,6 +153,7 @@ class ApacheFlussWireCluster:
     def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
         """The newest snapshot of each bucket, with its row count (from the snapshot's
         ``_METADATA``, or counted from its checkpoint when Fluss recorded none)."""
+        self._unpartitioned(table)
         resp = self.conn.call_coordinator(GetLatestKvSnapshotsRequest(
             table_path=split_table_name(table)))
         out = {}
@@ -241,9 +242,19 @@ class ApacheFlussWireCluster:
         self._projection(table, projection)
         return self._read_log(table, int(bucket), int(start), int(end), projection)
 
+    def _unpartitioned(self, table: str) -> TableMetadata:
+        """The table's metadata, if it is not partitioned: its buckets are then per partition,
+        which this client does not read yet."""
+        meta = self.conn.table(table)
+        keys = meta.descriptor.partition_key
+        if keys:
+            raise UnsupportedVersion(f"{table} is partitioned (by {', '.join(keys)}); reading "
+                                     "partitioned Apache Fluss tables is not supported yet")
+        return meta
+
     def _projection(self, table: str, projection: list[str] | None) -> list[str]:
         """The columns to read (all when ``projection`` is None); a bad projection is refused."""
-        names = list(self.conn.table(table).descriptor.schema.names)
+        names = list(self._unpartitioned(table).descriptor.schema.names)
         if projection is None:
             return names
         unknown = [c for c in projection if c not in names]
@@ -336,7 +347,7 @@ class ApacheFlussWireCluster:
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
         """Rows of the snapshot's RocksDB checkpoint, copied from remote storage when the first
         batch is asked for; projection happens after decoding (the files hold whole rows)."""
-        meta = self.conn.table(table)
+        meta = self._unpartitioned(table)
         desc = meta.descriptor
         if not desc.primary_key:
             raise NonPrimaryKeyTable(f"{table} has no primary key, hence no KV snapshots")

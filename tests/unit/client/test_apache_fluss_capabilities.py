@@ -6,7 +6,7 @@ import pytest
 
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.client.cluster import Capabilities
-from fluss_spark.errors import InvalidLeaseId
+from fluss_spark.errors import InvalidLeaseId, UnsupportedVersion
 from fluss_spark.protocol.fluss.api import LEASE_APIS
 
 
@@ -48,3 +48,19 @@ def test_a_lease_id_fluss_would_make_a_bad_znode_is_refused_before_sending(bad):
         cluster.drop_kv_snapshot_lease(bad)
     with pytest.raises(InvalidLeaseId):
         cluster.release_kv_snapshot_lease(bad, {1: [0]})
+
+
+class Partitioned(Connection):
+    def table(self, name):
+        from types import SimpleNamespace
+        return SimpleNamespace(descriptor=SimpleNamespace(partition_key=("day",)))
+
+
+@pytest.mark.parametrize("read", [
+    lambda c: c.list_offsets("db.t"), lambda c: c.latest_kv_snapshots("db.t"),
+    lambda c: c.read_log("db.t", 0, 0, 10), lambda c: c.read_snapshot("db.t", 0, 1)])
+def test_partitioned_tables_are_refused_by_name(read):
+    cluster = ApacheFlussWireCluster(Partitioned(set()))
+    with pytest.raises(UnsupportedVersion, match="db.t is partitioned .by day.; reading "
+                                                 "partitioned Apache Fluss tables"):
+        read(cluster)
