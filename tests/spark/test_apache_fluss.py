@@ -193,33 +193,35 @@ def test_several_tables_projection_and_batch_read(spark, apache_fluss, fluss, na
     assert sorted(r["v"] for r in projected.collect()) == sorted(f"v{i}" for i in range(20))
 
 
-def test_tablet_killed_during_a_stream_loses_and_repeats_nothing(spark, apache_fluss, fluss,
+def test_tablet_killed_during_a_stream_loses_and_repeats_nothing(spark, apache_fluss_for_faults,
                                                                   name, tmp_path):
-    servers = apache_fluss.bootstrap_servers
-    # Two replicas: with one, Fluss may cut acknowledged records from a tablet killed -9 (its
-    # log is truncated to the last checkpointed position, docs/apache_fluss.md), a loss of the
-    # cluster's, not of the source's.
-    fluss.create_table(name, SCHEMA, buckets=2, properties={"table.replication.factor": "2"})
-    fluss.append(name, rows(range(100)))
-    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    q = (stream(spark, servers, name, **{"scan.startup.mode": "earliest",
-                                         "maxOffsetsPerTrigger": 20}).writeStream
-         .format("parquet").option("path", str(out)).option("checkpointLocation", str(ckpt))
-         .trigger(processingTime="200 milliseconds").start())
-    try:
-        wait_until(lambda: sum(p["numInputRows"] for p in q.recentProgress) >= 20, 120,
-                   "the first rows")
-        apache_fluss.kill("tablet", 0)
-        apache_fluss.restart("tablet", 0)
-        fluss.append(name, rows(range(100, 150)))
-        wait_until(lambda: q.exception() is not None
-                   or sum(p["numInputRows"] for p in q.recentProgress) >= 150, 300,
-                   "every row after the tablet came back")
-        assert q.exception() is None, q.exception()
-    finally:
-        q.stop()
-    assert_df_equality(spark.read.parquet(str(out)).select("id", "v", "_change_type"),
-                       expected(spark, range(150)), ignore_row_order=True)
+    apache_fluss = apache_fluss_for_faults
+    with PyFluss(apache_fluss.bootstrap_servers) as fluss:
+        servers = apache_fluss.bootstrap_servers
+        # Two replicas: with one, Fluss may cut acknowledged records from a tablet killed -9 (its
+        # log is truncated to the last checkpointed position, docs/apache_fluss.md), a loss of the
+        # cluster's, not of the source's.
+        fluss.create_table(name, SCHEMA, buckets=2, properties={"table.replication.factor": "2"})
+        fluss.append(name, rows(range(100)))
+        out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+        q = (stream(spark, servers, name, **{"scan.startup.mode": "earliest",
+                                             "maxOffsetsPerTrigger": 20}).writeStream
+             .format("parquet").option("path", str(out)).option("checkpointLocation", str(ckpt))
+             .trigger(processingTime="200 milliseconds").start())
+        try:
+            wait_until(lambda: sum(p["numInputRows"] for p in q.recentProgress) >= 20, 120,
+                       "the first rows")
+            apache_fluss.kill("tablet", 0)
+            apache_fluss.restart("tablet", 0)
+            fluss.append(name, rows(range(100, 150)))
+            wait_until(lambda: q.exception() is not None
+                       or sum(p["numInputRows"] for p in q.recentProgress) >= 150, 300,
+                       "every row after the tablet came back")
+            assert q.exception() is None, q.exception()
+        finally:
+            q.stop()
+        assert_df_equality(spark.read.parquet(str(out)).select("id", "v", "_change_type"),
+                           expected(spark, range(150)), ignore_row_order=True)
 
 
 def test_driver_killed_then_restarted_from_its_checkpoint(spark, apache_fluss, fluss, name,

@@ -1,4 +1,5 @@
-"""Primary-key tables of a real Apache Fluss cluster: full mode under one lease, batch reads, tiering.
+"""Primary-key tables of a real Apache Fluss cluster: full mode under one lease, batch reads,
+tiering.
 
 The snapshot phase reads each bucket's RocksDB checkpoint from Fluss's remote storage under ONE
 KV snapshot lease, watched in Fluss's own ZooKeeper (``<root>/leases/kv_snapshot/<lease id>``).
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import uuid
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -133,9 +135,9 @@ class Writer(threading.Thread):
             with PyFluss(self.servers) as w:
                 while not self.stop_event.is_set():
                     r = self.rounds
-                    w.upsert(self.name, [(i, f"u{r}-{i}") for i in range(r * 997 % 50_000,
-                                                                           r * 997 % 50_000 + 500)])
-                    w.delete(self.name, [(i,) for i in range(60_000 + r * 100, 60_000 + r * 100 + 100)])
+                    first, gone = r * 997 % 50_000, 60_000 + r * 100
+                    w.upsert(self.name, [(i, f"u{r}-{i}") for i in range(first, first + 500)])
+                    w.delete(self.name, [(i,) for i in range(gone, gone + 100)])
                     w.upsert(self.name, [(i, f"n{i}") for i in range(self.next_key,
                                                                       self.next_key + 200)])
                     self.next_key += 200
@@ -272,34 +274,37 @@ def test_driver_killed_restarts_with_the_same_lease(spark, apache_fluss, fluss, 
     assert got[1] == "after-restart" and 2 not in got and len(got) == 19_999
 
 
-def test_tablet_killed_during_the_snapshot_phase(spark, apache_fluss, fluss, wire, leases, name,
-                                                 tmp_path):
-    servers = apache_fluss.bootstrap_servers
-    # Two replicas: Fluss itself may lose acknowledged writes of a one-replica bucket whose
-    # tablet is killed -9 (docs/apache_fluss.md).
-    load(fluss, name, 20_000, **{"table.replication.factor": "2"})
-    wait_for_snapshots(wire, name)
-    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    q = (stream(spark, servers, name, maxOffsetsPerTrigger=4000).writeStream.format("parquet")
-         .option("path", str(out)).option("checkpointLocation", str(ckpt))
-         .trigger(processingTime="300 milliseconds").start())
-    try:
-        wait_until(lambda: q.exception() is not None or
-                   sum(p["numInputRows"] for p in q.recentProgress) >= 4000, 180,
-                   "the first snapshot rows")
-        apache_fluss.kill("tablet", 0)
-        apache_fluss.restart("tablet", 0)
-        fluss.upsert(name, [(i, f"w{i}") for i in range(100)])
-        fluss.delete(name, [(i,) for i in range(100, 150)])
-        q.processAllAvailable()
-        assert q.exception() is None, q.exception()
-    finally:
-        q.stop()
-    lease = source_offsets(ckpt)[0]["lease_id"]
-    wait_until(lambda: lease not in leases.now(), 60, "the lease to go")
-    assert {o["lease_id"] for o in source_offsets(ckpt)} == {lease}
-    got = fold(spark.read.parquet(str(out)))
-    assert got == table_now(fluss, name) and len(got) == 19_950
+def test_tablet_killed_during_the_snapshot_phase(spark, apache_fluss_for_faults, name, tmp_path):
+    apache_fluss = apache_fluss_for_faults
+    with PyFluss(apache_fluss.bootstrap_servers) as fluss, closing(ApacheFlussWireCluster.connect(
+            apache_fluss.bootstrap_servers, request_timeout_s=30)) as wire, \
+            closing(FlussLeases(apache_fluss)) as leases:
+        servers = apache_fluss.bootstrap_servers
+        # Two replicas: Fluss itself may lose acknowledged writes of a one-replica bucket whose
+        # tablet is killed -9 (docs/apache_fluss.md).
+        load(fluss, name, 20_000, **{"table.replication.factor": "2"})
+        wait_for_snapshots(wire, name)
+        out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+        q = (stream(spark, servers, name, maxOffsetsPerTrigger=4000).writeStream.format("parquet")
+             .option("path", str(out)).option("checkpointLocation", str(ckpt))
+             .trigger(processingTime="300 milliseconds").start())
+        try:
+            wait_until(lambda: q.exception() is not None or
+                       sum(p["numInputRows"] for p in q.recentProgress) >= 4000, 180,
+                       "the first snapshot rows")
+            apache_fluss.kill("tablet", 0)
+            apache_fluss.restart("tablet", 0)
+            fluss.upsert(name, [(i, f"w{i}") for i in range(100)])
+            fluss.delete(name, [(i,) for i in range(100, 150)])
+            q.processAllAvailable()
+            assert q.exception() is None, q.exception()
+        finally:
+            q.stop()
+        lease = source_offsets(ckpt)[0]["lease_id"]
+        wait_until(lambda: lease not in leases.now(), 60, "the lease to go")
+        assert {o["lease_id"] for o in source_offsets(ckpt)} == {lease}
+        got = fold(spark.read.parquet(str(out)))
+        assert got == table_now(fluss, name) and len(got) == 19_950
 
 
 def test_batch_read_is_the_table_and_takes_no_lease(spark, apache_fluss, fluss, wire, leases,

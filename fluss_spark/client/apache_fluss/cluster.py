@@ -26,14 +26,18 @@ from fluss_spark.protocol.fluss.messages import (
     AcquireKvSnapshotLeaseRequest, CreateDatabaseRequest, CreateTableRequest,
     DropDatabaseRequest, DropKvSnapshotLeaseRequest, DropTableRequest, FetchLogRequest,
     GetKvSnapshotMetadataRequest, GetLatestKvSnapshotsRequest, GetTableInfoRequest,
-    ListDatabasesRequest, ListOffsetsRequest, ListTablesRequest, PbFetchLogReqForBucket,
-    PbFetchLogReqForTable, PbFetchLogRespForBucket, PbKvSnapshotLeaseForBucket, PbKvSnapshotLeaseForTable, PbTableBucket,
+    GetKvSnapshotMetadataResponse, ListDatabasesRequest, ListOffsetsRequest, ListTablesRequest,
+    PbFetchLogReqForBucket, PbFetchLogReqForTable, PbFetchLogRespForBucket,
+    PbKvSnapshotLeaseForBucket, PbKvSnapshotLeaseForTable, PbTableBucket,
     ReleaseKvSnapshotLeaseRequest)
 from fluss_spark.protocol.fluss.table_json import parse_table_json, table_json
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
 
 log = logging.getLogger(__name__)
+
+#: Listings of a table's latest snapshots tried when retention removes one while it is listed.
+_LISTING_ATTEMPTS = 3
 
 _SPECS = {"earliest": OFFSET_EARLIEST, "latest": OFFSET_LATEST, "timestamp": OFFSET_TIMESTAMP}
 
@@ -154,31 +158,41 @@ class ApacheFlussWireCluster:
         """The newest snapshot of each bucket, with its row count (from the snapshot's
         ``_METADATA``, or counted from its checkpoint when Fluss recorded none)."""
         self._unpartitioned(table)
-        resp = self.conn.call_coordinator(GetLatestKvSnapshotsRequest(
-            table_path=split_table_name(table)))
-        out = {}
-        for s in resp.latest_snapshots:
-            if s.snapshot_id is None:
-                continue
-            files = self.kv_snapshot_files(table, s.bucket_id, s.snapshot_id)
-            rows = read_row_count(files)
-            if rows is None:
-                log.info("%s records no row count; counting its rows", files.describe())
-                rows = count_rows(files)
-            out[s.bucket_id] = SnapshotInfo(table_id=resp.table_id, bucket=s.bucket_id,
-                                            snapshot_id=s.snapshot_id, path=files.directory,
-                                            log_offset=files.log_offset, row_count=rows)
-        return out
+        for attempt in range(_LISTING_ATTEMPTS):
+            resp = self.conn.call_coordinator(GetLatestKvSnapshotsRequest(
+                table_path=split_table_name(table)))
+            try:
+                return {s.bucket_id: self._snapshot_info(table, s.bucket_id, s.snapshot_id)
+                        for s in resp.latest_snapshots if s.snapshot_id is not None}
+            except KvSnapshotNotExist:
+                # Retention removed a snapshot between the listing and its files (a newer one
+                # was completed meanwhile): list again.
+                if attempt + 1 == _LISTING_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _snapshot_info(self, table: str, bucket: int, snapshot_id: int) -> SnapshotInfo:
+        files = self.kv_snapshot_files(table, bucket, snapshot_id)
+        rows = read_row_count(files)
+        if rows is None:
+            log.info("%s records no row count; counting its rows", files.describe())
+            rows = count_rows(files)
+        return SnapshotInfo(table_id=self.conn.table(table).table_id, bucket=bucket,
+                            snapshot_id=snapshot_id, path=files.directory,
+                            log_offset=files.log_offset, row_count=rows)
 
     def kv_snapshot_files(self, table: str, bucket: int, snapshot_id: int) -> KvSnapshotFiles:
         """The files and log offset of one KV snapshot; ``KvSnapshotNotExist`` when it is gone."""
-        meta = self.conn.table(table)
-        resp = self.conn.call_coordinator(GetKvSnapshotMetadataRequest(
-            table_id=meta.table_id, bucket_id=int(bucket), snapshot_id=int(snapshot_id)))
+        resp = self._snapshot_metadata(self.conn.table(table).table_id, bucket, snapshot_id)
         return KvSnapshotFiles(table=table, bucket=int(bucket), snapshot_id=int(snapshot_id),
                                log_offset=resp.log_offset,
                                files=tuple((f.remote_path, f.local_file_name)
                                            for f in resp.snapshot_files))
+
+    def _snapshot_metadata(self, table_id: int, bucket: int,
+                           snapshot_id: int) -> GetKvSnapshotMetadataResponse:
+        return self.conn.call_coordinator(GetKvSnapshotMetadataRequest(
+            table_id=int(table_id), bucket_id=int(bucket), snapshot_id=int(snapshot_id)))
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
                                   holder: str | None = None) -> dict[int, dict[int, int]]:
@@ -205,8 +219,7 @@ class ApacheFlussWireCluster:
 
     def _snapshot_exists(self, table_id: int, bucket: int, snapshot_id: int) -> bool:
         try:
-            self.conn.call_coordinator(GetKvSnapshotMetadataRequest(
-                table_id=table_id, bucket_id=bucket, snapshot_id=snapshot_id))
+            self._snapshot_metadata(table_id, bucket, snapshot_id)
         except KvSnapshotNotExist:
             return False
         return True

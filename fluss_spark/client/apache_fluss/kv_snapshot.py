@@ -41,7 +41,7 @@ _MAX_CHUNK_ROWS = 1 << 20
 
 @dataclass(frozen=True)
 class KvSnapshotFiles:
-    """The files of one KV snapshot: ``(remote path, name in the checkpoint)`` and its log offset."""
+    """One KV snapshot's files, ``(remote path, name in the checkpoint)``, and its log offset."""
 
     table: str
     bucket: int
