@@ -95,6 +95,14 @@ def on_apache_fluss(args) -> bool:
     return detect_engine(_reachable_servers(args), timeout_s=2.0) == APACHE_FLUSS
 
 
+def no_snapshot_yet(table: str, apache_fluss: bool) -> str:
+    """What to do about a table without a KV snapshot, on either engine."""
+    if apache_fluss:
+        return "Apache Fluss takes one every kv.snapshot.interval after a write"
+    return (f"take one with `fluss-spark snapshot trigger {table}` or scan the current state "
+            "with `fluss-spark scan --snapshot live`")
+
+
 def connect_cluster(args) -> "closing[Cluster]":
     """The ``Cluster`` at the bootstrap servers, this project's or Apache Fluss (probed), for
     the commands that both engines serve; closed at the end of a ``with`` block."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fluss_spark.cli.common import _json, connect, connect_cluster
+from fluss_spark.cli.common import (_json, connect, connect_cluster, no_snapshot_yet,
+                                    on_apache_fluss)
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
 from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound, UnsupportedVersion
 
@@ -101,10 +102,8 @@ def cmd_lease_acquire(args) -> int:
                               "snapshots to pin")
         latest = cluster.latest_kv_snapshots(info.name)
         if not latest:
-            how = ("Apache Fluss takes one every kv.snapshot.interval after a write"
-                   if cluster.capabilities().lease_renewal == "reacquire"
-                   else f"take one with `fluss-spark snapshot trigger {info.name}`")
-            raise ConfigError(f"table {info.name} has no KV snapshots to pin yet; {how}")
+            raise ConfigError(f"table {info.name} has no KV snapshots to pin yet; "
+                              f"{no_snapshot_yet(info.name, on_apache_fluss(args))}")
         pins = {b: s.snapshot_id for b, s in latest.items()}
         asked_ms = wall_ms()
         unavailable = cluster.acquire_kv_snapshot_lease(

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from typing import Iterable
 
 from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded, connect,
-                                    connect_cluster, on_apache_fluss)
+                                    connect_cluster, no_snapshot_yet, on_apache_fluss)
 from fluss_spark.cli.output import _print_metrics, _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError, UnsupportedVersion
 
@@ -113,10 +113,8 @@ def cmd_scan(args) -> int:
             latest = latest_snapshots()
             plan = [(b, latest[b].snapshot_id) for b in buckets if b in latest]
             if not plan:
-                how = ("Apache Fluss takes one every kv.snapshot.interval after a write" if apache
-                       else f"take one with `fluss-spark snapshot trigger {info.name}` or scan "
-                            "the current state with --snapshot live")
-                raise ConfigError(f"{info.name} has no KV snapshot yet: {how}")
+                raise ConfigError(f"{info.name} has no KV snapshot yet: "
+                                  f"{no_snapshot_yet(info.name, apache)}")
         elif spec == "live":
             plan = [(b, None) for b in buckets]
         else:
