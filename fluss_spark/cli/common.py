@@ -11,6 +11,7 @@ from fluss_spark.config import MAX_BUCKETS, bounded  # noqa: F401 - for the comm
 from fluss_spark.errors import ConfigError, FlussError
 
 if TYPE_CHECKING:   # the client is imported when a command runs, not to parse arguments
+    from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
     from fluss_spark.client.cluster import Cluster
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -93,6 +94,14 @@ def on_apache_fluss(args) -> bool:
     """Whether the bootstrap servers are an Apache Fluss cluster (probed)."""
     from fluss_spark.client.backends import APACHE_FLUSS, detect_engine
     return detect_engine(_reachable_servers(args), timeout_s=2.0) == APACHE_FLUSS
+
+
+def connect_apache_fluss(args) -> "closing[ApacheFlussWireCluster]":
+    """The Apache Fluss cluster at the bootstrap servers, for what only its client offers
+    (creating and dropping tables); closed at the end of a ``with`` block."""
+    from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
+    return closing(ApacheFlussWireCluster.connect(
+        _reachable_servers(args), request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S)))
 
 
 def no_snapshot_yet(table: str, apache_fluss: bool) -> str:

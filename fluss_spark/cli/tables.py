@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, _pairs, bounded,
-                                    connect, connect_cluster)
+                                    connect, connect_apache_fluss, connect_cluster,
+                                    on_apache_fluss)
 from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError
 
@@ -68,11 +69,23 @@ def _print_description(d: dict) -> None:
 def cmd_table_create(args) -> int:
     pk = _columns_arg(args.primary_key) or []
     bk = _columns_arg(args.bucket_key)
-    with connect(args) as conn:
-        info = conn.admin().create_table(args.table, args.schema, primary_key=pk, bucket_key=bk,
-                                         num_buckets=args.buckets,
-                                         properties=_pairs(args.property, "--property"),
-                                         ignore_if_exists=args.if_not_exists)
+    properties = _pairs(args.property, "--property")
+    if on_apache_fluss(args):
+        from fluss_spark.protocol.types import parse_schema, validate_table_schema
+        schema = parse_schema(args.schema)
+        validate_table_schema(schema, pk, bk or [])
+        with connect_apache_fluss(args) as cluster:
+            cluster.create_database(args.table.partition(".")[0], ignore_if_exists=True)
+            cluster.create_table(args.table, schema, primary_key=pk, bucket_key=bk,
+                                 buckets=args.buckets, properties=properties,
+                                 ignore_if_exists=args.if_not_exists)
+            info = cluster.get_table(args.table)
+    else:
+        with connect(args) as conn:
+            info = conn.admin().create_table(args.table, args.schema, primary_key=pk,
+                                             bucket_key=bk, num_buckets=args.buckets,
+                                             properties=properties,
+                                             ignore_if_exists=args.if_not_exists)
     d = _describe(info)
     if _json(args):
         emit_json(d)
@@ -99,8 +112,12 @@ def cmd_table_describe(args) -> int:
 
 
 def cmd_table_drop(args) -> int:
-    with connect(args) as conn:
-        conn.admin().drop_table(args.table, ignore_if_not_exists=args.if_exists)
+    if on_apache_fluss(args):
+        with connect_apache_fluss(args) as cluster:
+            cluster.drop_table(args.table, ignore_if_not_exists=args.if_exists)
+    else:
+        with connect(args) as conn:
+            conn.admin().drop_table(args.table, ignore_if_not_exists=args.if_exists)
     if _json(args):
         emit_json({"table": args.table, "dropped": True})
     else:

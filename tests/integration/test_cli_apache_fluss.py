@@ -48,9 +48,17 @@ def test_tables_and_leases_work_and_the_rest_says_what_is_missing(cli, apache_fl
 
 
 def test_snapshots_scans_and_leases_of_a_pk_table(cli, apache_fluss):
-    name = f"cli.t_{uuid.uuid4().hex[:8]}"
+    name = f"cli{uuid.uuid4().hex[:6]}.t"
+    code, out, err = cli("table", "create", name, "--schema", "id BIGINT, v STRING",
+                         "--primary-key", "id", "--buckets", "2", "--json")
+    assert code == 0, err
+    assert json.loads(out)["primary_key"] == ["id"] and json.loads(out)["num_buckets"] == 2
+    code, out, err = cli("table", "create", name, "--schema", "id BIGINT", "--if-not-exists")
+    assert code == 0, err
+    code, out, err = cli("table", "create", name + "x", "--schema", "id BIGINT",
+                         "--primary-key", "nope")
+    assert code != 0 and "nope" in err and out == "", err
     with PyFluss(apache_fluss.bootstrap_servers) as fluss:
-        fluss.create_table(name, "id BIGINT NOT NULL, v STRING", primary_key=["id"], buckets=2)
         code, out, err = cli("lease", "acquire", "cli-pk", name)
         assert code != 0 and "no KV snapshots to pin yet" in err and "kv.snapshot.interval" in err
         fluss.upsert(name, [(i, f"v{i}") for i in range(50)])
@@ -81,3 +89,7 @@ def test_snapshots_scans_and_leases_of_a_pk_table(cli, apache_fluss):
     assert code != 0 and "invalid lease id 'bad/id'" in err, err
     code, out, err = cli("lease", "drop", "cli-pk")
     assert code == 0, err
+    code, out, err = cli("table", "drop", name)
+    assert code == 0 and f"dropped {name}" in out, err
+    code, out, err = cli("table", "list", "--json")
+    assert {"table": name} not in json.loads(out)
