@@ -36,12 +36,9 @@ import cProfile
 import io
 import os
 import pstats
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -53,14 +50,12 @@ from pyspark.sql import SparkSession  # noqa: E402
 from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.client.backends import open_cluster  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
-from fluss_spark.local.apache_fluss import ApacheFlussCluster  # noqa: E402
-from fluss_spark.local.cluster import LocalCluster  # noqa: E402
-from fluss_spark.local.zookeeper import ZooKeeperProcess  # noqa: E402
 from fluss_spark.testing.apache_fluss import PyFluss  # noqa: E402
+
+from engines import APACHE, EMBEDDED, Engines  # noqa: E402 - bench/engines.py
 
 SCHEMA = "id BIGINT, v STRING, amount DOUBLE"
 TABLE = "bench.events"
-EMBEDDED, APACHE = "embedded", "apache-fluss"
 
 
 def make_rows(lo: int, hi: int) -> pa.Table:
@@ -153,24 +148,10 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-top", type=int, default=15)
     args = ap.parse_args(argv)
 
-    work = Path(tempfile.mkdtemp(prefix="bench-apache-fluss-"))
-    zk = embedded = apache = spark = None
+    engines = Engines("bench-apache-fluss-", args.tablets)
+    spark = None
     try:
-        zk = ZooKeeperProcess(work / "zookeeper")
-        zk.start()
-        t0 = time.perf_counter()
-        embedded = LocalCluster(work / "embedded", tablets=args.tablets,
-                                zookeeper=f"{zk.address}/bench-embedded-{uuid.uuid4().hex[:8]}")
-        embedded.start()
-        t1 = time.perf_counter()
-        apache = ApacheFlussCluster(work / "apache", tablets=args.tablets, zookeeper=zk.address,
-                                    options={"zookeeper.path.root":
-                                             f"/bench-apache-{uuid.uuid4().hex[:8]}"})
-        apache.start()
-        t2 = time.perf_counter()
-        print(f"started embedded in {t1 - t0:.1f}s, Apache Fluss {apache.version} in "
-              f"{t2 - t1:.1f}s ({args.tablets} tablet server(s) each)")
-        servers = {EMBEDDED: embedded.bootstrap_servers, APACHE: apache.bootstrap_servers}
+        servers, work = engines.servers, engines.work
 
         for engine, load in ((EMBEDDED, load_embedded), (APACHE, load_apache)):
             secs = load(servers[engine], args.rows, args.buckets, args.write_batch_rows)
@@ -232,13 +213,7 @@ def main(argv=None) -> int:
     finally:
         if spark is not None:
             spark.stop()
-        for c in (apache, embedded, zk):
-            if c is not None:
-                try:
-                    c.stop()
-                except Exception as exc:  # keep stopping the others
-                    print(f"stopping {type(c).__name__}: {exc}", file=sys.stderr)
-        shutil.rmtree(work, ignore_errors=True)
+        engines.stop()
 
 
 if __name__ == "__main__":

@@ -51,12 +51,9 @@ import cProfile
 import io
 import os
 import pstats
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -75,15 +72,14 @@ from fluss_spark.client.apache_fluss import kv_snapshot  # noqa: E402
 from fluss_spark.client.backends import open_cluster  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
 from fluss_spark.connector.schema import with_snapshot_metadata  # noqa: E402
-from fluss_spark.local.apache_fluss import ApacheFlussCluster  # noqa: E402
-from fluss_spark.local.cluster import LocalCluster  # noqa: E402
 from fluss_spark.local.ports import wait_until  # noqa: E402
-from fluss_spark.local.zookeeper import ZooKeeperProcess  # noqa: E402
 from fluss_spark.testing.apache_fluss import PyFluss  # noqa: E402
+
+from engines import APACHE, EMBEDDED, Engines  # noqa: E402 - bench/engines.py
 
 SCHEMA = "id BIGINT NOT NULL, v STRING, amount DOUBLE"
 TABLE = "bench.kv"
-EMBEDDED, APACHE, CEILING = "embedded", "apache-fluss", "ceiling"
+CEILING = "ceiling"
 
 
 # -- the ceiling: a minimal Python Data Source over the same Arrow batches ----------------------
@@ -282,25 +278,11 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-top", type=int, default=15)
     args = ap.parse_args(argv)
 
-    work = Path(tempfile.mkdtemp(prefix="bench-apache-fluss-snapshot-"))
-    zk = embedded = apache = spark = None
+    engines = Engines("bench-apache-fluss-snapshot-", args.tablets,
+                      {"kv.snapshot.interval": args.snapshot_interval})
+    spark = None
     try:
-        zk = ZooKeeperProcess(work / "zookeeper")
-        zk.start()
-        t0 = time.perf_counter()
-        embedded = LocalCluster(work / "embedded", tablets=args.tablets,
-                                zookeeper=f"{zk.address}/bench-embedded-{uuid.uuid4().hex[:8]}")
-        embedded.start()
-        t1 = time.perf_counter()
-        apache = ApacheFlussCluster(work / "apache", tablets=args.tablets, zookeeper=zk.address,
-                                    options={"zookeeper.path.root":
-                                             f"/bench-apache-{uuid.uuid4().hex[:8]}",
-                                             "kv.snapshot.interval": args.snapshot_interval})
-        apache.start()
-        t2 = time.perf_counter()
-        print(f"started embedded in {t1 - t0:.1f}s, Apache Fluss {apache.version} in "
-              f"{t2 - t1:.1f}s ({args.tablets} tablet server(s) each)")
-        servers = {EMBEDDED: embedded.bootstrap_servers, APACHE: apache.bootstrap_servers}
+        servers, work = engines.servers, engines.work
 
         for engine, load in ((EMBEDDED, load_embedded), (APACHE, load_apache)):
             secs = load(servers[engine], args.rows, args.buckets, args.write_batch_rows)
@@ -404,13 +386,7 @@ def main(argv=None) -> int:
     finally:
         if spark is not None:
             spark.stop()
-        for c in (apache, embedded, zk):
-            if c is not None:
-                try:
-                    c.stop()
-                except Exception as exc:  # keep stopping the others
-                    print(f"stopping {type(c).__name__}: {exc}", file=sys.stderr)
-        shutil.rmtree(work, ignore_errors=True)
+        engines.stop()
 
 
 if __name__ == "__main__":
