@@ -52,6 +52,8 @@ typecheck() {
 
 fluss_jars() {
   python -m fluss_spark.local.apache_fluss_jars
+  # Iceberg's Spark runtime: the tests read the tiered lake through it.
+  python -m fluss_spark.local.iceberg_jars
 }
 
 case "${1:-}" in

@@ -1,10 +1,10 @@
-"""Tier Fluss tables into a lake: keep Parquet copies of every table matching a pattern.
+"""Tier Fluss tables into a lake: keep Apache Iceberg copies of every table matching a pattern.
 
 A long-running Spark job (``fluss_spark.tiering``): one checkpointed streaming query per table,
 all under one job-scoped KV snapshot lease. Log tables are appended; primary-key tables are kept
-equal to the table (``+I/-U/+U/-D`` applied in order per key). Each round is one atomic lake
-commit (Parquet files + a JSON manifest) keyed by the query's batch id, so a crash and restart
-never applies a round twice. Progress per table: ``fluss-spark tier status --lake DIR``.
+equal to the table (``+I/-U/+U/-D`` applied in order per key). Each round is one Iceberg commit
+whose snapshot summary holds the round's Fluss offsets, batch id and lease id, so a crash and
+restart never applies a round twice. Progress per table: ``fluss-spark tier status --lake DIR``.
 See docs/tiering.md.
 
 Run (until killed; ``--once`` catches up and exits, ``--duration S`` stops after S seconds)::

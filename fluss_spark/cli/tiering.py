@@ -1,4 +1,4 @@
-"""``fluss-spark tier`` and ``package``: run tiering, show lake progress, build --py-files."""
+"""``fluss-spark tier`` and ``package``: run tiering, show progress, maintain and migrate the lake, build --py-files."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from fluss_spark.errors import ConfigError, FlussError
 
 
 def add_commands(sub, cmd) -> None:
-    """Register `tier run|status` and `package`."""
+    """Register `tier run|status|compact|expire|migrate` and `package`."""
     from fluss_spark.tiering.run import add_run_args
     tier = sub.add_parser("tier", help="keep lake copies of tables (a Spark job) and show progress")
     tsub = tier.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -25,6 +25,28 @@ def add_commands(sub, cmd) -> None:
                         "cluster)")
     c = cmd(tsub, "status", "per-table progress of a lake: rows tiered, lag, last round",
             cmd_tier_status)
+    c.add_argument("--lake", required=True, type=Path, help="the lake directory")
+    c = cmd(tsub, "compact", "rewrite lake tables of many small data files into few (one "
+            "Iceberg commit per table; rows and Fluss offsets unchanged)", cmd_tier_compact)
+    c.add_argument("--lake", required=True, type=Path, help="the lake directory")
+    c.add_argument("--table", action="append", default=None,
+                   help="db.table to compact (repeatable; default: every table)")
+    c.add_argument("--min-files", type=int, default=2,
+                   help="compact only tables with more data files than this (default 2)")
+    c = cmd(tsub, "expire", "expire old Iceberg snapshots of lake tables and delete the files "
+            "only they used", cmd_tier_expire)
+    c.add_argument("--lake", required=True, type=Path, help="the lake directory")
+    c.add_argument("--table", action="append", default=None,
+                   help="db.table (repeatable; default: every table)")
+    c.add_argument("--older-than", default="1d",
+                   help="expire snapshots older than this (default 1d; e.g. 2h, 30min)")
+    c.add_argument("--retain-last", type=int, default=10,
+                   help="always keep this many newest snapshots per table (default 10)")
+    c.add_argument("--orphan-grace", default="1h",
+                   help="delete files no snapshot ever committed once older than this "
+                        "(default 1h: longer than a round)")
+    c = cmd(tsub, "migrate", "convert a lake of the old Parquet-manifest format into Iceberg "
+            "tables (checkpoints kept: tiering continues where it stopped)", cmd_tier_migrate)
     c.add_argument("--lake", required=True, type=Path, help="the lake directory")
     c = cmd(sub, "package", "build the --py-files zip that ships fluss_spark to Spark nodes",
             cmd_package)
@@ -79,7 +101,7 @@ def cmd_tier_status(args) -> int:
                 admin = conn.admin()
                 latest = {}
                 for t in list_lake_tables(lake):
-                    name = t.manifest().table
+                    name = t.name
                     if admin.table_exists(name):
                         latest[name] = admin.list_offsets(name, spec="latest")
         except FlussError:
@@ -92,6 +114,64 @@ def cmd_tier_status(args) -> int:
           f"status updated {_fmt_ms(doc['updated_ms']) or '-'}")
     rows = [{**r, "last_round": _fmt_ms(r.get("last_round_ms"))} for r in doc["tables"]]
     print_table(rows, _TIER_COLUMNS)
+    return 0
+
+
+def _lake_tables(args) -> list:
+    from fluss_spark.tiering.lake import LakeTable, list_lake_tables
+    if not args.lake.is_dir():
+        raise ConfigError(f"lake directory {args.lake} does not exist")
+    if args.table:
+        return [LakeTable.open(args.lake, t) for t in args.table]
+    return list_lake_tables(args.lake)
+
+
+def cmd_tier_compact(args) -> int:
+    rows = []
+    for t in _lake_tables(args):
+        before = t.state()
+        after = t.compact(max_files=args.min_files)
+        rows.append({"table": t.name, "files_before": before.data_files,
+                     "files_after": (after or before).data_files, "rows": before.rows,
+                     "snapshot_id": (after or before).snapshot_id, "compacted": after is not None})
+    if _json(args):
+        emit_json(rows)
+    else:
+        print_table(rows, ["table", "compacted", "files_before", "files_after", "rows",
+                           "snapshot_id"])
+    return 0
+
+
+def cmd_tier_expire(args) -> int:
+    import time
+    from fluss_spark.config import parse_duration_ms
+    older = parse_duration_ms(args.older_than, "--older-than")
+    grace = parse_duration_ms(args.orphan_grace, "--orphan-grace")
+    if args.retain_last < 1:
+        raise ConfigError(f"--retain-last must be at least 1 (got {args.retain_last})")
+    now_ms = int(time.time() * 1000)
+    rows = []
+    for t in _lake_tables(args):
+        r = t.expire(now_ms - older, retain_last=args.retain_last, orphan_grace_ms=grace)
+        rows.append({**r, "expired_snapshots": len(r["expired_snapshots"])})
+    if _json(args):
+        emit_json(rows)
+    else:
+        print_table(rows, ["table", "expired_snapshots", "removed_files", "snapshots"])
+    return 0
+
+
+def cmd_tier_migrate(args) -> int:
+    from fluss_spark.tiering.migrate import migrate_lake
+    if not args.lake.is_dir():
+        raise ConfigError(f"lake directory {args.lake} does not exist")
+    rows = migrate_lake(args.lake)
+    if _json(args):
+        emit_json(rows)
+    elif not rows:
+        print(f"lake {args.lake} has no table in the old format")
+    else:
+        print_table(rows, ["table", "legacy_version", "rows", "snapshot_id", "legacy_dir"])
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Tiering: keep lake copies (Parquet + manifest) of Fluss tables with a long-running Spark job."""
+"""Tiering: keep Apache Iceberg copies of Fluss tables with a long-running Spark job."""
 
 from fluss_spark.tiering.lake import LakeError, LakeTable, list_lake_tables, table_dir
 

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from fluss_spark.clock import wall_ms
 from fluss_spark.errors import ConfigError, FlussError
-from fluss_spark.tiering.lake import LakeError
-from fluss_spark.tiering.progress import TIERING_DIR
+from fluss_spark.tiering.lake import TIERING_DIR, LakeError
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +37,16 @@ class TieringConfig:
     lease_duration_ms: int = 600_000
     discover_interval_s: float = 30.0
     poll_interval_s: float = 1.0
-    retain_versions: int = 10
+    #: Iceberg snapshots older than ``snapshot_retention_s`` are expired by the job (every 10
+    #: rounds, with the files only they used), keeping at least the last ``retain_versions``;
+    #: None keeps every snapshot (expire with ``fluss-spark tier expire``).
+    retain_versions: int = 20
+    snapshot_retention_s: float | None = 86_400.0
+    #: A table with more data files than this is rewritten into few (every 10 rounds).
     compact_max_files: int = 32
+    #: pyiceberg catalog properties (``load_catalog``); None: the lake's recorded catalog, or
+    #: the embedded SQLite catalog in ``<lake>/_tiering/catalog.db``.
+    catalog: dict | None = field(default=None, hash=False)
     #: A table query that fails with a transient error (see ``restarts.restartable``) is started
     #: again from its checkpoint after ``restart_backoff_s`` (doubling per restart, plus up to
     #: half again at random so that queries which failed together restart apart), at most

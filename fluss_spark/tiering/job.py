@@ -28,7 +28,7 @@ from fluss_spark.client.cluster import Cluster, TableInfo
 from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.errors import FlussError, TableNotExist
 from fluss_spark.tiering.config import JOB_FILE, JobRecord, TieringConfig, TieringError
-from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.lake import LakeTable
 from fluss_spark.tiering.leases import release_finished_snapshots
 from fluss_spark.tiering.progress import TIERING_DIR, write_status
 from fluss_spark.tiering.restarts import RestartPolicy, error_summary, failure_text
@@ -104,6 +104,7 @@ class TieringJob:
     def start(self) -> "TieringJob":
         from fluss_spark.connector import register
         self._lock()
+        self._check_lake()
         self.record = JobRecord.load_or_create(self.lake_root, self.config)
         register(self.spark)
         self.discover()
@@ -111,6 +112,25 @@ class TieringJob:
             raise TieringError(f"no table on {self.config.bootstrap_servers} matches "
                                f"{self.config.table_pattern!r}; create one or fix the pattern")
         return self
+
+    def _check_lake(self) -> None:
+        """Record the lake's catalog; refuse a lake still in the old Parquet-manifest format."""
+        from fluss_spark.tiering.lake import catalog_properties, write_lake_file
+        from fluss_spark.tiering.migrate import legacy_tables
+        old = legacy_tables(self.lake_root)
+        if old:
+            raise TieringError(f"lake {self.lake_root} holds {len(old)} table(s) in the old "
+                               f"Parquet-manifest format ({', '.join(sorted(old)[:5])}); convert "
+                               f"them to Iceberg first: fluss-spark tier migrate --lake "
+                               f"{self.lake_root}")
+        if self.config.catalog:
+            recorded = ((self.lake_root / TIERING_DIR / "lake.json").exists()
+                        and catalog_properties(self.lake_root))
+            if recorded and recorded != dict(self.config.catalog):
+                raise TieringError(f"lake {self.lake_root} uses catalog {recorded}, not "
+                                   f"{self.config.catalog}: use the lake's catalog, or another "
+                                   "lake directory")
+            write_lake_file(self.lake_root, dict(self.config.catalog))
 
     def _lock(self) -> None:
         d = self.lake_root / TIERING_DIR
@@ -174,7 +194,7 @@ class TieringJob:
         if self.record is None:
             raise TieringError("the tiering job starts queries only once started")
         started = start_table_query(self.spark, self.config, self.record.lease_id, info,
-                                    LakeTable(table_dir(self.lake_root, info.name)),
+                                    LakeTable.open(self.lake_root, info.name),
                                     self.checkpoint(info.name), self.spark_lock)
         self.queries[info.name] = started.query
         self.sinks[info.name] = started.sink
@@ -283,9 +303,9 @@ class TieringJob:
 
     def lake_lag(self, name: str) -> int:
         """Snapshot rows + changelog records of ``name`` not yet committed to its lake copy."""
-        from fluss_spark.tiering.progress import lag_from_manifest
-        m = LakeTable(table_dir(self.lake_root, name)).manifest()
-        return lag_from_manifest(m, self.cluster.list_offsets(name, spec="latest"))
+        from fluss_spark.tiering.progress import lag_from_state
+        m = LakeTable.open(self.lake_root, name).state()
+        return lag_from_state(m, self.cluster.list_offsets(name, spec="latest"))
 
     def status(self) -> dict:
         from fluss_spark.connector.progress import table_lag

@@ -14,7 +14,7 @@ from typing import Callable, Container, Mapping
 
 from fluss_spark.client.cluster import Cluster, TableInfo
 from fluss_spark.errors import FlussError, LeaseNotFound, UnsupportedVersion
-from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.lake import LakeTable
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def release_finished_snapshots(cluster: Cluster, lease_id: str, lake_root: Path,
         pins = pinned(info)
         if not pins or name in failed:
             continue  # a failed query's pins go with the lease's expiry or a restart
-        m = LakeTable(table_dir(lake_root, name)).manifest()
+        m = LakeTable.open(lake_root, name).state()
         if (m.commit is not None and m.snapshot_complete and m.fluss_offsets.get("snapshot")
                 and finished_batch(name) >= m.commit.batch_id):
             try:

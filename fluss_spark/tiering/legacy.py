@@ -1,4 +1,9 @@
-"""A lake table: Parquet data files plus versioned JSON manifests, committed atomically.
+"""DEPRECATED lake format (Parquet files + JSON manifests): read by ``tier migrate``, nothing else.
+
+The tiering job writes Apache Iceberg tables (``fluss_spark.tiering.lake``). Lakes written by
+earlier versions in this format are converted by ``fluss-spark tier migrate --lake DIR``
+(``fluss_spark.tiering.migrate``); the writer below is kept for that conversion's tests and as
+the reference of ``bench/bench_tiering.py``, and goes with the next release.
 
 Layout of one lake table directory::
 

@@ -1,7 +1,7 @@
-"""Per-table tiering progress: rows tiered, lag and last round time, from manifests and the job.
+"""Per-table tiering progress: rows tiered, lag and last round time, from the lake and the job.
 
-Two sources are merged: the lake tables' manifests (authoritative: what is committed, and the
-Fluss offsets it corresponds to) and ``_tiering/status.json``, which the running job rewrites
+Two sources are merged: the lake tables' current Iceberg snapshots (authoritative: what is
+committed, and the Fluss offsets it corresponds to) and ``_tiering/status.json``, which the running job rewrites
 after every poll (whether each table's query is active, its lag from query progress, errors).
 
 ``status.json`` versions: **1** ``{version: 1, job_id, lease_id, pid, updated_ms,
@@ -16,14 +16,13 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
-from fluss_spark.tiering.lake import LakeError, Manifest, list_lake_tables
+from fluss_spark.tiering.lake import TIERING_DIR, LakeError, LakeState, list_lake_tables
 
-TIERING_DIR = "_tiering"
 STATUS_FILE = "status.json"
 STATUS_VERSION = 1
 
 
-def lag_from_manifest(manifest: Manifest, latest: Mapping[int, int]) -> int:
+def lag_from_state(manifest: LakeState, latest: Mapping[int, int]) -> int:
     """Snapshot rows not yet tiered plus changelog records between the lake's offsets and
     ``latest`` (the table's latest offset per bucket)."""
     offsets = manifest.fluss_offsets or {}
@@ -69,14 +68,14 @@ def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]
     rows: list[dict[str, Any]] = []
     for lake in list_lake_tables(lake_root):
         try:
-            m = lake.manifest()
+            m = lake.state()
         except LakeError as e:
-            rows.append({"table": str(lake.path), "error": str(e)})
+            rows.append({"table": lake.name, "error": str(e)})
             continue
         s = per_table.get(m.table) or {}
         lag: int | None
         if latest is not None and m.table in latest:
-            lag = lag_from_manifest(m, latest[m.table])
+            lag = lag_from_state(m, latest[m.table])
         else:
             lag = s.get("lag")
         rows.append({
@@ -84,7 +83,8 @@ def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]
             "lake_rows": m.rows, "lag": lag,
             "last_round_ms": m.commit.committed_ms if m.commit else None,
             "batch_id": m.commit.batch_id if m.commit else None,
-            "version": m.table_version, "snapshot_complete": m.snapshot_complete,
+            "version": m.table_version, "snapshot_id": m.snapshot_id,
+            "snapshot_complete": m.snapshot_complete,
             "active": bool(s.get("active")), "error": s.get("error"),
             "restarts": int(s.get("restarts") or 0),
         })
@@ -101,5 +101,5 @@ def job_status(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | 
             "tables": table_progress(lake_root, latest)}
 
 
-__all__ = ["lag_from_manifest", "write_status", "read_status", "table_progress", "job_status",
+__all__ = ["lag_from_state", "write_status", "read_status", "table_progress", "job_status",
            "TIERING_DIR"]

@@ -19,7 +19,7 @@ from fluss_spark.tiering.restarts import error_summary
 
 def build_arg_parser(prog: str = "tier_tables.py") -> argparse.ArgumentParser:
     """The parser of ``examples/tier_tables.py`` (spark-submit)."""
-    p = argparse.ArgumentParser(prog=prog, description="Keep lake copies (Parquet + manifest) "
+    p = argparse.ArgumentParser(prog=prog, description="Keep Apache Iceberg copies "
                                 "of every Fluss table matching a pattern.")
     add_run_args(p)
     return p
@@ -43,6 +43,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="catch up to the tables' current end (AvailableNow) and exit")
     p.add_argument("--discover-interval", type=bounded(float, 0.1, 86_400), default=30.0,
                    help="seconds between looks for new tables matching the pattern")
+    p.add_argument("--catalog", action="append", default=None, metavar="KEY=VALUE",
+                   help="pyiceberg catalog property (repeatable), e.g. type=rest, "
+                        "uri=http://host:8181, warehouse=s3://bucket/lake (default: SQLite "
+                        "catalog and warehouse in the lake directory)")
     p.add_argument("--max-restarts", type=bounded(int, 0, 1000), default=3,
                    help="restarts of a table's query after a transient failure within 10 "
                         "minutes before the job fails (0: fail at once)")
@@ -62,7 +66,20 @@ def config_from_args(args: argparse.Namespace, bootstrap_servers: str | None = N
                                                              "--lease-duration"),
                          discover_interval_s=args.discover_interval,
                          max_restarts=args.max_restarts,
+                         catalog=_catalog(getattr(args, "catalog", None)),
                          source_options=_sasl_options())
+
+
+def _catalog(items: list[str] | None) -> dict | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--catalog {item!r} is not KEY=VALUE (e.g. --catalog type=rest)")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _sasl_options() -> dict:

@@ -1,11 +1,13 @@
 """One table's tiering query: a checkpointed ``format("fluss")`` stream whose sink commits rounds.
 
-Exactly-once: a round is committed under ``(query id, batch id)``; Spark replays the batch it had
-not marked done after a crash, and the lake skips a batch it already has, without reading it.
-The query id comes from the checkpoint (``<lake>/_tiering/checkpoints/<table>``), so it survives
-restarts. The Fluss offsets a round ends at are read from the checkpoint's offset log (through the
-source's versioned offset decoder) and stored in the manifest: the lake copy after the round
-equals the table at those offsets.
+Exactly-once: a round is ONE Iceberg commit whose snapshot summary holds ``(query id, batch id)``,
+the Fluss offsets the round ends at and the job's lease id. Spark replays the batch it had not
+marked done after a crash; the lake's last committed round decides what happens to it: a batch
+the lake already has is skipped without being read, and a batch must start where the lake's
+offsets end (else the checkpoint and the lake have diverged, and the round is refused). The
+query id comes from the checkpoint (``<lake>/_tiering/checkpoints/<table>``), so it survives
+restarts. The offsets are read from the checkpoint's offset log (through the source's versioned
+offset decoder): the lake copy after the round equals the table at those offsets.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET, TableInfo
 from fluss_spark.connector.offsets import OffsetError, SourceOffset, decode
 from fluss_spark.connector.startup import await_sources
 from fluss_spark.tiering.config import TieringConfig, TieringError
-from fluss_spark.tiering.lake import LakeTable
+from fluss_spark.tiering.lake import LakeError, LakeTable
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +72,12 @@ class TableSink:
     """The ``foreachBatch`` function of one table's query: one round -> one lake commit."""
 
     def __init__(self, table: str, lake: LakeTable, checkpoint: Path, columns: list[str],
-                 retain_versions: int = 10, compact_max_files: int = 32,
-                 collect_lock: Any = None):
+                 retain_versions: int = 20, compact_max_files: int = 32,
+                 collect_lock: Any = None, lease_id: str | None = None,
+                 snapshot_retention_s: float | None = 86_400.0):
         self.table, self.lake, self.checkpoint = table, lake, checkpoint
+        self.lease_id = lease_id
+        self.snapshot_retention_s = snapshot_retention_s
         self.columns = columns
         #: Shared by the sinks of one job (see ``TieringJob.spark_lock``): rounds are collected
         #: one at a time, never while another query's source is initializing.
@@ -97,22 +102,47 @@ class TableSink:
                      "skipped", self.table, batch_id)
             return
         offsets, done = lake_offsets(batch_end_offset(self.checkpoint, batch_id), self.table)
+        self._check_start(query_id, batch_id)
         t0 = time.perf_counter()
         with self.collect_lock:
             rows = df.select(*[f"`{c}`" for c in self.columns], CHANGE_TYPE, LOG_OFFSET).toArrow()
         t1 = time.perf_counter()
         _maybe_pause("before-commit")
         m = self.lake.commit_round(rows, query_id=query_id, batch_id=batch_id,
-                                   fluss_offsets=offsets, snapshot_complete=done)
+                                   fluss_offsets=offsets, snapshot_complete=done,
+                                   lease_id=self.lease_id)
         _maybe_pause("after-commit")
         if m is not None:
             self.rounds.append((batch_id, rows.num_rows, t1 - t0, time.perf_counter() - t1))
-            log.info("table %s: batch %d -> lake version %d (%d rows in, %d in the lake; read "
-                     "%.2fs, commit %.2fs)", self.table, batch_id, m.table_version, rows.num_rows,
-                     m.rows, t1 - t0, time.perf_counter() - t1)
-        if m is not None and m.table_version % 10 == 0:
+            log.info("table %s: batch %d -> Iceberg snapshot %d (%d rows in, %d in the lake; "
+                     "read %.2fs, commit %.2fs)", self.table, batch_id, m.snapshot_id,
+                     rows.num_rows, m.rows, t1 - t0, time.perf_counter() - t1)
+        if m is not None and batch_id % 10 == 9:
+            self._maintain()
+
+    def _check_start(self, query_id: str, batch_id: int) -> None:
+        """A batch must start at the lake's offsets: the previous batch is the lake's last round."""
+        c = self.lake.state().commit
+        if batch_id == 0 or c is None or c.query_id != query_id:
+            return      # first round, or a table another query wrote (refused by the commit)
+        if c.batch_id != batch_id - 1:
+            raise TieringError(
+                f"table {self.table}: batch {batch_id} does not follow the lake's last round "
+                f"(batch {c.batch_id} of query {query_id}): the checkpoint {self.checkpoint} and "
+                f"the lake diverged (restored from different times?). Restore the matching "
+                f"checkpoint, or drop the Iceberg table {self.table} to tier it again")
+
+    def _maintain(self) -> None:
+        """Compact a table of many small files; expire snapshots past the retention."""
+        try:
             self.lake.compact(self.compact_max_files)
-            self.lake.vacuum(self.retain_versions)
+            if self.snapshot_retention_s is not None:
+                now_ms = int(self.lake.clock() * 1000)
+                self.lake.expire(now_ms - int(self.snapshot_retention_s * 1000),
+                                 retain_last=self.retain_versions)
+        except LakeError as e:
+            # The next round's commit is what must not fail; maintenance tries again later.
+            log.warning("table %s: lake maintenance skipped: %s", self.table, e)
 
 
 def _maybe_pause(point: str) -> None:
@@ -153,7 +183,8 @@ def start_table_query(spark: Any, config: TieringConfig, lease_id: str, info: Ta
     for k, v in config.source_options.items():
         reader = reader.option(k, str(v))
     sink = TableSink(info.name, lake, checkpoint, list(info.schema.names), config.retain_versions,
-                     config.compact_max_files, spark_lock)
+                     config.compact_max_files, spark_lock, lease_id,
+                     config.snapshot_retention_s)
     writer = (reader.load().writeStream.queryName(f"tier_{info.name.replace('.', '_')}")
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = (writer.trigger(availableNow=True) if config.available_now

@@ -16,8 +16,11 @@ def spark():
     from pyspark.sql import SparkSession
 
     from fluss_spark.connector import register
+    from fluss_spark.local.iceberg_jars import spark_jars
 
     session = (SparkSession.builder.master("local[2]").appName("fluss-spark-tests")
+               # Iceberg's Spark runtime: the tiering tests read the lake through it.
+               .config("spark.jars", spark_jars())
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")

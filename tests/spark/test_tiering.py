@@ -1,4 +1,7 @@
-"""End to end: the tiering job keeps lake copies of a PK and a log table equal to the tables."""
+"""End to end: the tiering job keeps Iceberg copies of a PK and a log table equal to the tables.
+
+Every check reads the lake twice, through independent readers: pyiceberg's scan, and Spark
+through Iceberg's own Spark runtime (``fluss_spark.tiering.spark_reader``)."""
 
 from __future__ import annotations
 
@@ -10,11 +13,13 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
+from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET
 from fluss_spark.local.ports import wait_until
 from fluss_spark.tiering.config import TieringConfig
 from fluss_spark.tiering.job import TieringJob
-from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.lake import LakeTable
 from fluss_spark.tiering.progress import job_status
+from fluss_spark.tiering.spark_reader import read_lake_table
 
 pytestmark = pytest.mark.spark
 
@@ -27,22 +32,61 @@ def pk_state(conn, table: str) -> pa.Table:
     return pa.Table.from_batches(parts, schema=info.schema) if parts else info.schema.empty_table()
 
 
-def log_rows(conn, table: str) -> pa.Table:
-    """Every record of a log table, read bucket by bucket from the changelog."""
+def changelog(conn, table: str, ends: dict[int, int] | None = None) -> pa.Table:
+    """The records of every bucket from offset 0 to ``ends`` (default: the latest offsets),
+    with their change type and offset."""
     admin = conn.admin()
     info = admin.get_table(table)
-    latest = admin.list_offsets(table, spec="latest")
+    ends = ends if ends is not None else admin.list_offsets(table, spec="latest")
     scanner = conn.log_scanner(table)
-    parts = [scanner.read(b, 0, latest[b]) for b in info.buckets if latest[b]]
-    batches = [rb for p in parts for rb in (p if isinstance(p, list) else list(p))]
-    t = pa.Table.from_batches(batches)
-    return t.select(info.schema.names)
+    batches = [rb for b in info.buckets if ends.get(b) for rb in scanner.read(b, 0, ends[b])]
+    cols = info.schema.names + [CHANGE_TYPE, LOG_OFFSET]
+    return (pa.Table.from_batches(batches).select(cols) if batches
+            else pa.table({c: [] for c in cols}))
+
+
+def log_rows(conn, table: str, ends: dict[int, int] | None = None) -> pa.Table:
+    """Every record of a log table up to ``ends``, read bucket by bucket from the changelog."""
+    info = conn.admin().get_table(table)
+    return changelog(conn, table, ends).select(info.schema.names)
+
+
+def pk_state_at(conn, table: str, ends: dict[int, int]) -> pa.Table:
+    """The PK table's rows at offsets ``ends``: its changelog folded key by key (in Python,
+    independently of the lake's own fold)."""
+    info = conn.admin().get_table(table)
+    state: dict = {}
+    for rec in changelog(conn, table, ends).to_pylist():
+        key = tuple(rec[k] for k in info.primary_key)
+        if rec[CHANGE_TYPE] in ("+I", "+U"):
+            state[key] = {c: rec[c] for c in info.schema.names}
+        else:
+            state.pop(key, None)
+    return pa.Table.from_pylist(list(state.values()), schema=info.schema)
 
 
 def assert_equal_tables(spark, lake: pa.Table, expected: pa.Table):
     assert_df_equality(spark.createDataFrame(lake.to_pandas()),
                        spark.createDataFrame(expected.select(lake.column_names).to_pandas()),
                        ignore_row_order=True, ignore_nullable=True)
+
+
+def assert_lake_equals(spark, lake_root, table: str, expected: pa.Table,
+                       snapshot_id: int | None = None):
+    """The lake copy (at ``snapshot_id``) equals ``expected`` through pyiceberg AND through
+    Iceberg's Spark runtime, with no duplicate rows."""
+    through_pyiceberg = LakeTable.open(lake_root, table).read(snapshot_id)
+    assert through_pyiceberg.num_rows == expected.num_rows
+    assert_equal_tables(spark, through_pyiceberg, expected)
+    through_spark = read_lake_table(spark, lake_root, table, snapshot_id)
+    assert through_spark.count() == expected.num_rows
+    assert_df_equality(through_spark.select(*expected.column_names),
+                       spark.createDataFrame(expected.to_pandas()), ignore_row_order=True,
+                       ignore_nullable=True)
+
+
+def offsets_of(state) -> dict[int, int]:
+    return {int(b): int(o) for b, o in state.fluss_offsets.get("log", {}).items()}
 
 
 def create_tables(conn, prefix: str, pk_rows: int = 6_000, log_rows_n: int = 1_500):
@@ -125,21 +169,41 @@ def test_tiering_keeps_pk_and_log_lake_copies_equal_under_concurrent_writes(
         stop.set()
         job.stop()
 
-    pk_lake = LakeTable(table_dir(lake_root, pk))
-    log_lake = LakeTable(table_dir(lake_root, lg))
-    assert_equal_tables(spark, pk_lake.read(), pk_state(conn, pk))
+    pk_lake = LakeTable.open(lake_root, pk)
+    log_lake = LakeTable.open(lake_root, lg)
+    expected_pk = pk_state(conn, pk)
+    assert_lake_equals(spark, lake_root, pk, expected_pk)
+    # The lake's offsets are the table's latest: folding the changelog up to them gives the
+    # same rows again.
+    assert offsets_of(pk_lake.state()) == conn.admin().list_offsets(pk, spec="latest")
     expected_log = log_rows(conn, lg)
     assert expected_log.num_rows == 1_500 + 30 * 10
-    assert_equal_tables(spark, log_lake.read(), expected_log)
-    assert sorted(LakeTable(table_dir(lake_root, new)).read().column("k").to_pylist()) == \
+    assert_lake_equals(spark, lake_root, lg, expected_log)
+    assert sorted(LakeTable.open(lake_root, new).read().column("k").to_pylist()) == \
         list(range(50))
     # Several rounds, the snapshot phase among them, and progress visible per table.
-    m = pk_lake.manifest()
-    assert m.table_version >= 3 and m.snapshot_complete
+    m = pk_lake.state()
+    rounds = pk_lake.rounds()
+    assert len(rounds) >= 3 and m.snapshot_complete and m.commit.lease_id == lease_id
+    assert [r.state.commit.batch_id for r in rounds] == sorted({r.state.commit.batch_id
+                                                                for r in rounds})
     assert status[pk]["rows_tiered"] >= 6_000 and status[pk]["lake_rows"] == pk_lake.read().num_rows
     assert status[lg]["rows_tiered"] == status[lg]["lake_rows"] == 1_800
     assert status[pk]["last_round_ms"] and status[lg]["batch_id"] is not None
     assert not status[pk]["error"]
+
+    # Time travel: an older snapshot of each copy is the table at that round's offsets.
+    done = [r for r in rounds if r.state.snapshot_complete]
+    assert len(done) >= 2
+    older = done[0]
+    assert older.snapshot_id != m.snapshot_id and offsets_of(older.state) != offsets_of(m)
+    assert_lake_equals(spark, lake_root, pk, pk_state_at(conn, pk, offsets_of(older.state)),
+                       older.snapshot_id)
+    log_rounds = log_lake.rounds()
+    assert len(log_rounds) >= 2
+    mid = log_rounds[len(log_rounds) // 2 - 1]
+    assert_lake_equals(spark, lake_root, lg, log_rows(conn, lg, offsets_of(mid.state)),
+                       mid.snapshot_id)
 
 
 def test_a_query_failed_by_a_tablet_outage_is_restarted_and_the_lake_stays_exact(
@@ -153,9 +217,9 @@ def test_a_query_failed_by_a_tablet_outage_is_restarted_and_the_lake_stays_exact
                            poll_interval_s=0.3, restart_backoff_s=1.0, max_restarts=5,
                            source_options={"client.request.timeout": "2s"})
     job = TieringJob(spark, config).start()
-    pk_lake = LakeTable(table_dir(lake_root, pk))
+    pk_lake = LakeTable.open(lake_root, pk)
     try:
-        wait_until(lambda: job.poll() and pk_lake.manifest().commit is not None, 120,
+        wait_until(lambda: job.poll() and pk_lake.state().commit is not None, 120,
                    "the first PK round in the lake")
         cluster.kill("tablet", 0)
         try:
@@ -174,9 +238,9 @@ def test_a_query_failed_by_a_tablet_outage_is_restarted_and_the_lake_stays_exact
         assert all(q.isActive for q in job.queries.values())
     finally:
         job.stop()
-    assert_equal_tables(spark, pk_lake.read(), pk_state(conn, pk))
+    assert_lake_equals(spark, lake_root, pk, pk_state(conn, pk))
     expected_log = log_rows(conn, lg)
     assert expected_log.num_rows == 1_500 + 5 * 10
-    assert_equal_tables(spark, LakeTable(table_dir(lake_root, lg)).read(), expected_log)
+    assert_lake_equals(spark, lake_root, lg, expected_log)
     restarted = {r["table"]: r["restarts"] for r in job_status(lake_root)["tables"]}
     assert sum(restarted.values()) >= 1

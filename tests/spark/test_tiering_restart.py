@@ -1,4 +1,6 @@
-"""kill -9 of a tiering job (spark-submit) in the middle of a round, then restart: still exact."""
+"""kill -9 of a tiering job (spark-submit) in the middle of a round, then restart: still exact.
+
+The lake is read through pyiceberg and through Iceberg's Spark runtime; both equal the tables."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import pytest
 from chispa import assert_df_equality
 
 from fluss_spark.local.ports import wait_until
-from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.lake import LakeTable
+from fluss_spark.tiering.spark_reader import read_lake_table
 from fluss_spark.tiering.restarts import strip_jvm_frames
 from fluss_spark.tiering.submit import python_env, spark_submit_command
 from fluss_spark.tiering.table_query import MARKER_ENV, PAUSE_ENV, PAUSE_POINT_ENV
@@ -89,15 +92,19 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
         log1.close()
 
     # The killed round is in the lake but not in Spark's commit log: it will be replayed.
-    pk_lake, log_lake = LakeTable(table_dir(lake, pk)), LakeTable(table_dir(lake, lg))
+    pk_lake, log_lake = LakeTable.open(lake, pk), LakeTable.open(lake, lg)
     replayed = []
     for name, t in ((pk, pk_lake), (lg, log_lake)):
         commits = lake / "_tiering" / "checkpoints" / name / "commits"
-        c = t.manifest().commit
-        if c is not None and not (commits / str(c.batch_id)).exists():
-            replayed.append((name, c.batch_id, t.manifest().table_version))
+        st = t.state()
+        if st.commit is not None and not (commits / str(st.commit.batch_id)).exists():
+            replayed.append((name, st.commit.batch_id, st.snapshot_id))
+            # The lake's commit holds the round's end offsets: those Spark logged for the batch.
+            offsets = json.loads((lake / "_tiering" / "checkpoints" / name / "offsets" /
+                                  str(st.commit.batch_id)).read_text().splitlines()[-1])
+            assert offsets["version"] and st.commit.lease_id == lease_id
     assert replayed, "the job was not killed between a lake commit and Spark's commit"
-    assert not pk_lake.manifest().snapshot_complete   # killed inside the snapshot phase
+    assert not pk_lake.state().snapshot_complete   # killed inside the snapshot phase
     assert lease_id in {x.lease_id for x in admin.list_kv_snapshot_leases()}
 
     # Restart with the same command (no fault injection); --once catches up and exits.
@@ -112,19 +119,19 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
                                       if ln.startswith("{"))}
     assert status[pk]["lag"] == 0 and status[lg]["lag"] == 0, status
 
-    assert_df_equality(spark.createDataFrame(pk_lake.read().to_pandas()),
-                       table_rows(spark, cluster, pk), ignore_row_order=True,
-                       ignore_nullable=True, ignore_column_order=True)
-    log_copy = log_lake.read()
-    expected_log = table_rows(spark, cluster, lg)
-    assert log_copy.num_rows == expected_log.count()     # no duplicates, nothing lost
-    assert_df_equality(spark.createDataFrame(log_copy.to_pandas()), expected_log,
-                       ignore_row_order=True, ignore_nullable=True, ignore_column_order=True)
-    # The replayed round was applied once: its batch id is committed in exactly one version.
-    for name, batch_id, version in replayed:
-        t = LakeTable(table_dir(lake, name))
-        holders = [v for v in t.versions()[1:] if t.manifest(v).commit.batch_id == batch_id]
-        assert holders == [version], (name, batch_id, holders)
-    assert len({pk_lake.manifest(v).commit.query_id for v in pk_lake.versions()[1:]}) == 1
+    for name, t in ((pk, pk_lake), (lg, log_lake)):
+        expected = table_rows(spark, cluster, name)
+        through_pyiceberg = spark.createDataFrame(t.read().to_pandas())
+        through_spark = read_lake_table(spark, lake, name)
+        for copy in (through_pyiceberg, through_spark):
+            assert copy.count() == expected.count()       # no duplicates, nothing lost
+            assert_df_equality(copy, expected, ignore_row_order=True, ignore_nullable=True,
+                               ignore_column_order=True)
+    # The replayed round was applied once: its batch id is in exactly one round snapshot.
+    for name, batch_id, snapshot_id in replayed:
+        t = LakeTable.open(lake, name)
+        holders = [r.snapshot_id for r in t.rounds() if r.state.commit.batch_id == batch_id]
+        assert holders == [snapshot_id], (name, batch_id, holders)
+    assert len({r.state.commit.query_id for r in pk_lake.rounds()}) == 1
     # No lease left behind once the snapshot phases are over.
     assert lease_id not in {x.lease_id for x in admin.list_kv_snapshot_leases()}

@@ -66,10 +66,10 @@ ONLY_IN: dict[str, tuple[tuple[str, ...], str]] = {
 EXCEPTIONS: set[tuple[str, str]] = {
     # Lease ids are checked against the wire protocol's own rule before any request is sent.
     ("fluss_spark.connector.options", "fluss_spark.protocol.names"),
-    # The lake copy is split by bucket exactly as the tablet servers split rows.
-    ("fluss_spark.tiering.lake", "fluss_spark.protocol.rows"),
-    # The lake copy stores the table schema in the protocol's text form.
-    ("fluss_spark.tiering.lake", "fluss_spark.protocol.types"),
+    # The deprecated Parquet-manifest lake splits by bucket exactly as the tablet servers do.
+    ("fluss_spark.tiering.legacy", "fluss_spark.protocol.rows"),
+    # The deprecated Parquet-manifest lake stores the table schema in the protocol's text form.
+    ("fluss_spark.tiering.legacy", "fluss_spark.protocol.types"),
 }
 
 #: (importing module, imported module) that break RULES or close an import cycle while the

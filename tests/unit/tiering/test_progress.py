@@ -1,4 +1,4 @@
-"""Per-table progress: lag from manifests, the job's status file, and `fluss-spark tier status`."""
+"""Per-table progress: lag from the lake's offsets, the job's status file, and `fluss-spark tier status`."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import json
 import pyarrow as pa
 
 from fluss_spark.cli import main as cli_main
-from fluss_spark.tiering.lake import LakeTable, table_dir
-from fluss_spark.tiering.progress import (job_status, lag_from_manifest, read_status,
+from fluss_spark.tiering.lake import LakeTable
+from fluss_spark.tiering.progress import (job_status, lag_from_state, read_status,
                                           table_progress, write_status)
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), False), ("v", pa.string())])
 
 
 def make_lake(root):
-    pk = LakeTable(table_dir(root, "db.pk"), clock=lambda: 1_700_000_000.0)
+    pk = LakeTable.open(root, "db.pk", clock=lambda: 1_700_000_000.0)
     pk.create(table="db.pk", table_id=1, schema=SCHEMA, primary_key=["id"], num_buckets=2)
     pk.commit_round(pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"],
                               "_change_type": ["+I", "+I"], "_log_offset": pa.array([-1, -1])}),
@@ -23,17 +23,17 @@ def make_lake(root):
                     fluss_offsets={"log": {"0": 10, "1": 20},
                                    "snapshot": {"0": [3, 5, 2], "1": [4, 1, 1]}},
                     snapshot_complete=False)
-    lg = LakeTable(table_dir(root, "db.log"))
+    lg = LakeTable.open(root, "db.log")
     lg.create(table="db.log", table_id=2, schema=SCHEMA)
     return pk, lg
 
 
 def test_lag_counts_unread_snapshot_rows_and_changelog_records(tmp_path):
     pk, _ = make_lake(tmp_path)
-    m = pk.manifest()
+    m = pk.state()
     # snapshot: 3 rows left in bucket 0; changelog: 15 - 10 and 20 - 20
-    assert lag_from_manifest(m, {0: 15, 1: 20}) == 3 + 5
-    assert lag_from_manifest(m, {0: 10, 1: 20, 2: 4}) == 3 + 4  # a bucket the lake has not seen
+    assert lag_from_state(m, {0: 15, 1: 20}) == 3 + 5
+    assert lag_from_state(m, {0: 10, 1: 20, 2: 4}) == 3 + 4  # a bucket the lake has not seen
 
 
 def test_status_file_round_trips_and_a_foreign_one_is_ignored(tmp_path):
@@ -44,7 +44,7 @@ def test_status_file_round_trips_and_a_foreign_one_is_ignored(tmp_path):
     assert read_status(tmp_path) == {}
 
 
-def test_table_progress_merges_manifests_with_the_jobs_status(tmp_path):
+def test_table_progress_merges_the_lake_with_the_jobs_status(tmp_path):
     make_lake(tmp_path)
     write_status(tmp_path, {"job_id": "j", "lease_id": "tier-j", "updated_ms": 5,
                             "tables": {"db.pk": {"active": True, "lag": 99, "error": None}}})

@@ -1,0 +1,704 @@
+"""The lake: one Apache Iceberg table per Fluss table, written with pyiceberg, one commit per round.
+
+Catalog: pyiceberg's SQL catalog on SQLite (``<lake>/_tiering/catalog.db``, warehouse ``<lake>``)
+unless ``<lake>/_tiering/lake.json`` names other catalog properties (a REST catalog, an S3
+warehouse: anything ``pyiceberg.catalog.load_catalog`` takes; secrets come from pyiceberg's
+``PYICEBERG_CATALOG__FLUSS_LAKE__*`` environment variables, never from the file). Fluss table
+``db.t`` is Iceberg table ``db.t``; with a local warehouse its location is ``<lake>/db/t``.
+
+Each round is ONE catalog commit (a pyiceberg transaction): the data and, in the summary of the
+round's last snapshot, the Fluss position the table now equals. Summary properties (version 1,
+``fluss.summary-version``): ``fluss.query-id``, ``fluss.batch-id`` (the streaming round),
+``fluss.lease-id``, ``fluss.offsets`` (JSON ``{log: {bucket: next_offset}, snapshot: {bucket:
+[snapshot_id, row_count, next_row]}}``), ``fluss.snapshot-complete``, ``fluss.rows-in``,
+``fluss.rows-tiered``, ``fluss.committed-ms``, ``fluss.operation`` (``round``, ``compact``,
+``migrate``). A PK round is a copy-on-write delete of every key it touches followed by an append
+of the keys' last rows: two snapshots, one commit; only the second carries the summary.
+
+Table properties (version 1, ``fluss.format-version``): ``fluss.table``, ``fluss.table-id``,
+``fluss.kind``, ``fluss.primary-key``, ``fluss.bucket-key``, ``fluss.num-buckets`` and
+``fluss.arrow-schema`` (the Fluss table's Arrow schema, base64 IPC: Iceberg has no 8/16-bit
+integers and stores timestamps in microseconds; reads are cast back to the Fluss types).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import pyarrow as pa
+
+from fluss_spark.errors import FlussError
+from fluss_spark.tiering.apply import append_rows, conform, fold_changes
+from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET
+
+log = logging.getLogger(__name__)
+
+KIND_PK, KIND_LOG = "primary_key", "log"
+TIERING_DIR = "_tiering"
+LAKE_FILE = "lake.json"
+LAKE_FILE_VERSION = 1
+CATALOG_NAME = "fluss_lake"
+FORMAT_VERSION = "1"
+SUMMARY_VERSION = "1"
+
+P = "fluss."
+(K_QUERY, K_BATCH, K_LEASE, K_OFFSETS, K_DONE, K_ROWS_IN, K_ROWS_TIERED, K_COMMITTED_MS,
+ K_OPERATION, K_SUMMARY_VERSION) = (
+    P + "query-id", P + "batch-id", P + "lease-id", P + "offsets", P + "snapshot-complete",
+    P + "rows-in", P + "rows-tiered", P + "committed-ms", P + "operation", P + "summary-version")
+(T_TABLE, T_TABLE_ID, T_KIND, T_PK, T_BUCKET_KEY, T_NUM_BUCKETS, T_SCHEMA, T_FORMAT) = (
+    P + "table", P + "table-id", P + "kind", P + "primary-key", P + "bucket-key",
+    P + "num-buckets", P + "arrow-schema", P + "format-version")
+
+#: Commits lost to a maintenance commit (compaction) of the same table are tried again.
+COMMIT_ATTEMPTS = 4
+
+_NAME = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+class LakeError(FlussError):
+    """A lake table is missing, foreign, corrupt, or belongs to another table or query."""
+
+
+class CommitConflict(LakeError):
+    """Another writer committed the lake table between this round's read and its commit."""
+
+
+# -- catalog -----------------------------------------------------------------------------------
+def default_catalog_properties(lake_root: str | Path) -> dict[str, str]:
+    """The embedded default: SQLite catalog and local warehouse inside the lake directory."""
+    root = Path(lake_root).absolute()
+    return {"type": "sql", "uri": f"sqlite:///{root / TIERING_DIR / 'catalog.db'}",
+            "warehouse": root.as_uri()}
+
+
+_SECRET = re.compile(r"secret|password|token|credential|session", re.IGNORECASE)
+
+
+def write_lake_file(lake_root: str | Path, catalog: dict[str, str]) -> None:
+    """Record the lake's catalog (without secrets) so readers of the lake find it."""
+    secret = sorted(k for k in catalog if _SECRET.search(k))
+    if secret:
+        raise LakeError(f"catalog properties {', '.join(secret)} look secret: pass them as "
+                        f"PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__<NAME> environment "
+                        "variables, not as options")
+    d = Path(lake_root) / TIERING_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{LAKE_FILE}.tmp"
+    tmp.write_text(json.dumps({"version": LAKE_FILE_VERSION, "catalog": catalog},
+                              sort_keys=True))
+    tmp.replace(d / LAKE_FILE)
+
+
+def catalog_properties(lake_root: str | Path) -> dict[str, str]:
+    """The catalog of a lake: ``_tiering/lake.json`` (versions: **1** ``{version, catalog}``),
+    else the embedded default."""
+    p = Path(lake_root) / TIERING_DIR / LAKE_FILE
+    if not p.exists():
+        return default_catalog_properties(lake_root)
+    try:
+        doc = json.loads(p.read_text())
+        if doc.get("version") != LAKE_FILE_VERSION:
+            raise LakeError(f"{p} has version {doc.get('version')!r}; upgrade fluss_spark")
+        return {str(k): str(v) for k, v in doc["catalog"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise LakeError(f"{p} is corrupt ({e}); fix or remove it (the default is the SQLite "
+                        "catalog in _tiering/catalog.db)") from None
+
+
+_CATALOGS: dict[tuple, Any] = {}
+
+
+def open_catalog(lake_root: str | Path, properties: dict[str, str] | None = None):
+    """The pyiceberg catalog of a lake (one per process and lake: it holds a connection pool)."""
+    from pyiceberg.catalog import load_catalog
+    props = dict(properties or catalog_properties(lake_root))
+    key = (str(Path(lake_root).absolute()), tuple(sorted(props.items())))
+    cat = _CATALOGS.get(key)
+    if cat is None:
+        if props.get("type") == "sql" and str(props.get("uri", "")).startswith("sqlite:///"):
+            Path(props["uri"][len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            cat = load_catalog(CATALOG_NAME, **props)
+        except Exception as e:  # noqa: BLE001 - pyiceberg raises many kinds here
+            raise LakeError(f"cannot open the Iceberg catalog of lake {lake_root} "
+                            f"({type(e).__name__}: {e}); check its catalog properties") from None
+        _CATALOGS[key] = cat
+    return cat
+
+
+def identifier(table: str) -> tuple[str, str]:
+    """Fluss ``db.name`` -> Iceberg (namespace, name)."""
+    parts = table.split(".")
+    if len(parts) != 2 or not all(_NAME.fullmatch(p) for p in parts):
+        raise LakeError(f"table name {table!r} is not db.name (letters, digits, _ and -)")
+    return parts[0], parts[1]
+
+
+def table_dir(lake_root: str | Path, table: str) -> Path:
+    """Where the lake copy of ``db.name`` lives with a local warehouse: ``<lake>/<db>/<name>``."""
+    return Path(lake_root).joinpath(*identifier(table))
+
+
+def find_lake_root(path: str | Path) -> Path:
+    """The lake directory above a table directory (the one holding ``_tiering``)."""
+    p = Path(path).absolute()
+    for d in (p, *p.parents):
+        if (d / TIERING_DIR).is_dir():
+            return d
+    raise LakeError(f"{path} is not inside a lake directory (no {TIERING_DIR}/ above it); "
+                    "run the tiering job first")
+
+
+# -- types -------------------------------------------------------------------------------------
+def iceberg_schema(schema: pa.Schema, primary_key: Sequence[str]):
+    """The Iceberg schema of a Fluss table: field ids 1..n, key columns required and the
+    identifier fields."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+    missing = [k for k in primary_key if k not in schema.names]
+    if missing:
+        raise LakeError(f"primary key column(s) {missing} are not in the schema {schema.names}")
+    fields = []
+    for i, f in enumerate(schema, start=1):
+        required = f.name in primary_key or not f.nullable
+        fields.append(NestedField(i, f.name, _iceberg_type(f.name, f.type), required=required))
+    ids = [schema.names.index(k) + 1 for k in primary_key]
+    return Schema(*fields, identifier_field_ids=ids)
+
+
+def _iceberg_type(name: str, t: pa.DataType):
+    from pyiceberg import types as it
+    if pa.types.is_boolean(t):
+        return it.BooleanType()
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
+        return it.IntegerType()     # Iceberg's narrowest integer; read back as the Fluss type
+    if pa.types.is_int64(t):
+        return it.LongType()
+    if pa.types.is_float32(t):
+        return it.FloatType()
+    if pa.types.is_float64(t):
+        return it.DoubleType()
+    if pa.types.is_decimal(t):
+        return it.DecimalType(t.precision, t.scale)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return it.StringType()
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return it.BinaryType()
+    if pa.types.is_fixed_size_binary(t):
+        return it.FixedType(t.byte_width)
+    if pa.types.is_date(t):
+        return it.DateType()
+    if pa.types.is_time(t):
+        return it.TimeType()
+    if pa.types.is_timestamp(t):
+        return it.TimestamptzType() if t.tz else it.TimestampType()
+    raise LakeError(f"column {name!r} has type {t}, which the Iceberg lake does not map; "
+                    "exclude the table from the tiering pattern")
+
+
+def _storage_arrow_type(t: pa.DataType) -> pa.DataType:
+    """The Arrow type pyiceberg writes for a Fluss column type."""
+    if pa.types.is_int8(t) or pa.types.is_int16(t):
+        return pa.int32()
+    if pa.types.is_timestamp(t) and t.unit != "us":
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_time(t) and t != pa.time64("us"):
+        return pa.time64("us")
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_date64(t):
+        return pa.date32()
+    return t
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.remove_metadata().serialize().to_pybytes()).decode()
+
+
+def decode_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def _to_storage(rows: pa.Table, iceberg_arrow: pa.Schema) -> pa.Table:
+    return rows.cast(iceberg_arrow) if rows.schema != iceberg_arrow else rows
+
+
+# -- state -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Commit:
+    """Which streaming round produced a snapshot: the query (checkpoint) id and its batch id."""
+
+    query_id: str
+    batch_id: int
+    committed_ms: int
+    rows_in: int
+    lease_id: str | None = None
+
+
+@dataclass(frozen=True)
+class LakeState:
+    """A lake table at one Iceberg snapshot: the Fluss table it copies and the Fluss position."""
+
+    table: str
+    table_id: int
+    kind: str
+    schema: pa.Schema
+    primary_key: tuple[str, ...] = ()
+    bucket_key: tuple[str, ...] = ()
+    num_buckets: int = 1
+    snapshot_id: int | None = None
+    #: Snapshots in the table's history (all of them, rounds and maintenance).
+    table_version: int = 0
+    rows: int = 0
+    data_files: int = 0
+    rows_tiered: int = 0
+    commit: Commit | None = None
+    operation: str | None = None
+    fluss_offsets: dict = field(default_factory=dict, hash=False, compare=False)
+    snapshot_complete: bool = True
+
+    @property
+    def is_pk(self) -> bool:
+        return self.kind == KIND_PK
+
+
+def _summary_props(summary: Any) -> dict[str, str]:
+    if summary is None:
+        return {}
+    d = summary.additional_properties if hasattr(summary, "additional_properties") else summary
+    return {str(k): str(v) for k, v in dict(d).items()}
+
+
+def _state(tbl: Any, snapshot: Any = None, where: str = "") -> LakeState:
+    props = tbl.properties
+    if props.get(T_FORMAT) is None:
+        raise LakeError(f"Iceberg table {where} was not written by the tiering job (no "
+                        f"{T_FORMAT} property)")
+    if props[T_FORMAT] != FORMAT_VERSION:
+        raise LakeError(f"Iceberg table {where} has {T_FORMAT} {props[T_FORMAT]!r}; this "
+                        f"fluss_spark writes {FORMAT_VERSION}: upgrade fluss_spark")
+    kind = props[T_KIND]
+    snap = snapshot if snapshot is not None else tbl.current_snapshot()
+    s = _summary_props(snap.summary) if snap is not None else {}
+    base = dict(table=props[T_TABLE], table_id=int(props[T_TABLE_ID]), kind=kind,
+                schema=decode_schema(props[T_SCHEMA]),
+                primary_key=tuple(json.loads(props.get(T_PK, "[]"))),
+                bucket_key=tuple(json.loads(props.get(T_BUCKET_KEY, "[]"))),
+                num_buckets=int(props.get(T_NUM_BUCKETS, "1")),
+                table_version=len(tbl.metadata.snapshots))
+    if snap is None:
+        return LakeState(**base, snapshot_complete=kind == KIND_LOG)
+    commit = None
+    if K_QUERY in s:
+        commit = Commit(s[K_QUERY], int(s[K_BATCH]), int(s.get(K_COMMITTED_MS, "0")),
+                        int(s.get(K_ROWS_IN, "0")), s.get(K_LEASE) or None)
+    return LakeState(**base, snapshot_id=snap.snapshot_id,
+                     rows=int(s.get("total-records", "0")),
+                     data_files=int(s.get("total-data-files", "0")),
+                     rows_tiered=int(s.get(K_ROWS_TIERED, "0")), commit=commit,
+                     operation=s.get(K_OPERATION),
+                     fluss_offsets=json.loads(s.get(K_OFFSETS, "{}")),
+                     snapshot_complete=s.get(K_DONE, "true" if kind == KIND_LOG else "false")
+                     == "true")
+
+
+@dataclass(frozen=True)
+class Round:
+    """A snapshot that ends a round (or copies one's summary: compaction, migration)."""
+
+    snapshot_id: int
+    timestamp_ms: int
+    state: LakeState
+
+
+# -- the table ---------------------------------------------------------------------------------
+class LakeTable:
+    """The Iceberg copy of one Fluss table in a lake.
+
+    ``LakeTable.open(lake_root, "db.t")``, or ``LakeTable(table_dir(lake_root, "db.t"))`` for a
+    local lake. One writer at a time (the tiering job holds the lake's job lock); a second
+    committer is detected by the catalog's optimistic concurrency (``CommitConflict``).
+    ``clock`` returns epoch seconds (injectable for tests).
+    """
+
+    def __init__(self, path: str | Path | None = None, *, lake_root: str | Path | None = None,
+                 table: str | None = None, clock: Callable[[], float] = time.time):
+        if path is not None:
+            lake_root = find_lake_root(path)
+            rel = Path(path).absolute().relative_to(lake_root)
+            table = ".".join(rel.parts)
+        if lake_root is None or table is None:
+            raise LakeError("a LakeTable needs a table directory, or a lake root and a table")
+        self.lake_root = Path(lake_root).absolute()
+        self.name = table
+        self.namespace, self.short_name = identifier(table)
+        self.clock = clock
+
+    @classmethod
+    def open(cls, lake_root: str | Path, table: str, **kw) -> "LakeTable":
+        return cls(lake_root=lake_root, table=table, **kw)
+
+    @property
+    def path(self) -> Path:
+        """The table's directory under a local warehouse."""
+        return table_dir(self.lake_root, self.name)
+
+    @property
+    def catalog(self):
+        return open_catalog(self.lake_root)
+
+    def __repr__(self) -> str:
+        return f"LakeTable({self.lake_root}, {self.name!r})"
+
+    # -- reading --------------------------------------------------------------------------------
+    def iceberg(self):
+        """The pyiceberg ``Table`` (freshly loaded from the catalog)."""
+        from pyiceberg.exceptions import NoSuchTableError
+        try:
+            return self.catalog.load_table((self.namespace, self.short_name))
+        except NoSuchTableError:
+            hint = ""
+            if (self.path / "_manifest").is_dir():
+                hint = (" It is in the old Parquet-manifest format: convert it with "
+                        f"`fluss-spark tier migrate --lake {self.lake_root}`.")
+            raise LakeError(f"no lake table {self.name} in lake {self.lake_root}; run the "
+                            f"tiering job first.{hint}") from None
+
+    def exists(self) -> bool:
+        from pyiceberg.exceptions import NoSuchTableError
+        try:
+            self.catalog.load_table((self.namespace, self.short_name))
+            return True
+        except NoSuchTableError:
+            return False
+
+    def state(self, snapshot_id: int | None = None) -> LakeState:
+        """The table at its current snapshot (or ``snapshot_id``)."""
+        tbl = self.iceberg()
+        snap = None
+        if snapshot_id is not None:
+            snap = tbl.snapshot_by_id(snapshot_id)
+            if snap is None:
+                raise LakeError(f"lake table {self.name} has no snapshot {snapshot_id}")
+        return _state(tbl, snap, self.name)
+
+    def rounds(self) -> list[Round]:
+        """The snapshots of the current branch that end a round (oldest first): time travel
+        to one of them shows the table at that round's Fluss offsets."""
+        tbl = self.iceberg()
+        out = []
+        for snap in _ancestry(tbl):
+            if K_OFFSETS in _summary_props(snap.summary):
+                out.append(Round(snap.snapshot_id, snap.timestamp_ms, _state(tbl, snap, self.name)))
+        return out[::-1]
+
+    def read(self, snapshot_id: int | None = None) -> pa.Table:
+        """The table's rows at its current snapshot (or ``snapshot_id``), in the Fluss types."""
+        tbl = self.iceberg()
+        schema = _nullable(decode_schema(tbl.properties[T_SCHEMA]))
+        if snapshot_id is None and tbl.current_snapshot() is None:
+            return schema.empty_table()
+        if snapshot_id is not None and tbl.snapshot_by_id(snapshot_id) is None:
+            raise LakeError(f"lake table {self.name} has no snapshot {snapshot_id} (expired?)")
+        t = tbl.scan(snapshot_id=snapshot_id).to_arrow()
+        return t.select(schema.names).cast(schema)
+
+    # -- writing --------------------------------------------------------------------------------
+    def create(self, *, table: str, table_id: int, schema: pa.Schema,
+               primary_key: Sequence[str] = (), bucket_key: Sequence[str] = (),
+               num_buckets: int = 1) -> LakeState:
+        """Create the Iceberg table, or check that an existing one copies the same table."""
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+        if self.exists():
+            st = self.state()
+            if st.table_id != table_id or st.table != table:
+                raise LakeError(f"lake table {self.name} holds table {st.table!r} (id "
+                                f"{st.table_id}), not {table!r} (id {table_id}): the Fluss table "
+                                f"was dropped and recreated; drop the Iceberg table "
+                                f"{self.name} (or move the lake) to tier the new table")
+            return st
+        if (self.path / "_manifest").is_dir():
+            raise LakeError(f"{self.path} holds a lake table in the old Parquet-manifest format; "
+                            f"convert it with `fluss-spark tier migrate --lake {self.lake_root}`")
+        for k in primary_key:
+            if k not in schema.names:
+                raise LakeError(f"primary key column {k!r} is not a column of {table}")
+        props = {T_FORMAT: FORMAT_VERSION, T_TABLE: table, T_TABLE_ID: str(table_id),
+                 T_KIND: KIND_PK if primary_key else KIND_LOG,
+                 T_PK: json.dumps(list(primary_key)),
+                 T_BUCKET_KEY: json.dumps(list(bucket_key or primary_key)),
+                 T_NUM_BUCKETS: str(num_buckets), T_SCHEMA: encode_schema(schema),
+                 # Every commit writes a metadata file; keep the last 100, not all of them.
+                 "write.metadata.delete-after-commit.enabled": "true",
+                 "write.metadata.previous-versions-max": "100",
+                 # A commit that loses the race must NOT be re-applied blindly on top of the
+                 # winner (the round's idempotency check read the old state): commit_round
+                 # re-reads the lake and decides (skip, apply again, or refuse).
+                 "commit.retry.num-retries": "0"}
+        cat = self.catalog
+        try:
+            cat.create_namespace(self.namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        location = None
+        if str(catalog_properties(self.lake_root).get("warehouse", "")) == \
+                self.lake_root.as_uri():
+            location = self.path.as_uri()
+        try:
+            cat.create_table((self.namespace, self.short_name),
+                             schema=iceberg_schema(schema, primary_key), location=location,
+                             properties=props)
+        except TableAlreadyExistsError:
+            pass    # created meanwhile by another process: checked as an existing table
+        return self.create(table=table, table_id=table_id, schema=schema,
+                           primary_key=primary_key, bucket_key=bucket_key,
+                           num_buckets=num_buckets)
+
+    def already_applied(self, query_id: str, batch_id: int) -> bool:
+        """Whether round ``batch_id`` of query ``query_id`` is in the current snapshot."""
+        c = self.state().commit
+        return c is not None and c.query_id == query_id and batch_id <= c.batch_id
+
+    def commit_round(self, changes: pa.Table, *, query_id: str, batch_id: int,
+                     fluss_offsets: dict | None = None, snapshot_complete: bool = True,
+                     lease_id: str | None = None) -> LakeState | None:
+        """Apply one micro-batch (table columns + ``_change_type`` + ``_log_offset``) in ONE
+        Iceberg commit whose summary holds the round's Fluss offsets and lease id.
+
+        Idempotent by ``(query_id, batch_id)``: a round already committed (Spark replays the
+        last batch after a crash) returns None and changes nothing. A table another query
+        wrote is refused (its checkpoint was lost or replaced: a fresh query re-reads
+        everything). A commit that loses the race to another committer is retried when that
+        commit was maintenance of this query's rounds (compaction), refused otherwise.
+        """
+        from pyiceberg.exceptions import CommitFailedException
+        for attempt in range(COMMIT_ATTEMPTS):
+            tbl = self.iceberg()
+            base = _state(tbl, where=self.name)
+            if base.commit is not None:
+                if base.commit.query_id == query_id and batch_id <= base.commit.batch_id:
+                    return None
+                if base.commit.query_id != query_id:
+                    raise LakeError(
+                        f"lake table {self.name} was written by streaming query "
+                        f"{base.commit.query_id} (lease {base.commit.lease_id}) but query "
+                        f"{query_id} now writes it (its checkpoint was replaced, or another job "
+                        f"writes this lake). Restore the old checkpoint, or drop the Iceberg "
+                        f"table {self.name} to tier {base.table!r} again from scratch")
+            props = {K_SUMMARY_VERSION: SUMMARY_VERSION, K_OPERATION: "round",
+                     K_QUERY: query_id, K_BATCH: str(int(batch_id)),
+                     K_LEASE: lease_id or "", K_DONE: "true" if snapshot_complete else "false",
+                     K_OFFSETS: json.dumps(fluss_offsets if fluss_offsets is not None
+                                           else base.fluss_offsets, sort_keys=True),
+                     K_ROWS_IN: str(changes.num_rows),
+                     K_ROWS_TIERED: str(base.rows_tiered + changes.num_rows),
+                     K_COMMITTED_MS: str(int(self.clock() * 1000))}
+            rows = conform(changes, base.schema, keep=(CHANGE_TYPE, LOG_OFFSET))
+            storage = tbl.schema().as_arrow()
+            tx = tbl.transaction()
+            if base.is_pk:
+                puts, touched = fold_changes(rows, base.primary_key)
+                if touched.num_rows and base.rows:
+                    # Copy-on-write: files holding a touched key are rewritten without it.
+                    tx.delete(key_filter(touched), snapshot_properties={
+                        K_OPERATION: "round-delete", K_QUERY: query_id, K_BATCH: str(batch_id)})
+                if puts.num_rows > 1:
+                    puts = puts.sort_by([(k, "ascending") for k in base.primary_key])
+                tx.append(_to_storage(puts, storage), snapshot_properties=props)
+            else:
+                tx.append(_to_storage(append_rows(rows), storage), snapshot_properties=props)
+            try:
+                tx.commit_transaction()
+            except CommitFailedException as e:
+                head = self.state()
+                c = head.commit
+                if c is not None and c.query_id == query_id and c.batch_id >= batch_id:
+                    return None     # this very round, committed by an earlier attempt
+                if c is not None and c.query_id == query_id and head.operation != "round":
+                    log.info("lake table %s: round %d lost its commit to %s; applying it again",
+                             self.name, batch_id, head.operation)
+                    continue
+                raise CommitConflict(
+                    f"lake table {self.name}: another writer committed snapshot "
+                    f"{head.snapshot_id} ({head.operation or 'not a tiering round'}, query "
+                    f"{c.query_id if c else '-'}) while round {batch_id} of query {query_id} was "
+                    f"being written ({e}); only one tiering job may write a lake table") from None
+            return self.state()
+        raise CommitConflict(f"lake table {self.name}: round {batch_id} lost its commit "
+                             f"{COMMIT_ATTEMPTS} times to maintenance commits; stop the "
+                             "compaction running against this table")
+
+    def import_rows(self, rows: pa.Table, *, query_id: str | None, batch_id: int | None,
+                    fluss_offsets: dict, snapshot_complete: bool, rows_tiered: int,
+                    committed_ms: int | None, lease_id: str | None = None) -> LakeState:
+        """Append a whole table state to an EMPTY lake table in one commit whose summary is
+        the given round position (the conversion of an old-format lake)."""
+        tbl = self.iceberg()
+        if tbl.current_snapshot() is not None:
+            raise LakeError(f"lake table {self.name} already has snapshots; it cannot be "
+                            "imported into")
+        base = _state(tbl, where=self.name)
+        props = {K_SUMMARY_VERSION: SUMMARY_VERSION, K_OPERATION: "migrate",
+                 K_LEASE: lease_id or "", K_DONE: "true" if snapshot_complete else "false",
+                 K_OFFSETS: json.dumps(fluss_offsets, sort_keys=True),
+                 K_ROWS_IN: str(rows.num_rows), K_ROWS_TIERED: str(rows_tiered),
+                 K_COMMITTED_MS: str(committed_ms or int(self.clock() * 1000))}
+        if query_id is not None and batch_id is not None:
+            props.update({K_QUERY: query_id, K_BATCH: str(batch_id)})
+        data = conform(rows, base.schema)
+        if base.is_pk and data.num_rows > 1:
+            data = data.sort_by([(k, "ascending") for k in base.primary_key])
+        tbl.append(_to_storage(data, tbl.schema().as_arrow()), snapshot_properties=props)
+        return self.state()
+
+    # -- maintenance ----------------------------------------------------------------------------
+    def compact(self, max_files: int = 32, force: bool = False) -> LakeState | None:
+        """Rewrite the table into as few files as the writer's target size allows when it has
+        more than ``max_files`` data files (or ``force``). Rows, and the Fluss offsets the
+        table equals, are unchanged: the new snapshot carries the current round's summary."""
+        from pyiceberg.exceptions import CommitFailedException
+        tbl = self.iceberg()
+        st = _state(tbl, where=self.name)
+        if st.snapshot_id is None or (st.data_files <= max_files and not force):
+            return None
+        data = tbl.scan(snapshot_id=st.snapshot_id).to_arrow()
+        if st.is_pk and data.num_rows > 1:
+            data = data.sort_by([(k, "ascending") for k in st.primary_key])
+        props = dict(_summary_props(tbl.current_snapshot().summary))
+        props = {k: v for k, v in props.items() if k.startswith(P)}
+        props[K_OPERATION] = "compact"
+        try:
+            tbl.overwrite(data, snapshot_properties=props)
+        except CommitFailedException as e:
+            raise CommitConflict(f"lake table {self.name} changed while it was compacted ({e}); "
+                                 "run the compaction again") from None
+        return self.state()
+
+    def expire(self, older_than_ms: int, retain_last: int = 1,
+               orphan_grace_ms: int = 3_600_000) -> dict:
+        """Expire snapshots older than ``older_than_ms`` (epoch ms), keeping the last
+        ``retain_last`` and the current one; then, for a local warehouse, delete the files only
+        expired snapshots used, and files no snapshot ever committed (orphans of rounds killed
+        before their commit) older than ``orphan_grace_ms``. Returns what was removed."""
+        tbl = self.iceberg()
+        snaps = sorted(tbl.metadata.snapshots, key=lambda s: s.timestamp_ms)
+        keep = {s.snapshot_id for s in snaps[-max(1, retain_last):]}
+        cur = tbl.current_snapshot()
+        if cur is not None:
+            keep.add(cur.snapshot_id)
+        expired = [s for s in snaps if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep]
+        before = _referenced_files(tbl, snaps)
+        if expired:
+            tbl.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
+            tbl = self.iceberg()
+        after = _referenced_files(tbl, tbl.metadata.snapshots)
+        removed: list[str] = []
+        root = _local_path(tbl.location())
+        if root is not None:
+            now_ms = int(self.clock() * 1000)
+            for sub in ("data", "metadata"):
+                d = root / sub
+                if not d.is_dir():
+                    continue
+                for p in d.rglob("*"):
+                    if not p.is_file() or str(p) in after:
+                        continue
+                    if p.name.endswith(".metadata.json"):
+                        continue    # the catalog and pyiceberg manage metadata files
+                    old = now_ms - p.stat().st_mtime * 1000 > orphan_grace_ms
+                    if str(p) in before or old:
+                        p.unlink(missing_ok=True)
+                        removed.append(str(p))
+        return {"table": self.name, "expired_snapshots": [s.snapshot_id for s in expired],
+                "removed_files": len(removed), "snapshots": len(tbl.metadata.snapshots)}
+
+
+def _ancestry(tbl: Any) -> Iterable[Any]:
+    snap = tbl.current_snapshot()
+    while snap is not None:
+        yield snap
+        snap = tbl.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+
+
+def _local_path(uri: str) -> Path | None:
+    if uri.startswith("file://"):
+        return Path(uri[len("file://"):])
+    if uri.startswith("/"):
+        return Path(uri)
+    return None
+
+
+def _referenced_files(tbl: Any, snapshots: Iterable[Any]) -> set[str]:
+    """Local paths of every manifest list, manifest and data/delete file ``snapshots`` use."""
+    out: set[str] = set()
+    io = tbl.io
+    for snap in snapshots:
+        for uri in [snap.manifest_list]:
+            p = _local_path(uri)
+            if p is not None:
+                out.add(str(p))
+        for m in snap.manifests(io):
+            p = _local_path(m.manifest_path)
+            if p is not None:
+                out.add(str(p))
+            for entry in m.fetch_manifest_entry(io, discard_deleted=True):
+                p = _local_path(entry.data_file.file_path)
+                if p is not None:
+                    out.add(str(p))
+    return out
+
+
+def key_filter(keys: pa.Table):
+    """An Iceberg row filter matching exactly the given keys (one column: IN; several: an OR
+    of per-key ANDs)."""
+    from pyiceberg import expressions as ex
+    # Typed as pydantic models (keyword fields); the positional constructors are the API.
+    And: Any = ex.And
+    EqualTo: Any = ex.EqualTo
+    In: Any = ex.In
+    Or: Any = ex.Or
+    cols = keys.column_names
+    if len(cols) == 1:
+        return In(cols[0], set(_literal(v) for v in keys.column(0).to_pylist()))
+    exprs = [And(*[EqualTo(c, _literal(r[c])) for c in cols]) for r in keys.to_pylist()]
+    return exprs[0] if len(exprs) == 1 else Or(*exprs)
+
+
+def _literal(v: Any) -> Any:
+    if isinstance(v, datetime) and v.tzinfo is not None:
+        return v.astimezone(timezone.utc).isoformat()
+    return v
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, f.type, True) for f in schema])
+
+
+def list_lake_tables(lake_root: str | Path) -> list[LakeTable]:
+    """Every tiered table of a lake (Iceberg tables carrying the tiering job's properties)."""
+    root = Path(lake_root)
+    if not (root / TIERING_DIR).is_dir():
+        return []
+    cat = open_catalog(root)
+    out = []
+    for ns in cat.list_namespaces():
+        for ident in cat.list_tables(ns):
+            out.append(LakeTable(lake_root=root, table=".".join(ident)))
+    return sorted(out, key=lambda t: t.name)
+
+
+__all__ = ["LakeTable", "LakeState", "Commit", "Round", "LakeError", "CommitConflict",
+           "table_dir", "list_lake_tables", "open_catalog", "catalog_properties",
+           "default_catalog_properties", "write_lake_file", "iceberg_schema", "key_filter",
+           "KIND_PK", "KIND_LOG", "TIERING_DIR"]
