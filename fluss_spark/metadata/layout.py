@@ -8,15 +8,23 @@
     /fluss/counters/table_id              next table id (integer record, CAS-updated)
     /fluss/tables/<db.table>              TableRecord
     /fluss/tables/<db.table>/assignment   AssignmentRecord
-    /fluss/snapshots/<table_id>/<bucket>/<snapshot_id, 20 digits>   SnapshotRecord
-    /fluss/leases/kv_snapshot/<lease_id>  LeaseRecord (see leases below)
+    /fluss/snapshot_index/<table_id>/<page>   SnapshotIndexPage: the snapshots of buckets
+                                              page*128 .. page*128+127 (layout v2)
+    /fluss/snapshots/<table_id>/<bucket>/<snapshot_id, 20 digits>   SnapshotRecord (layout v1,
+                                              read and migrated, never written)
+    /fluss/leases/kv_snapshot/<lease_id>  LeaseRecord header (see leases below)
+    /fluss/leases/kv_snapshot/<lease_id>/part-<table_id>-<part>-<generation>   one lease part
 
 Every record is a msgpack map with a ``v`` field. Version history:
 
-- v1: the first layout of every record.
+- layout v1: one znode per KV snapshot; a coordinator read two znodes per snapshot to recover.
+- layout v2: one index page per table and 128 buckets, holding the records of all their
+  snapshots, so recovery reads O(tables + buckets/128) znodes. A coordinator moves v1 snapshot
+  znodes into the pages when it takes over; until then (and if that is cut off) both are read.
+- LeaseRecord v4: pins in independently encoded parts (see ``LeaseRecord``).
 
 Decoders accept every version listed here; a newer, unknown version is refused with a clear
-error rather than misread.
+error rather than misread. docs/zookeeper_layout.md describes the stored formats byte by byte.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ TABLETS = f"{ROOT}/tablets"
 TABLE_ID_COUNTER = f"{ROOT}/counters/table_id"
 TABLES = f"{ROOT}/tables"
 SNAPSHOTS = f"{ROOT}/snapshots"
+SNAPSHOT_INDEX = f"{ROOT}/snapshot_index"
 LEASES = f"{ROOT}/leases/kv_snapshot"
 
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_]{1,100}\.[A-Za-z0-9_]{1,100}$")
@@ -63,7 +72,24 @@ def snapshots_path(table_id: int, bucket: int | None = None) -> str:
 
 
 def snapshot_path(table_id: int, bucket: int, snapshot_id: int) -> str:
+    """The layout v1 znode of one snapshot (read and migrated, no longer written)."""
     return f"{snapshots_path(table_id, bucket)}/{snapshot_id:020d}"
+
+
+#: Buckets per snapshot index page: a commit rewrites one page, so pages stay small (a few
+#: KB), while recovery reads one page per 128 buckets instead of two znodes per snapshot.
+SNAPSHOT_PAGE_BUCKETS = 128
+#: Largest encoded page; ZooKeeper drops the connection on writes over ~1 MB.
+SNAPSHOT_PAGE_MAX_BYTES = 900 * 1024
+
+
+def snapshot_index_path(table_id: int, page: int | None = None) -> str:
+    base = f"{SNAPSHOT_INDEX}/{table_id}"
+    return base if page is None else f"{base}/{page}"
+
+
+def snapshot_page_of(bucket: int) -> int:
+    return bucket // SNAPSHOT_PAGE_BUCKETS
 
 
 def lease_path(lease_id: str) -> str:
@@ -161,6 +187,73 @@ class SnapshotRecord(_Record):
     created_ms: int = 0
 
 
+_PAGE_COLUMNS = ("bucket", "snapshot_id", "path", "log_offset", "row_count", "size_bytes",
+                 "created_ms")
+
+
+def _check_version(name: str, raw, newest: int) -> dict:
+    if not isinstance(raw, dict) or "v" not in raw:
+        raise CorruptMessage(f"{name} without a version field")
+    if not isinstance(raw["v"], int) or raw["v"] > newest:
+        raise CorruptMessage(f"{name} version {raw['v']} is newer than this software "
+                             f"understands ({newest}); upgrade fluss_spark")
+    return raw
+
+
+@dataclass(frozen=True)
+class SnapshotIndexPage:
+    """The registered KV snapshots of one table's buckets ``page*128 .. page*128+127``.
+
+    Stored at ``/fluss/snapshot_index/<table_id>/<page>`` as
+    ``{v, table_id, page, z: zlib(msgpack({column: [values]}))}``, one column per
+    SnapshotRecord field (bucket, snapshot_id, path, log_offset, row_count, size_bytes,
+    created_ms), rows ordered by (bucket, snapshot_id). Columns and zlib keep the page a few
+    KB: snapshot paths of a table differ in a few digits.
+
+    Versions:
+
+    - v1: the layout above (layout v2 of the snapshot registry).
+    """
+
+    VERSION = 1
+
+    table_id: int
+    page: int
+    records: tuple = ()
+
+    def encode(self) -> bytes:
+        import zlib
+        rows = sorted(self.records, key=lambda r: (r.bucket, r.snapshot_id))
+        for r in rows:
+            if r.table_id != self.table_id or snapshot_page_of(r.bucket) != self.page:
+                raise ValueError(f"snapshot {r.snapshot_id} of table {r.table_id} bucket "
+                                 f"{r.bucket} does not belong to page {self.page} of table "
+                                 f"{self.table_id}")
+        columns = {c: [getattr(r, c) for r in rows] for c in _PAGE_COLUMNS}
+        return packb({"v": self.VERSION, "table_id": self.table_id, "page": self.page,
+                      "z": zlib.compress(packb(columns))})
+
+    @classmethod
+    def decode(cls, data: bytes) -> "SnapshotIndexPage":
+        import zlib
+        try:
+            raw = _check_version("SnapshotIndexPage", unpackb(data), cls.VERSION)
+            table_id, page = int(raw["table_id"]), int(raw["page"])
+            columns = unpackb(zlib.decompress(raw["z"]))
+            cols = [columns[c] for c in _PAGE_COLUMNS]
+        except CorruptMessage:
+            raise
+        except Exception as e:  # noqa: BLE001 - msgpack, zlib and key errors on damaged data
+            raise CorruptMessage(f"undecodable SnapshotIndexPage: {type(e).__name__}: {e}") \
+                from None
+        if len({len(c) for c in cols}) > 1:
+            raise CorruptMessage(f"SnapshotIndexPage {page} of table {table_id}: columns of "
+                                 "different lengths")
+        records = tuple(SnapshotRecord(table_id, b, s, p, o, r, z, c)
+                        for b, s, p, o, r, z, c in zip(*cols))
+        return cls(table_id=table_id, page=page, records=records)
+
+
 def encode_int(value: int) -> bytes:
     return packb({"v": 1, "value": value})
 
@@ -173,10 +266,19 @@ def decode_int(data: bytes) -> int:
 
 
 # -- KV snapshot leases ----------------------------------------------------------------------
-#: Largest lease payload stored inline in the lease znode, and the size of each chunk znode.
-#: ZooKeeper drops the connection on writes over ~1 MB, so this stays well below it.
+#: Size of each chunk znode of a v1-v3 lease (read only: v4 writes parts, see LeaseRecord).
 LEASE_CHUNK_BYTES = 900 * 1024
 _LEASE_CHUNK = re.compile(r"^chunk-(\d+)-(\d+)$")
+#: Buckets per lease part: a part is encoded on its own, so changing one bucket re-encodes and
+#: rewrites one part of at most this many buckets, never a whole 1,000,000-pin lease.
+LEASE_PART_BUCKETS = 65536
+#: Parts up to this size are kept inline in the lease header, up to LEASE_INLINE_BYTES in all;
+#: larger ones get a child znode each. A small lease is then one znode, one write per change.
+LEASE_INLINE_PART_BYTES = 2048
+LEASE_INLINE_BYTES = 64 * 1024
+#: Most bytes one ZooKeeper multi of a lease write carries (its limit is ~1 MB per request).
+LEASE_MULTI_BYTES = 900 * 1024
+_LEASE_PART = re.compile(r"^part-(\d+)-(\d+)-(\d+)$")
 
 
 def check_lease_id(lease_id) -> str:
@@ -197,31 +299,21 @@ def parse_lease_chunk_name(name: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _msgpack_int_size(v: int) -> int:
-    if -32 <= v <= 127:
-        return 1
-    if -128 <= v <= 255:
-        return 2
-    if -32768 <= v <= 65535:
-        return 3
-    if -(2**31) <= v <= 2**32 - 1:
-        return 5
-    return 9
+def lease_part_name(table_id: int, part: int, generation: int) -> str:
+    return f"part-{table_id}-{part}-{generation}"
+
+
+def parse_lease_part_name(name: str) -> tuple[int, int, int] | None:
+    """``part-<table_id>-<part>-<generation>`` -> the three numbers; None for anything else."""
+    m = _LEASE_PART.fullmatch(name)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
 def _packed_typecode(width: int) -> str:
-    import array
     for code in "BHILQ":
         if array.array(code).itemsize == width:
             return code
     raise CorruptMessage(f"no {width}-byte integer type on this platform")
-
-
-def _pack(values: list[int], width: int) -> bytes:
-    arr = array.array(_packed_typecode(width), values)
-    if sys.byteorder == "big":
-        arr.byteswap()
-    return arr.tobytes()
 
 
 def _unpack(data: bytes, width: int) -> array.array:
@@ -232,56 +324,225 @@ def _unpack(data: bytes, width: int) -> array.array:
     return arr
 
 
-def encode_lease_pins(tables: dict) -> list:
-    """``{table_id: {bucket: snapshot_id}}`` -> the compact per-table entries of LeaseRecord.
+# Bit packing for the "pfor" part encoding: value i occupies bits i*w .. i*w+w-1 of a
+# little-endian bit stream (numpy's packbits with bitorder="little").
+def _bitlen(v: int) -> int:
+    return int(v).bit_length()
 
-    Each table is stored in whichever of three encodings is smallest:
 
-    - ``dense``: ``s[bucket]`` = snapshot id, -1 = no pin (a msgpack int array);
-    - ``sparse``: parallel ``b`` / ``s`` arrays (few pins spread over many buckets);
-    - ``packed``: like dense, but ``d`` is raw little-endian unsigned integers of ``w`` bytes
-      holding ``snapshot_id - base + 1`` (0 = no pin): a table's pinned snapshot ids are close
-      together, so this is usually 1 or 2 bytes per bucket.
+def _bitpack(values, width: int) -> bytes:
+    import numpy as np
+    if width == 0 or len(values) == 0:
+        return b""
+    u = np.asarray(values, dtype=np.uint64)
+    bits = np.empty((u.size, width), dtype=np.uint8)
+    for i in range(width):
+        bits[:, i] = (u >> np.uint64(i)) & np.uint64(1)
+    return np.packbits(bits.reshape(-1), bitorder="little").tobytes()
+
+
+def _bitunpack(data: bytes, offset: int, count: int, width: int):
+    """(values as uint64, offset after them)."""
+    import numpy as np
+    if width == 0 or count == 0:
+        return np.zeros(count, dtype=np.uint64), offset
+    if width > 64:
+        raise CorruptMessage(f"lease part: bit width {width} is over 64")
+    nbytes = (count * width + 7) // 8
+    if offset + nbytes > len(data):
+        raise CorruptMessage("lease part: packed values are cut short")
+    raw = np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=offset)
+    bits = np.unpackbits(raw, count=count * width, bitorder="little").reshape(count, width)
+    out = np.zeros(count, dtype=np.uint64)
+    for i in range(width):
+        out |= bits[:, i].astype(np.uint64) << np.uint64(i)
+    return out, offset + nbytes
+
+
+def _pfor_width(u) -> tuple[int, int]:
+    """(bit width, exception count) that minimise the packed size of ``u`` (uint64 array)
+    when values of ``width`` bits or more keep their low bits in the array and their high
+    bits and position in an exception list (patched frame of reference)."""
+    import numpy as np
+    m = u.size
+    s = np.sort(u)
+    top = int(s[-1])
+    wp = _bitlen(m - 1)
+    best = None
+    for w in range(_bitlen(top) + 1):
+        n_exc = 0 if w >= 64 else m - int(np.searchsorted(s, np.uint64(1) << np.uint64(w)))
+        cost = m * w + n_exc * (wp + _bitlen(top >> w))
+        if best is None or cost < best[0]:
+            best = (cost, w, n_exc)
+    return best[1], best[2]
+
+
+def _pfor_payload(u, width: int, n_exc: int) -> tuple[bytes, int, int]:
+    """(low bits + exception positions + exception high bits, position width, high width)."""
+    import numpy as np
+    if n_exc:
+        pos = np.nonzero(u >> np.uint64(width))[0] if width < 64 else np.zeros(0, np.int64)
+        high = u[pos] >> np.uint64(width)
+        low = u & np.uint64((1 << width) - 1)
+        wp, wh = _bitlen(u.size - 1), _bitlen(int(high.max()))
+        return _bitpack(low, width) + _bitpack(pos, wp) + _bitpack(high, wh), wp, wh
+    return _bitpack(u, width), 0, 0
+
+
+def encode_lease_part(table_id: int, part: int, buckets: list[int], snaps: list[int]) -> dict:
+    """The entry of one lease part: the pins ``buckets[i] -> snaps[i]`` (buckets ascending,
+    all in the part's range), as whichever of ``sparse`` and ``pfor`` is smaller.
+
+    - ``sparse``: parallel msgpack int arrays ``b`` and ``s`` (a handful of pins).
+    - ``pfor``: ``{lo, n, m, mode, base, w, x, wp, wh, z, d}``. ``d`` (zlib-compressed when
+      ``z``) is: a bitmap of ``n`` bits, bit i set when bucket ``lo + i`` is pinned (absent,
+      ``n == 0``, when buckets ``lo .. lo+m-1`` are all pinned); then ``m`` values of ``w``
+      bits; then ``x`` exception positions of ``wp`` bits and their high bits (``wh`` bits,
+      shifted left by ``w`` and or-ed into the value). With ``mode == "for"`` a pin is
+      ``base + value``; with ``"delta"`` the values are zigzag-encoded differences from the
+      previous pin (the first from ``base``). Whichever mode is smaller is used: ``for`` when
+      pins sit in a narrow window, ``delta`` when they follow the bucket number; exceptions keep
+      a few outliers from widening all the others, zlib catches repeating patterns.
     """
+    import zlib
+
+    import numpy as np
+    m = len(buckets)
+    lo = part * LEASE_PART_BUCKETS
+    candidates = []
+    if m <= 256:
+        candidates.append({"t": table_id, "e": "sparse", "b": list(buckets), "s": list(snaps)})
+    try:
+        v = np.array(snaps, dtype=np.int64)
+    except OverflowError:   # ids past int64: only msgpack's own integers hold them
+        return {"t": table_id, "e": "sparse", "b": list(buckets), "s": list(snaps)}
+    b = np.array(buckets, dtype=np.int64)
+    if m and (b[0] < lo or b[-1] >= lo + LEASE_PART_BUCKETS or np.any(np.diff(b) <= 0)):
+        raise ValueError(f"lease part {part} of table {table_id}: buckets must ascend inside "
+                         f"{lo}..{lo + LEASE_PART_BUCKETS - 1}")
+    span = int(b[-1]) - lo + 1 if m else 0
+    if span == m:
+        bitmap = b""
+        span = 0
+    else:
+        flags = np.zeros(span, dtype=np.uint8)
+        flags[b - lo] = 1
+        bitmap = np.packbits(flags, bitorder="little").tobytes()
+    base = int(v.min()) if m else 0
+    modes = {"for": (v - base).view(np.uint64)}
+    if m > 1:
+        d = np.diff(v, prepend=np.int64(v[0]))
+        modes["delta"] = ((d << np.int64(1)) ^ (d >> np.int64(63))).view(np.uint64)
+    for mode, u in modes.items():
+        entry_base = base if mode == "for" else (int(v[0]) if m else 0)
+        width, n_exc = _pfor_width(u) if m else (0, 0)
+        payload, wp, wh = _pfor_payload(u, width, n_exc)
+        raw = bitmap + payload
+        packed = zlib.compress(raw, 6)
+        z = len(packed) < len(raw)
+        candidates.append({"t": table_id, "e": "pfor", "lo": lo, "n": span, "m": m,
+                           "mode": mode, "base": entry_base, "w": width, "x": n_exc,
+                           "wp": wp, "wh": wh, "z": int(z), "d": packed if z else raw})
+    return min(candidates, key=lambda e: len(packb(e)))
+
+
+def _decode_pfor(entry: dict):
+    """(buckets, snapshot ids) of a ``pfor`` entry, as int64 numpy arrays."""
+    import zlib
+
+    import numpy as np
+    try:
+        lo, span, m = int(entry["lo"]), int(entry["n"]), int(entry["m"])
+        mode, base, width, n_exc = entry["mode"], int(entry["base"]), int(entry["w"]), \
+            int(entry["x"])
+        data = zlib.decompress(entry["d"]) if entry["z"] else bytes(entry["d"])
+        wp, wh = int(entry["wp"]), int(entry["wh"])
+    except (KeyError, TypeError, ValueError, zlib.error) as e:
+        raise CorruptMessage(f"lease part of table {entry.get('t')}: damaged pfor entry "
+                             f"({type(e).__name__}: {e})") from None
+    if mode not in ("for", "delta"):
+        raise CorruptMessage(f"lease part of table {entry.get('t')}: unknown mode {mode!r}; "
+                             "upgrade fluss_spark")
+    offset = 0
+    if span:
+        nbytes = (span + 7) // 8
+        if nbytes > len(data):
+            raise CorruptMessage(f"lease part of table {entry.get('t')}: bitmap cut short")
+        flags = np.unpackbits(np.frombuffer(data, np.uint8, nbytes), count=span,
+                              bitorder="little")
+        buckets = np.nonzero(flags)[0].astype(np.int64) + lo
+        offset = nbytes
+        if buckets.size != m:
+            raise CorruptMessage(f"lease part of table {entry.get('t')}: the bitmap holds "
+                                 f"{buckets.size} pins, the entry says {m}")
+    else:
+        buckets = np.arange(lo, lo + m, dtype=np.int64)
+    u, offset = _bitunpack(data, offset, m, width)
+    if n_exc:
+        pos, offset = _bitunpack(data, offset, n_exc, wp)
+        high, offset = _bitunpack(data, offset, n_exc, wh)
+        if n_exc and int(pos.max()) >= m:
+            raise CorruptMessage(f"lease part of table {entry.get('t')}: exception past the end")
+        u[pos.astype(np.int64)] |= high << np.uint64(width)
+    if offset != len(data):
+        raise CorruptMessage(f"lease part of table {entry.get('t')}: {len(data) - offset} "
+                             "bytes left over")
+    if mode == "for":
+        snaps = u.view(np.int64) + np.int64(base)
+    else:
+        d = (u >> np.uint64(1)).view(np.int64) ^ -(u & np.uint64(1)).view(np.int64)
+        snaps = np.cumsum(d, dtype=np.int64) + np.int64(base)
+    return buckets, snaps
+
+
+def table_parts(pins: dict, parts=None) -> dict[int, tuple[list[int], list[int]]]:
+    """``{part: (buckets, snapshot ids)}`` of one table's pins, both ascending by bucket;
+    ``parts`` limits it to those part numbers (every one named is in the answer, empty or not)."""
+    out: dict[int, tuple[list[int], list[int]]] = {}
+    if parts is not None:
+        out = {k: ([], []) for k in parts}
+        # A few parts of a big table: look their buckets up rather than walk every pin.
+        if len(pins) > 2 * LEASE_PART_BUCKETS * len(out):
+            for k, (bs, ss) in out.items():
+                for bucket in range(k * LEASE_PART_BUCKETS, (k + 1) * LEASE_PART_BUCKETS):
+                    s = pins.get(bucket)
+                    if s is not None:
+                        bs.append(bucket)
+                        ss.append(s)
+            return out
+    for bucket in sorted(pins):
+        k = bucket // LEASE_PART_BUCKETS
+        if parts is not None and k not in out:
+            continue
+        bs, ss = out.setdefault(k, ([], []))
+        bs.append(bucket)
+        ss.append(pins[bucket])
+    return out
+
+
+def encode_lease_pins(tables: dict) -> list:
+    """``{table_id: {bucket: snapshot_id}}`` -> one entry per table and part (see
+    ``encode_lease_part``), ordered by table then part."""
     out = []
     for table_id in sorted(tables):
         pins = tables[table_id]
-        if not pins:
-            continue
-        buckets = sorted(pins)
-        snaps = [pins[b] for b in buckets]
-        span = buckets[-1] + 1
-        snap_bytes = sum(_msgpack_int_size(s) for s in snaps)
-        sizes = {"sparse": snap_bytes + sum(_msgpack_int_size(b) for b in buckets)}
-        if buckets[0] >= 0:
-            sizes["dense"] = snap_bytes + (span - len(buckets))
-            base = min(snaps)
-            top = max(snaps) - base + 1
-            width = next(w for w in (1, 2, 4, 8) if top < 256 ** w)
-            sizes["packed"] = span * width + 16
-        kind = min(sizes, key=lambda k: (sizes[k], k != "dense"))
-        if kind == "dense":
-            dense = [-1] * span
-            for b, snap in zip(buckets, snaps):
-                dense[b] = snap
-            out.append({"t": table_id, "e": "dense", "s": dense})
-        elif kind == "packed":
-            values = [0] * span
-            for b, snap in zip(buckets, snaps):
-                values[b] = snap - base + 1
-            out.append({"t": table_id, "e": "packed", "base": base, "w": width,
-                        "d": _pack(values, width)})
-        else:
-            out.append({"t": table_id, "e": "sparse", "b": buckets, "s": snaps})
+        if any(b < 0 for b in pins):
+            raise ValueError(f"lease pins of table {table_id}: a bucket is negative")
+        for part, (buckets, snaps) in sorted(table_parts(pins).items()):
+            out.append(encode_lease_part(table_id, part, buckets, snaps))
     return out
 
 
 def decode_lease_pins(entries: list) -> dict:
-    """Inverse of ``encode_lease_pins``."""
+    """Inverse of ``encode_lease_pins``; also reads the v1-v3 encodings ``dense``, ``sparse``
+    and ``packed`` (see docs/zookeeper_layout.md)."""
     tables: dict = {}
     for entry in entries:
         kind = entry.get("e")
-        if kind == "dense":
+        if kind == "pfor":
+            buckets, snaps = _decode_pfor(entry)
+            pins = dict(zip(buckets.tolist(), snaps.tolist()))
+        elif kind == "dense":
             pins = {b: s for b, s in enumerate(entry["s"]) if s != -1}
         elif kind == "sparse":
             pins = dict(zip(entry["b"], entry["s"]))
@@ -300,29 +561,36 @@ def decode_lease_pins(entries: list) -> dict:
 class LeaseRecord:
     """A KV snapshot lease: its expiry and its pins ``{table_id: {bucket: snapshot_id}}``.
 
-    Stored at ``/fluss/leases/kv_snapshot/<lease_id>`` as a msgpack header map::
+    Stored at ``/fluss/leases/kv_snapshot/<lease_id>`` as a msgpack header map. Since v4::
 
-        {v, lease_id, created_ms, expires_at_ms, state: "ok"|"writing",
-         pins: [entry] | nil, generation, chunks, payload_bytes, payload_crc}
+        {v, lease_id, created_ms, expires_at_ms, state: "ok"|"writing", holders, owner,
+         generation, parts: [part bytes], refs: [[table_id, part, generation, bytes, crc32]]}
 
-    ``pins`` entries come from ``encode_lease_pins`` (per table: dense, sparse or packed).
-    When the packed pins would pass ``LEASE_CHUNK_BYTES`` they are not inline: the packed
-    list is split into child znodes ``chunk-<generation>-<index>`` and the header names the
-    generation, chunk count, total size and CRC32. A writer creates a new generation's
-    chunks, then switches the header, then deletes older chunks, so a reader ignores chunks
-    of any other generation (orphans of an interrupted write). ``state: "writing"`` marks a
-    brand-new lease whose first chunked write never finished; it was never acknowledged.
+    The pins of each table are cut into parts of LEASE_PART_BUCKETS buckets, each encoded on
+    its own (``encode_lease_part``, msgpack bytes). Small parts are inline in ``parts``; the
+    others are child znodes ``part-<table_id>-<part>-<generation>`` listed in ``refs`` with
+    their size and CRC32. A write creates the child znodes of changed parts under a new
+    generation, then switches the header (with a version check) and deletes the replaced
+    children, in one ZooKeeper multi when it fits in LEASE_MULTI_BYTES; so a one-bucket change
+    of a 1,000,000-pin lease writes one part and the header, and a crash at any point leaves
+    either the old or the new lease readable (children the header does not name are orphans,
+    ignored and later deleted). ``state: "writing"`` marks a brand-new lease whose first
+    multi-transaction write never finished; it was never acknowledged.
 
     Versions:
 
-    - v1: the layout above.
+    - v1: ``pins: [entry] | nil, generation, chunks, payload_bytes, payload_crc``: the entries
+      of every table (dense, sparse or packed) inline, or their msgpack list cut into child
+      znodes ``chunk-<generation>-<index>``.
     - v2: adds ``holders: {table_id: holder}``, the holder (query) that pinned each table; a v1
       record decodes with no holders.
     - v3: adds ``owner``, the authenticated principal that created the lease (nil on a
       PLAINTEXT cluster); v1 and v2 records decode with no owner.
+    - v4: pins in parts (``parts`` / ``refs`` above, the ``sparse`` and ``pfor`` encodings);
+      a v1-v3 header still decodes, and the next write turns it into v4.
     """
 
-    VERSION = 3
+    VERSION = 4
 
     lease_id: str
     created_ms: int
@@ -334,25 +602,26 @@ class LeaseRecord:
     def pin_count(self) -> int:
         return sum(len(p) for p in self.tables.values())
 
-    def encode_parts(self, generation: int, max_inline_bytes: int = LEASE_CHUNK_BYTES
-                     ) -> tuple[bytes, list[bytes]]:
-        """(header bytes, chunk bytes); chunks are empty when the pins fit inline."""
-        import zlib
-        entries = encode_lease_pins(self.tables)
-        payload = packb(entries)
-        header = {"v": self.VERSION, "lease_id": self.lease_id, "created_ms": self.created_ms,
-                  "expires_at_ms": self.expires_at_ms, "state": "ok",
-                  "holders": {int(t): h for t, h in sorted(self.holders.items())},
-                  "owner": self.owner}
-        if len(payload) <= max_inline_bytes:
-            header.update(pins=entries, generation=generation, chunks=0,
-                          payload_bytes=len(payload), payload_crc=zlib.crc32(payload))
-            return packb(header), []
-        chunks = [payload[i:i + max_inline_bytes]
-                  for i in range(0, len(payload), max_inline_bytes)]
-        header.update(pins=None, generation=generation, chunks=len(chunks),
-                      payload_bytes=len(payload), payload_crc=zlib.crc32(payload))
-        return packb(header), chunks
+    def header(self, generation: int, parts: list[bytes], refs: list[list[int]],
+               state: str = "ok") -> bytes:
+        """The v4 header znode bytes, with inline ``parts`` and child ``refs``."""
+        return packb({"v": self.VERSION, "lease_id": self.lease_id,
+                      "created_ms": self.created_ms, "expires_at_ms": self.expires_at_ms,
+                      "state": state,
+                      "holders": {int(t): h for t, h in sorted(self.holders.items())},
+                      "owner": self.owner, "generation": generation, "parts": parts,
+                      "refs": refs})
+
+    def encode_all(self, generation: int) -> tuple[bytes, dict[str, bytes]]:
+        """(header, {child name: bytes}) of the whole record, every part encoded afresh."""
+        encoded = {(e["t"], _entry_part(e)): packb(e) for e in encode_lease_pins(self.tables)}
+        inline, children = place_lease_parts(encoded)
+        refs, named = [], {}
+        for key in children:
+            data = encoded[key]
+            refs.append(lease_ref(key, generation, data))
+            named[lease_part_name(key[0], key[1], generation)] = data
+        return self.header(generation, [encoded[k] for k in inline], refs), named
 
     @staticmethod
     def decode_header(data: bytes) -> dict:
@@ -361,19 +630,24 @@ class LeaseRecord:
             raw = unpackb(data)
         except Exception as e:  # noqa: BLE001 - msgpack raises several types on garbage
             raise CorruptMessage(f"undecodable LeaseRecord: {e}") from None
-        if not isinstance(raw, dict) or "v" not in raw:
-            raise CorruptMessage("LeaseRecord without a version field")
-        if raw["v"] > LeaseRecord.VERSION:
-            raise CorruptMessage(f"LeaseRecord version {raw['v']} is newer than this software "
-                                 f"understands ({LeaseRecord.VERSION}); upgrade fluss_spark")
-        return raw
+        return _check_version("LeaseRecord", raw, LeaseRecord.VERSION)
 
     @classmethod
-    def decode(cls, header: bytes | dict, chunks: list[bytes] | None = None) -> "LeaseRecord":
-        """Rebuild a record from its header and (when chunked) its generation's chunks in order."""
+    def decode(cls, header: bytes | dict, chunks: list[bytes] | None = None,
+               parts: dict[str, bytes] | None = None) -> "LeaseRecord":
+        """Rebuild a record from its header and its child znodes: ``chunks`` (v1-v3: the
+        header generation's chunks in order) or ``parts`` (v4: child name -> bytes)."""
         import zlib
         raw = cls.decode_header(header) if isinstance(header, (bytes, bytearray)) else header
-        if raw.get("chunks", 0):
+        if "refs" in raw:
+            entries = [_unpack_part(p, raw.get("lease_id")) for p in raw.get("parts") or []]
+            for table_id, part, gen, size, crc in raw["refs"]:
+                data = (parts or {}).get(lease_part_name(table_id, part, gen))
+                if data is None or len(data) != size or zlib.crc32(data) != crc:
+                    raise CorruptMessage(f"lease {raw.get('lease_id')}: part {part} of table "
+                                         f"{table_id} (generation {gen}) is missing or damaged")
+                entries.append(_unpack_part(data, raw.get("lease_id")))
+        elif raw.get("chunks", 0):
             payload = b"".join(chunks or [])
             if len(payload) != raw["payload_bytes"] or zlib.crc32(payload) != raw["payload_crc"]:
                 raise CorruptMessage(f"lease {raw.get('lease_id')}: chunks of generation "
@@ -385,3 +659,42 @@ class LeaseRecord:
                    expires_at_ms=int(raw["expires_at_ms"]), tables=decode_lease_pins(entries),
                    holders={int(t): str(h) for t, h in (raw.get("holders") or {}).items()},
                    owner=raw.get("owner"))
+
+
+def _entry_part(entry: dict) -> int:
+    if entry["e"] == "pfor":
+        return int(entry["lo"]) // LEASE_PART_BUCKETS
+    return int(entry["b"][0]) // LEASE_PART_BUCKETS if entry.get("b") else 0
+
+
+def _unpack_part(data: bytes, lease_id) -> dict:
+    try:
+        entry = unpackb(data)
+    except Exception as e:  # noqa: BLE001 - msgpack raises several types on garbage
+        raise CorruptMessage(f"lease {lease_id}: undecodable part: {e}") from None
+    if not isinstance(entry, dict) or "t" not in entry:
+        raise CorruptMessage(f"lease {lease_id}: a part is not an entry map")
+    return entry
+
+
+def lease_ref(key: tuple[int, int], generation: int, data: bytes) -> list[int]:
+    """The header's reference to a part stored in a child znode."""
+    import zlib
+    return [key[0], key[1], generation, len(data), zlib.crc32(data)]
+
+
+def place_lease_parts(encoded: dict[tuple[int, int], bytes]
+                      ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(inline keys, child-znode keys) of a lease's encoded parts, both in (table, part) order.
+
+    Decided from the parts' sizes alone, so a part that does not change stays where it is
+    unless the inline budget ahead of it moves."""
+    inline, children, used = [], [], 0
+    for key in sorted(encoded):
+        size = len(encoded[key])
+        if size <= LEASE_INLINE_PART_BYTES and used + size <= LEASE_INLINE_BYTES:
+            inline.append(key)
+            used += size
+        else:
+            children.append(key)
+    return inline, children

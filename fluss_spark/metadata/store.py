@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
 
 from kazoo.client import KazooClient
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
@@ -20,7 +21,7 @@ from fluss_spark.errors import (FlussError, MetadataStoreUnavailable, NotCoordin
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.layout import (AssignmentRecord, CoordinatorRecord, SnapshotRecord,
                                          TableRecord, TabletRecord)
-from fluss_spark.errors import CorruptMessage
+from fluss_spark.errors import CorruptMessage, StorageError
 from fluss_spark.metadata.layout import LeaseRecord
 from fluss_spark.protocol.codec import packb
 
@@ -92,6 +93,9 @@ class MetadataStore:
         self._fence: tuple[str, int] | None = None
         #: Called when a write found the fence taken by another coordinator.
         self.on_fenced: Callable[[], None] | None = None
+        #: What this store last wrote or read of each lease, so the next write sends only
+        #: the parts that changed (dropped whenever a write's outcome is unknown).
+        self._lease_states: dict[str, _LeaseState] = {}
 
     def start(self) -> "MetadataStore":
         try:
@@ -102,8 +106,8 @@ class MetadataStore:
             # kazoo needs the chroot node to exist before it is used as a root.
             self.zk.ensure_path(self._chroot)
             self.zk.chroot = self._chroot
-        for path in (layout.TABLETS, layout.TABLES, layout.SNAPSHOTS, layout.LEASES,
-                     layout.COORDINATOR_ELECTION, "/fluss/counters"):
+        for path in (layout.TABLETS, layout.TABLES, layout.SNAPSHOTS, layout.SNAPSHOT_INDEX,
+                     layout.LEASES, layout.COORDINATOR_ELECTION, "/fluss/counters"):
             self.zk.ensure_path(path)
         if self._acl is not None:
             acls, _ = self.zk.get_acls(layout.ROOT)
@@ -337,170 +341,160 @@ class MetadataStore:
         return out
 
     # -- KV snapshots -----------------------------------------------------------------------
+    # Layout v2 keeps a table's snapshots in index pages of 128 buckets (SnapshotIndexPage);
+    # the v1 znodes (one per snapshot) are still read everywhere until migrate_snapshots moves
+    # them, and a record in both places reads once (the page's copy wins).
     def put_snapshot(self, rec: SnapshotRecord) -> None:
-        path = layout.snapshot_path(rec.table_id, rec.bucket, rec.snapshot_id)
-        self.zk.ensure_path(path.rpartition("/")[0])
-        try:
-            self._write("create", path, rec.encode())
-        except NodeExistsError:
-            self._write("set_data", path, rec.encode())
+        def change(records: dict) -> None:
+            records[(rec.bucket, rec.snapshot_id)] = rec
+        self._update_page(rec.table_id, layout.snapshot_page_of(rec.bucket), change)
 
     def delete_snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> None:
-        try:
-            self._write("delete", layout.snapshot_path(table_id, bucket, snapshot_id))
-        except NoNodeError:
-            pass
+        def change(records: dict) -> None:
+            records.pop((bucket, snapshot_id), None)
+        if not self._update_page(table_id, layout.snapshot_page_of(bucket), change):
+            # Not in the index: a layout v1 snapshot that was never migrated.
+            try:
+                self._write("delete", layout.snapshot_path(table_id, bucket, snapshot_id))
+            except NoNodeError:
+                pass
 
     def snapshot_ids(self, table_id: int, bucket: int) -> list[int]:
-        return sorted(int(c) for c in self._children(layout.snapshots_path(table_id, bucket)))
+        page = self._page(table_id, layout.snapshot_page_of(bucket))
+        ids = {s for b, s in page if b == bucket}
+        ids.update(int(c) for c in self._children(layout.snapshots_path(table_id, bucket)))
+        return sorted(ids)
 
     def snapshot_buckets(self, table_id: int) -> list[int]:
-        return sorted(int(c) for c in self._children(layout.snapshots_path(table_id)))
+        buckets = {b for page in self._pages(table_id).values() for b, _ in page}
+        buckets.update(int(c) for c in self._children(layout.snapshots_path(table_id)))
+        return sorted(buckets)
 
     def snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> SnapshotRecord | None:
+        rec = self._page(table_id, layout.snapshot_page_of(bucket)).get((bucket, snapshot_id))
+        if rec is not None:
+            return rec
         return self._get(layout.snapshot_path(table_id, bucket, snapshot_id), SnapshotRecord)
 
     def snapshot_table_ids(self) -> list[int]:
-        return sorted(int(c) for c in self._children(layout.SNAPSHOTS))
+        return sorted({int(c) for c in self._children(layout.SNAPSHOT_INDEX)}
+                      | {int(c) for c in self._children(layout.SNAPSHOTS)})
 
     def delete_table_snapshots(self, table_id: int) -> None:
-        try:
-            self._delete_tree(layout.snapshots_path(table_id))
-        except NoNodeError:
-            pass
-
-    # -- KV snapshot leases ------------------------------------------------------------------
-    def lease_ids(self) -> list[str]:
-        return sorted(self._children(layout.LEASES))
-
-    def save_lease(self, record: LeaseRecord) -> int:
-        """Write a lease (chunked when large); returns the bytes now stored for it.
-
-        New chunks go under a new generation before the header switches to them, so a crash
-        at any point leaves either the old or the new lease readable.
-        """
-        path = layout.lease_path(layout.check_lease_id(record.lease_id))
-        try:
-            data, _ = self.zk.get(path)
-            old = LeaseRecord.decode_header(data)
-            exists, generation = True, int(old.get("generation", 0)) + 1
-        except NoNodeError:
-            exists, generation = False, 1
-        header, chunks = record.encode_parts(generation)
-        if chunks:
-            if not exists:
-                # The parent must exist before its chunks; until the header switch it says
-                # "writing", and a loader discards such a never-acknowledged lease.
-                self._write("create", path, packb({
-                    "v": LeaseRecord.VERSION, "lease_id": record.lease_id,
-                    "created_ms": record.created_ms, "expires_at_ms": record.expires_at_ms,
-                    "state": "writing", "pins": None, "generation": 0, "chunks": 0}))
-            pending = [(f"{path}/{layout.lease_chunk_name(generation, i)}", chunk)
-                       for i, chunk in enumerate(chunks)]
-            for p, c in pending:
-                try:
-                    self._write("create", p, c)
-                except NodeExistsError:
-                    # An orphan of an interrupted write with the same generation number.
-                    self._write("set_data", p, c)
-            self._write("set_data", path, header)
-        elif exists:
-            self._write("set_data", path, header)
-        else:
-            self._write("create", path, header)
-        try:
-            for child in self._children(path):
-                parsed = layout.parse_lease_chunk_name(child)
-                if parsed is not None and (parsed[0] != generation or not chunks):
-                    try:
-                        self._write("delete", f"{path}/{child}")
-                    except NoNodeError:
-                        pass
-        except _CONNECTION_ERRORS as e:
-            # The header switch above is the write; what is left are orphan chunks that readers
-            # ignore and the next save deletes. Failing now would tell the caller "not saved"
-            # about a lease that is.
-            log.warning("lease %s saved; removing its old chunks failed (%s), the next save "
-                        "retries", record.lease_id, type(e).__name__)
-        return len(header) + sum(len(c) for c in chunks)
-
-    def load_lease(self, lease_id: str) -> LeaseRecord | None:
-        """Read one lease; None when absent or when its first write never finished."""
-        path = layout.lease_path(lease_id)
-        try:
-            data, _ = self.zk.get(path)
-        except NoNodeError:
-            return None
-        header = LeaseRecord.decode_header(data)
-        if header.get("state") == "writing":
-            return None
-        n = int(header.get("chunks", 0))
-        chunks = []
-        if n:
-            gen = int(header["generation"])
-            futures = [self.zk.get_async(f"{path}/{layout.lease_chunk_name(gen, i)}")
-                       for i in range(n)]
-            try:
-                chunks = [f.get()[0] for f in futures]
-            except NoNodeError:
-                raise CorruptMessage(f"lease {lease_id}: a chunk of generation {gen} is "
-                                     "missing") from None
-        return LeaseRecord.decode(header, chunks)
-
-    def load_leases(self) -> list[LeaseRecord]:
-        """Every stored lease; unfinished first writes are removed, not returned."""
-        out = []
-        for lease_id in self.lease_ids():
-            rec = self.load_lease(lease_id)
-            if rec is None:
-                self.delete_lease(lease_id)
-            else:
-                out.append(rec)
-        return out
-
-    def delete_lease(self, lease_id: str) -> None:
-        """Delete a lease and its chunks in one transaction.
-
-        A recursive delete cut off by a lost connection would leave a header whose chunks are
-        gone, which no loader can read back (and a coordinator could then never recover).
-        """
-        path = layout.lease_path(lease_id)
-        children = self._children(path)
-        if not children:
-            try:
-                self._write("delete", path)
-                return
-            except NoNodeError:
-                return
-            except NotEmptyError:
-                children = self._children(path)   # chunks appeared since we looked
-        tx = self._transaction()
-        for child in children:
-            tx.delete(f"{path}/{child}")
-        tx.delete(path)
-        results = self._commit(tx, f"delete lease {lease_id}")
-        if any(isinstance(r, Exception) for r in results):
-            # The children changed under us (only an operator could do that): delete what is
-            # there now, child by child.
+        for path in (layout.snapshot_index_path(table_id), layout.snapshots_path(table_id)):
             try:
                 self._delete_tree(path)
             except NoNodeError:
                 pass
 
-    def lease_stored_bytes(self, lease_id: str) -> int:
-        """Bytes the lease occupies in ZooKeeper (header plus chunks), for metrics and benches."""
-        path = layout.lease_path(lease_id)
-        try:
-            data, _ = self.zk.get(path)
-        except NoNodeError:
-            return 0
-        return len(data) + sum(len(self.zk.get(f"{path}/{c}")[0]) for c in self._children(path))
-
     def all_snapshots(self) -> list[SnapshotRecord]:
-        """Every registered KV snapshot, read with pipelined requests."""
+        """Every registered KV snapshot: the index pages of every table (pipelined reads, so
+        O(tables + pages) round trips in flight), plus any layout v1 znodes left."""
+        tables = [int(t) for t in self._children(layout.SNAPSHOT_INDEX)]
+        listings = [(t, self.zk.get_children_async(layout.snapshot_index_path(t)))
+                    for t in tables]
         paths = []
-        for table_id in self.snapshot_table_ids():
-            buckets = self.snapshot_buckets(table_id)
+        for table_id, listing in listings:
+            try:
+                paths += [layout.snapshot_index_path(table_id, int(p)) for p in listing.get()]
+            except NoNodeError:
+                continue
+        found: dict[tuple[int, int, int], SnapshotRecord] = {}
+        for i in range(0, len(paths), 1000):
+            reads = [self.zk.get_async(p) for p in paths[i:i + 1000]]
+            for read in reads:
+                try:
+                    page = layout.SnapshotIndexPage.decode(read.get()[0])
+                except NoNodeError:
+                    continue
+                for rec in page.records:
+                    found[(rec.table_id, rec.bucket, rec.snapshot_id)] = rec
+        for rec in self._v1_snapshots():
+            found.setdefault((rec.table_id, rec.bucket, rec.snapshot_id), rec)
+        return list(found.values())
+
+    def migrate_snapshots(self) -> int:
+        """Move layout v1 snapshot znodes into index pages, then delete them; returns how
+        many were moved. Idempotent: a move cut off anywhere leaves records in the old place,
+        the new one or both (read once), and the next call finishes it."""
+        moved = 0
+        for table_id in sorted(int(c) for c in self._children(layout.SNAPSHOTS)):
+            recs = self._v1_snapshots([table_id])
+            by_page: dict[int, list[SnapshotRecord]] = {}
+            for rec in recs:
+                by_page.setdefault(layout.snapshot_page_of(rec.bucket), []).append(rec)
+            for page, group in sorted(by_page.items()):
+                def change(records: dict, group=group) -> None:
+                    for rec in group:
+                        records.setdefault((rec.bucket, rec.snapshot_id), rec)
+                self._update_page(table_id, page, change)
+            try:
+                self._delete_tree(layout.snapshots_path(table_id))
+            except NoNodeError:
+                pass
+            moved += len(recs)
+            if recs:
+                log.info("moved %d KV snapshot records of table %d into the snapshot index",
+                         len(recs), table_id)
+        return moved
+
+    def _page(self, table_id: int, page: int) -> dict[tuple[int, int], SnapshotRecord]:
+        try:
+            data, _ = self.zk.get(layout.snapshot_index_path(table_id, page))
+        except NoNodeError:
+            return {}
+        return {(r.bucket, r.snapshot_id): r
+                for r in layout.SnapshotIndexPage.decode(data).records}
+
+    def _pages(self, table_id: int) -> dict[int, dict[tuple[int, int], SnapshotRecord]]:
+        return {int(p): self._page(table_id, int(p))
+                for p in self._children(layout.snapshot_index_path(table_id))}
+
+    def _update_page(self, table_id: int, page: int, change: Callable[[dict], object]) -> bool:
+        """Apply ``change`` to a page's ``{(bucket, snapshot_id): record}`` and write it with a
+        version check (retried when someone else wrote it meanwhile); returns whether the
+        page changed. An emptied page is deleted."""
+        path = layout.snapshot_index_path(table_id, page)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+                records = {(r.bucket, r.snapshot_id): r
+                           for r in layout.SnapshotIndexPage.decode(data).records}
+            except NoNodeError:
+                stat, records = None, {}
+            new = dict(records)
+            change(new)
+            if new == records:
+                return False
+            try:
+                if not new:
+                    self._write("delete", path, version=stat.version)
+                    return True
+                encoded = layout.SnapshotIndexPage(table_id, page, tuple(new.values())).encode()
+                if len(encoded) > layout.SNAPSHOT_PAGE_MAX_BYTES:
+                    raise StorageError(
+                        f"the snapshot index page of table {table_id} buckets "
+                        f"{page * layout.SNAPSHOT_PAGE_BUCKETS}.."
+                        f"{(page + 1) * layout.SNAPSHOT_PAGE_BUCKETS - 1} would hold "
+                        f"{len(new)} snapshots ({len(encoded)} bytes), past ZooKeeper's node "
+                        f"limit; lower kv.snapshot.num-retained or release leases that pin old "
+                        f"snapshots")
+                if stat is None:
+                    self.zk.ensure_path(layout.snapshot_index_path(table_id))
+                    self._write("create", path, encoded)
+                else:
+                    self._write("set_data", path, encoded, version=stat.version)
+                return True
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue    # written or deleted by someone else since we read it: read again
+
+    def _v1_snapshots(self, table_ids: list[int] | None = None) -> list[SnapshotRecord]:
+        """Every layout v1 snapshot znode (of ``table_ids``), read with pipelined requests."""
+        paths = []
+        if table_ids is None:
+            table_ids = sorted(int(c) for c in self._children(layout.SNAPSHOTS))
+        for table_id in table_ids:
+            buckets = sorted(int(c) for c in self._children(layout.snapshots_path(table_id)))
             for i in range(0, len(buckets), 1000):
                 futures = [(b, self.zk.get_children_async(layout.snapshots_path(table_id, b)))
                            for b in buckets[i:i + 1000]]
@@ -520,6 +514,242 @@ class MetadataStore:
                     continue
         return out
 
+    # -- KV snapshot leases ------------------------------------------------------------------
+    def lease_ids(self) -> list[str]:
+        return sorted(self._children(layout.LEASES))
+
+    def save_lease(self, record: LeaseRecord,
+                   changed: Mapping[int, Iterable[int] | None] | None = None) -> int:
+        """Write a lease; returns the bytes now stored for it (header plus part znodes).
+
+        ``changed``: ``{table_id: buckets}`` whose pins differ from the last record this store
+        wrote or loaded for the lease (None for a whole table; a table not named is unchanged);
+        only their parts are encoded and written. Without it every part is encoded again and
+        only those whose bytes differ are written. See LeaseRecord for why a crash at any point
+        leaves the old or the new lease.
+        """
+        lease_id = layout.check_lease_id(record.lease_id)
+        path = layout.lease_path(lease_id)
+        for _ in range(5):
+            state = self._lease_states.get(lease_id)
+            if state is None:
+                state = self._read_lease_state(path)
+                changed = None
+            try:
+                return self._write_lease(path, record, state, changed)
+            except _StaleLease:
+                self._lease_states.pop(lease_id, None)
+            except BaseException:
+                # Unknown what ZooKeeper applied: read it again before the next write.
+                self._lease_states.pop(lease_id, None)
+                raise
+        raise FlussError(f"lease {lease_id}: its znodes kept changing under this writer; "
+                         "is another coordinator writing?")
+
+    def _read_lease_state(self, path: str) -> "_LeaseState | None":
+        """What is stored for a lease, without decoding its pins (None when absent)."""
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return None
+        header = LeaseRecord.decode_header(data)
+        children = set(self._children(path))
+        return _LeaseState(version=stat.version, generation=_max_generation(header, children),
+                           parts={}, refs={}, children=children, complete=False)
+
+    def _write_lease(self, path: str, record: LeaseRecord, state: "_LeaseState | None",
+                     changed) -> int:
+        encoded = self._encode_lease(record, state, changed)
+        inline, children = layout.place_lease_parts(encoded)
+        generation = (state.generation if state else 0) + 1
+        refs, names, creates = [], {}, []
+        for key in children:
+            data = encoded[key]
+            old_name = state.refs.get(key) if state else None
+            if old_name is not None and state.parts.get(key) == data:
+                gen = layout.parse_lease_part_name(old_name)[2]
+                names[key] = old_name
+            else:
+                gen = generation
+                names[key] = layout.lease_part_name(key[0], key[1], gen)
+                creates.append((names[key], data))
+            refs.append(layout.lease_ref(key, gen, data))
+        header = record.header(generation, [encoded[k] for k in inline], refs)
+        keep = set(names.values())
+        deletes = sorted(state.children - keep) if state else []
+        created_size = sum(len(d) for _, d in creates)
+        if len(header) + created_size <= layout.LEASE_MULTI_BYTES:
+            tx = self._transaction()
+            if state is None:
+                tx.create(path, header)
+            for name, data in creates:
+                tx.create(f"{path}/{name}", data)
+            if state is not None:
+                tx.set_data(path, header, version=state.version)
+            for name in deletes:
+                tx.delete(f"{path}/{name}")
+            results = self._commit(tx, f"save lease {record.lease_id}")
+            if any(isinstance(r, Exception) for r in results):
+                raise _StaleLease()
+            version = 0 if state is None else results[len(creates)].version
+        else:
+            version = self._write_lease_in_steps(path, record, state, header, creates, deletes)
+        self._lease_states[record.lease_id] = _LeaseState(
+            version=version, generation=generation, parts=encoded,
+            refs={k: names[k] for k in children}, children=keep, complete=True)
+        return len(header) + sum(len(encoded[k]) for k in children)
+
+    def _write_lease_in_steps(self, path: str, record: LeaseRecord, state, header: bytes,
+                              creates: list, deletes: list) -> int:
+        """A lease write too big for one multi: the new parts first (several multis; a crash
+        leaves orphans that no header names), then one multi that switches the header and
+        deletes the replaced parts. Returns the header's new znode version."""
+        version = state.version if state is not None else None
+        pending = list(creates)
+        if state is None:
+            # The parent comes first; until the switch it says "writing" and a loader
+            # discards such a never-acknowledged lease.
+            self._write("create", path, record.header(0, [], [], state="writing"))
+            version = 0
+        while pending:
+            tx, size = self._transaction(), 0
+            while pending and (size == 0 or size + len(pending[0][1]) <= layout.LEASE_MULTI_BYTES):
+                name, data = pending.pop(0)
+                tx.create(f"{path}/{name}", data)
+                size += len(data)
+            if any(isinstance(r, Exception) for r in self._commit(tx, "write lease parts")):
+                raise _StaleLease()
+        tx = self._transaction()
+        tx.set_data(path, header, version=version)
+        for name in deletes:
+            tx.delete(f"{path}/{name}")
+        results = self._commit(tx, f"save lease {record.lease_id}")
+        if any(isinstance(r, Exception) for r in results):
+            raise _StaleLease()
+        return results[0].version
+
+    @staticmethod
+    def _encode_lease(record: LeaseRecord, state: "_LeaseState | None", changed
+                      ) -> dict[tuple[int, int], bytes]:
+        """``{(table_id, part): encoded part}`` of the record; parts that ``changed`` says are
+        unchanged are taken from what was last written."""
+        if changed is None or state is None or not state.complete:
+            return {(e["t"], layout._entry_part(e)): packb(e)
+                    for e in layout.encode_lease_pins(record.tables)}
+        encoded: dict[tuple[int, int], bytes] = {}
+        cached_tables = {t for t, _ in state.parts}
+        for (t, k), data in state.parts.items():
+            if t in record.tables and t not in changed:
+                encoded[(t, k)] = data
+        for t, pins in record.tables.items():
+            if not pins or (t not in changed and t in cached_tables):
+                continue
+            buckets = changed.get(t)
+            parts = None if buckets is None else {b // layout.LEASE_PART_BUCKETS for b in buckets}
+            if parts is not None:
+                for (ct, k), data in state.parts.items():
+                    if ct == t and k not in parts:
+                        encoded[(t, k)] = data
+            if any(b < 0 for b in (buckets or ())):
+                raise ValueError(f"lease pins of table {t}: a bucket is negative")
+            for k, (bs, ss) in layout.table_parts(pins, parts).items():
+                if bs:
+                    encoded[(t, k)] = packb(layout.encode_lease_part(t, k, bs, ss))
+        return encoded
+
+    def load_lease(self, lease_id: str) -> LeaseRecord | None:
+        """Read one lease; None when absent or when its first write never finished."""
+        path = layout.lease_path(lease_id)
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return None
+        header = LeaseRecord.decode_header(data)
+        if header.get("state") == "writing":
+            return None
+        if "refs" in header:
+            names = [layout.lease_part_name(t, k, g) for t, k, g, _, _ in header["refs"]]
+            parts = dict(zip(names, self._get_all(path, names, lease_id)))
+            rec = LeaseRecord.decode(header, parts=parts)
+            keys = {}
+            for raw in header.get("parts") or []:
+                entry = layout._unpack_part(raw, lease_id)
+                keys[(int(entry["t"]), layout._entry_part(entry))] = raw
+            refs = {}
+            for (t, k, g, _, _), name in zip(header["refs"], names):
+                keys[(t, k)] = parts[name]
+                refs[(t, k)] = name
+            children = set(self._children(path))
+            self._lease_states[lease_id] = _LeaseState(
+                version=stat.version, generation=_max_generation(header, children), parts=keys,
+                refs=refs, children=children, complete=True)
+            return rec
+        n = int(header.get("chunks", 0))
+        chunks = []
+        if n:
+            gen = int(header["generation"])
+            chunks = self._get_all(path, [layout.lease_chunk_name(gen, i) for i in range(n)],
+                                   lease_id)
+        return LeaseRecord.decode(header, chunks)
+
+    def _get_all(self, path: str, names: list[str], lease_id: str) -> list[bytes]:
+        futures = [self.zk.get_async(f"{path}/{name}") for name in names]
+        try:
+            return [f.get()[0] for f in futures]
+        except NoNodeError:
+            raise CorruptMessage(f"lease {lease_id}: a child znode its header names is "
+                                 "missing") from None
+
+    def load_leases(self) -> list[LeaseRecord]:
+        """Every stored lease; unfinished first writes are removed, not returned."""
+        out = []
+        for lease_id in self.lease_ids():
+            rec = self.load_lease(lease_id)
+            if rec is None:
+                self.delete_lease(lease_id)
+            else:
+                out.append(rec)
+        return out
+
+    def delete_lease(self, lease_id: str) -> None:
+        """Delete a lease and its child znodes in one transaction.
+
+        A recursive delete cut off by a lost connection would leave a header whose parts are
+        gone, which no loader can read back (and a coordinator could then never recover).
+        """
+        self._lease_states.pop(lease_id, None)
+        path = layout.lease_path(lease_id)
+        children = self._children(path)
+        if not children:
+            try:
+                self._write("delete", path)
+                return
+            except NoNodeError:
+                return
+            except NotEmptyError:
+                children = self._children(path)   # parts appeared since we looked
+        tx = self._transaction()
+        for child in children:
+            tx.delete(f"{path}/{child}")
+        tx.delete(path)
+        results = self._commit(tx, f"delete lease {lease_id}")
+        if any(isinstance(r, Exception) for r in results):
+            # The children changed under us (only an operator could do that): delete what is
+            # there now, child by child.
+            try:
+                self._delete_tree(path)
+            except NoNodeError:
+                pass
+
+    def lease_stored_bytes(self, lease_id: str) -> int:
+        """Bytes the lease occupies in ZooKeeper (header plus children), for metrics and benches."""
+        path = layout.lease_path(lease_id)
+        try:
+            data, _ = self.zk.get(path)
+        except NoNodeError:
+            return 0
+        return len(data) + sum(len(self.zk.get(f"{path}/{c}")[0]) for c in self._children(path))
+
     # -- helpers ----------------------------------------------------------------------------
     def _children(self, path: str) -> list[str]:
         try:
@@ -533,6 +763,36 @@ class MetadataStore:
         except NoNodeError:
             return None
         return cls.decode(data)
+
+
+@dataclass
+class _LeaseState:
+    """A lease as stored: header znode version, generation, encoded parts and child znodes."""
+
+    version: int
+    generation: int
+    parts: dict          # (table_id, part) -> encoded bytes, every part of the lease
+    refs: dict           # (table_id, part) -> name of the child znode holding it
+    children: set        # names of the lease znode's children (parts and orphans)
+    complete: bool       # False: parts unknown (read without decoding), encode everything
+
+
+class _StaleLease(Exception):
+    """The lease changed in ZooKeeper since this store last saw it: read it again."""
+
+
+def _max_generation(header: dict, children: Iterable[str]) -> int:
+    """The highest generation of the header and of any child (orphans included), so a new
+    generation's names never collide with a child left by an interrupted write."""
+    gens = [int(header.get("generation", 0) or 0)]
+    for child in children:
+        part = layout.parse_lease_part_name(child)
+        chunk = layout.parse_lease_chunk_name(child)
+        if part is not None:
+            gens.append(part[2])
+        elif chunk is not None:
+            gens.append(chunk[0])
+    return max(gens)
 
 
 #: kazoo's ways of saying "ZooKeeper did not answer": the operation may be retried. A request

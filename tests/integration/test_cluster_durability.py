@@ -115,3 +115,83 @@ def test_kill_9_of_the_coordinator_mid_write_loses_no_acknowledged_write(zookeep
         snap = conn.admin().trigger_kv_snapshot("db.w")[0]
         assert snap.row_count == len(acked)
         conn.close()
+
+
+#: A process that rewrites one lease for ever, in parts of 64 buckets, each in a child znode,
+#: with multis of ~600 bytes: every write takes several ZooKeeper requests. Odd rounds change
+#: every pin (the write in steps), even rounds one bucket (the one-multi incremental path).
+#: It prints each round once that round's save returned.
+_LEASE_WRITER = '''
+import random, sys
+from fluss_spark.metadata import layout
+from fluss_spark.metadata.layout import LeaseRecord
+
+layout.LEASE_PART_BUCKETS = 64
+layout.LEASE_INLINE_PART_BYTES = 0
+layout.LEASE_MULTI_BYTES = 600
+
+
+def version(i):
+    rng = random.Random(i if i % 2 else i - 1)   # an even round changes the odd one before
+    pins = {b: rng.randrange(10 ** 9) for b in range(2000)}
+    if i % 2 == 0:
+        pins[i % 2000] = i
+    return LeaseRecord("big", 1, 10 ** 12 + i, {1: pins})
+
+
+if __name__ == "__main__":
+    from fluss_spark.metadata.store import MetadataStore
+    store = MetadataStore(sys.argv[1]).start()
+    i = int(sys.argv[2])
+    while True:
+        i += 1
+        store.save_lease(version(i), changed={1: {i % 2000}} if i % 2 == 0 else None)
+        print(i, flush=True)
+'''
+
+
+def test_kill_9_in_the_middle_of_a_chunked_lease_write_leaves_the_old_or_the_new(zk_address,
+                                                                                  tmp_path):
+    import subprocess
+    import sys
+
+    from fluss_spark.metadata import layout
+    script = tmp_path / "lease_writer.py"
+    script.write_text(_LEASE_WRITER)
+    writer = {}
+    exec(compile(_LEASE_WRITER, str(script), "exec"), writer)
+    last = 0
+    for kill_after in (1, 2, 5, 8, 13):
+        out = tmp_path / f"out-{kill_after}"
+        with open(out, "w") as f, open(tmp_path / f"log-{kill_after}", "w") as log:
+            proc = subprocess.Popen([sys.executable, str(script), zk_address, str(last)],
+                                    stdout=f, stderr=log)
+        try:
+            wait_until(lambda: len(out.read_text().split()) >= kill_after, 60,
+                       f"{kill_after} lease writes")
+        finally:
+            proc.kill()     # SIGKILL, most likely in the middle of the next write
+            proc.wait()
+        acked = int(out.read_text().split()[-1])
+        store = MetadataStore(zk_address).start()
+        try:
+            rec = store.load_lease("big")
+            # The last acknowledged version, or the one being written when the process died.
+            assert rec is not None
+            round_ = rec.expires_at_ms - 10 ** 12
+            assert round_ in (acked, acked + 1)
+            assert rec == writer["version"](round_)
+            last = round_
+        finally:
+            store.close()
+    # The next writer finds orphans of the killed one, writes over them and removes them.
+    store = MetadataStore(zk_address).start()
+    try:
+        final = writer["version"](last + 1)
+        store.save_lease(final)
+        assert store.load_lease("big") == final
+        header = layout.LeaseRecord.decode_header(store.zk.get(layout.lease_path("big"))[0])
+        named = {layout.lease_part_name(t, k, g) for t, k, g, _, _ in header["refs"]}
+        assert set(store.zk.get_children(layout.lease_path("big"))) == named
+    finally:
+        store.close()

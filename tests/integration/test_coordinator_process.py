@@ -186,3 +186,51 @@ def test_a_coordinator_paused_past_its_session_serves_and_writes_nothing_when_it
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_tree_of_the_old_snapshot_layout_is_recovered_and_moved_into_the_index(
+        coordinator, meta):
+    """A coordinator started on a ZooKeeper tree of the previous release (one znode per
+    snapshot, a v3 lease) serves the same snapshots and lease, and rewrites the tree."""
+    from fluss_spark.metadata import layout
+    from fluss_spark.protocol.codec import packb
+    meta.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=9001))
+    conn = coordinator.connection()
+    table_id = conn.call_raw(ApiKey.CREATE_TABLE, table_body())["table_id"]
+    for b in range(3):
+        for s in (1, 2):
+            conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {
+                "table_id": table_id, "bucket": b, "snapshot_id": s,
+                "path": place_snapshot_file(coordinator.remote_data_dir, table_id, b, s),
+                "log_offset": s * 10, "row_count": s, "size_bytes": 4, "created_ms": 5})
+    before = conn.call_raw(ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table_id})["snapshots"]
+    coordinator.stop()
+    # Turn the tree into what the previous release wrote.
+    records = meta.all_snapshots()
+    meta.zk.delete(layout.snapshot_index_path(table_id), recursive=True)
+    for r in records:
+        path = layout.snapshot_path(r.table_id, r.bucket, r.snapshot_id)
+        meta.zk.ensure_path(path.rpartition("/")[0])
+        meta.zk.create(path, r.encode())
+    meta.zk.create(layout.lease_path("old-job"), packb({
+        "v": 3, "lease_id": "old-job", "created_ms": 1, "expires_at_ms": 2 ** 50,
+        "state": "ok", "holders": {table_id: "q"}, "owner": None,
+        "pins": [{"t": table_id, "e": "dense", "s": [1, -1, 2]}], "generation": 1,
+        "chunks": 0, "payload_bytes": 0, "payload_crc": 0}))
+    coordinator.start(timeout_s=60)
+    conn = coordinator.connection()
+    after = call_until_leader(conn, ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table_id},
+                              timeout_s=60)["snapshots"]
+    pinned = {(0, 1): ["old-job"], (2, 2): ["old-job"]}
+    assert after == [dict(s, pinned_by=pinned.get((s["bucket"], s["snapshot_id"]), []))
+                     for s in before]
+    info = conn.call_raw(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "old-job"})
+    assert info["tables"] == {table_id: {0: 1, 2: 2}} and info["holders"] == {table_id: "q"}
+    assert meta.zk.get_children(layout.SNAPSHOTS) == []
+    assert meta.zk.get_children(layout.snapshot_index_path(table_id)) == ["0"]
+    # A kill -9 now recovers from the index alone.
+    coordinator.kill()
+    coordinator.start(timeout_s=60)
+    conn = coordinator.connection()
+    assert call_until_leader(conn, ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table_id},
+                             timeout_s=60)["snapshots"] == after

@@ -21,7 +21,8 @@ SnapshotKey = tuple[int, int, int]
 class LeaseStore(Protocol):
     """The part of MetadataStore the lease manager writes through."""
 
-    def save_lease(self, record: LeaseRecord) -> int: ...
+    def save_lease(self, record: LeaseRecord,
+                   changed: Mapping[int, Iterable[int] | None] | None = None) -> int: ...
 
     def delete_lease(self, lease_id: str) -> None: ...
 
@@ -106,7 +107,11 @@ class LeaseManager:
         with self.lock:
             now = self._clock()
             current = self._live(lease_id, now)
-            new_tables = {t: dict(p) for t, p in current.tables.items()} if current else {}
+            # Copy on write, per table: a change to a few buckets must not copy (nor make the
+            # store encode again) the pins of every table of a 1,000,000-pin lease.
+            new_tables = dict(current.tables) if current else {}
+            copied: set[int] = set()
+            changed: dict[int, set[int]] = {}
             holders = dict(current.holders) if current else {}
             if holder is not None:
                 for table_id in map(_table_id, tables):
@@ -129,13 +134,16 @@ class LeaseManager:
                     if not self._exists(table_id, bucket, snap):
                         unavailable.setdefault(table_id, {})[bucket] = snap
                         continue
-                    table_pins = new_tables.setdefault(table_id, {})
-                    old = table_pins.get(bucket)
+                    old = new_tables.get(table_id, {}).get(bucket)
                     if old == snap:
                         continue
+                    if table_id not in copied:
+                        new_tables[table_id] = dict(new_tables.get(table_id, {}))
+                        copied.add(table_id)
                     if old is not None:
                         removed.append((table_id, bucket, old))
-                    table_pins[bucket] = snap
+                    new_tables[table_id][bucket] = snap
+                    changed.setdefault(table_id, set()).add(bucket)
                     added.append((table_id, bucket, snap))
             new_tables = {t: p for t, p in new_tables.items() if p}
             if holder is not None:
@@ -146,7 +154,7 @@ class LeaseManager:
                               expires_at_ms=now + duration_ms, tables=new_tables,
                               holders=_held(holders, new_tables),
                               owner=current.owner if current else owner)
-            self._store.save_lease(rec)
+            self._store.save_lease(rec, changed=changed)
             self._leases[lease_id] = rec
             self._add_refs(added)
             self._unpinned(self._remove_refs(removed))
@@ -169,7 +177,7 @@ class LeaseManager:
                 raise LeaseNotFound(f"KV snapshot lease {lease_id!r} does not exist or has "
                                     "expired; its snapshots are no longer pinned, acquire again")
             rec = replace(current, expires_at_ms=now + duration_ms)
-            self._store.save_lease(rec)
+            self._store.save_lease(rec, changed={})
             self._leases[lease_id] = rec
             return rec.expires_at_ms
 
@@ -183,21 +191,26 @@ class LeaseManager:
             current = self._live(lease_id, self._clock())
             if current is None:
                 return 0
-            new_tables = {t: dict(p) for t, p in current.tables.items()}
+            new_tables = dict(current.tables)
             removed: list[SnapshotKey] = []
+            changed: dict[int, set[int]] = {}
             for t_raw, buckets in tables.items():
                 table_id = _int(t_raw, "table_id")
-                pins = new_tables.get(table_id)
                 for b_raw in buckets:
                     bucket = _int(b_raw, "bucket")
-                    if pins is not None and bucket in pins:
-                        removed.append((table_id, bucket, pins.pop(bucket)))
+                    pins = new_tables.get(table_id)
+                    if pins is None or bucket not in pins:
+                        continue
+                    if table_id not in changed:     # copy on write, as in acquire
+                        pins = new_tables[table_id] = dict(pins)
+                    removed.append((table_id, bucket, pins.pop(bucket)))
+                    changed.setdefault(table_id, set()).add(bucket)
             if not removed:
                 return current.pin_count()
             new_tables = {t: p for t, p in new_tables.items() if p}
             rec = replace(current, tables=new_tables, holders=_held(current.holders, new_tables))
             if new_tables:
-                self._store.save_lease(rec)
+                self._store.save_lease(rec, changed=changed)
                 self._leases[lease_id] = rec
             else:
                 self._store.delete_lease(lease_id)
@@ -275,7 +288,7 @@ class LeaseManager:
                 rest = {t: p for t, p in rec.tables.items() if t != table_id}
                 if rest:
                     new = replace(rec, tables=rest, holders=_held(rec.holders, rest))
-                    self._store.save_lease(new)
+                    self._store.save_lease(new, changed={table_id: None})
                     self._leases[lease_id] = new
                 else:
                     self._store.delete_lease(lease_id)

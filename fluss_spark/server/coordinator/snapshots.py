@@ -58,8 +58,12 @@ class SnapshotRegistry:
         self._snaps: dict[int, dict[int, dict[int, SnapshotRecord]]] = {}
 
     def load(self) -> int:
+        """Mirror every registered snapshot; layout v1 records are moved into the snapshot
+        index first (the active coordinator is the only writer), so later recoveries read
+        index pages only."""
         with self.lock:
             self._snaps = {}
+            self._store.migrate_snapshots()
             records = self._store.all_snapshots()
             for rec in records:
                 self._cache(rec)

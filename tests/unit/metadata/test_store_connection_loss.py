@@ -9,6 +9,7 @@ from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from fluss_spark.errors import MetadataStoreUnavailable
+from fluss_spark.metadata import layout
 from fluss_spark.metadata.faults import ConnectionDies
 from fluss_spark.metadata.layout import LeaseRecord
 from fluss_spark.metadata.store import MetadataStore
@@ -72,14 +73,20 @@ def test_a_call_that_is_never_answered_gives_up_after_the_session_timeout():
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunk leases above 64 bytes, so a few pins make a lease of several chunk znodes."""
-    encode = LeaseRecord.encode_parts
-    monkeypatch.setattr(LeaseRecord, "encode_parts",
-                        lambda self, generation: encode(self, generation, 64))
+    """Parts of 16 buckets, each in a child znode, at most ~64 bytes per multi: a lease of 100
+    pins is then several znodes written in several steps."""
+    monkeypatch.setattr(layout, "LEASE_PART_BUCKETS", 16)
+    monkeypatch.setattr(layout, "LEASE_INLINE_PART_BYTES", 0)
+    monkeypatch.setattr(layout, "LEASE_MULTI_BYTES", 64)
 
 
 def chunked(expires_at_ms: int, offset: int) -> LeaseRecord:
     return LeaseRecord("big", 1, expires_at_ms, {1: {b: offset + 100_003 * b for b in range(100)}})
+
+
+def test_the_small_chunks_fixture_makes_several_znodes(small_chunks):
+    _, children = chunked(2, 0).encode_all(generation=1)
+    assert len(children) == 7
 
 
 def each_failure_point(zk_address, setup, write):
@@ -109,7 +116,6 @@ def each_failure_point(zk_address, setup, write):
 def test_a_chunked_lease_overwrite_cut_off_anywhere_leaves_the_old_or_the_new(zk_address,
                                                                               small_chunks):
     old, new = chunked(2, 0), chunked(3, 1000)
-    assert len(old.encode_parts(1)[1]) > 2
     outcomes = []
     for store, failed in each_failure_point(zk_address, lambda s: s.save_lease(old),
                                             lambda s: s.save_lease(new)):
@@ -140,3 +146,20 @@ def test_a_first_chunked_write_cut_off_anywhere_is_never_loaded_half_written(zk_
         assert store.load_lease("big") in (rec, None)
         store.save_lease(rec)
         assert store.load_lease("big") == rec
+
+
+def test_a_one_bucket_change_cut_off_anywhere_leaves_the_old_or_the_new(zk_address,
+                                                                     small_chunks):
+    # The incremental path: the store knows what it wrote and sends one part and the header.
+    old = chunked(2, 0)
+    pins = dict(old.tables[1])
+    pins[40] = 7
+    new = LeaseRecord("big", 1, 3, {1: pins})
+    outcomes = []
+    for store, failed in each_failure_point(zk_address, lambda s: s.save_lease(old),
+                                            lambda s: s.save_lease(new, changed={1: {40}})):
+        assert store.load_lease("big") in (old, new)
+        outcomes.append(failed)
+        store.save_lease(new, changed={1: {40}})   # the retry converges
+        assert store.load_lease("big") == new
+    assert outcomes[-1] is False and all(outcomes[:-1])

@@ -244,7 +244,7 @@ def test_a_failed_store_write_changes_nothing(h):
     h.leases.acquire("a", HOUR, {1: {0: 1}})
     real_save = h.store.save_lease
 
-    def broken(record):
+    def broken(record, changed=None):
         raise RuntimeError("ZooKeeper is down")
 
     h.leases._store.save_lease = broken

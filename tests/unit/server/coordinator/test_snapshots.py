@@ -97,3 +97,31 @@ def test_gc_never_deletes_a_path_outside_the_snapshot_store(h, tmp_path):
     h.snapshot(1, 0, 2)   # snapshot 0 leaves retention
     assert h.stored_ids(1, 0) == [1, 2]
     assert (outside / "data").read_text() == "keep"
+
+
+def test_recovery_reads_an_old_layout_tree_and_moves_it_into_the_index(h):
+    from fluss_spark.metadata import layout
+    from fluss_spark.metadata.layout import SnapshotRecord
+    from fluss_spark.protocol.codec import packb
+    # A tree as the previous release left it: one znode per snapshot, a v3 lease inline.
+    for s in (1, 2, 3):
+        f = h.file_of(1, 0, s)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"snapshot")
+        path = layout.snapshot_path(1, 0, s)
+        h.store.zk.ensure_path(path.rpartition("/")[0])
+        h.store.zk.create(path, SnapshotRecord(1, 0, s, str(f), s * 10, s).encode())
+    h.store.zk.create(layout.lease_path("a"), packb({
+        "v": 3, "lease_id": "a", "created_ms": 1, "expires_at_ms": h.clock() + HOUR, "state": "ok",
+        "holders": {}, "owner": None, "pins": [{"t": 1, "e": "sparse", "b": [0], "s": [1]}],
+        "generation": 1, "chunks": 0, "payload_bytes": 0, "payload_crc": 0}))
+    h.retained[1] = 1
+    h.restart()
+    # Snapshot 2 left retention unpinned and went; 1 stays for its lease; 3 is the newest.
+    assert [r.snapshot_id for r in h.registry.find(1)] == [1, 3]
+    assert h.leases.describe("a").tables == {1: {0: 1}}
+    assert not h.file_of(1, 0, 2).exists() and h.alive(1, 0, 1) and h.alive(1, 0, 3)
+    assert h.store.zk.get_children(layout.SNAPSHOTS) == []
+    assert h.store.zk.get_children(layout.snapshot_index_path(1)) == ["0"]
+    h.restart()
+    assert [r.snapshot_id for r in h.registry.find(1)] == [1, 3]
