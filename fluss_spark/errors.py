@@ -35,6 +35,10 @@ class ConfigError(FlussError, ValueError):
     """An option, argument or file is invalid; raised before anything is sent."""
 
 
+class LiveScanLost(FlussError):
+    """A live KV scan lost its server-side session; its point-in-time view cannot be reopened."""
+
+
 class ApiError(FlussError):
     """An error with a stable wire code, raised on the server and re-raised on the client."""
 

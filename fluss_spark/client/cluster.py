@@ -31,6 +31,27 @@ class Capabilities:
     #: How a snapshot is read: server-side ``scan_session`` paging, or the snapshot's ``files``
     #: (Apache Fluss 0.9.1: its RocksDB checkpoint in remote storage).
     snapshot_read: Literal["scan_session", "files"] = "scan_session"
+    #: Live KV scans (``open_live_scan``): a server-side session over the bucket's current state
+    #: that reports the changelog offset it reflects, cannot be resumed and expires when idle
+    #: (Apache Fluss's SCAN_KV, API 1061, where the tablet servers offer it).
+    live_kv_scan: bool = False
+
+
+@dataclass(frozen=True)
+class LiveScanStart:
+    """The open of a live KV scan of one bucket: the offset its rows reflect and its first rows.
+
+    Plain data, so it can travel inside a Spark split to the executor that reads the rest.
+    """
+
+    #: The first changelog offset NOT reflected in the rows (rows carry ``log_offset - 1``).
+    log_offset: int
+    #: The server-side session, or None when the open returned every row (or the bucket is empty).
+    scanner_id: str | None
+    #: The open response's rows, in the cluster's own encoding (``read_live_scan`` decodes them).
+    records: bytes
+    #: Whether rows remain after ``records``.
+    has_more: bool
 
 
 @runtime_checkable
@@ -120,6 +141,22 @@ class Cluster(Protocol):
         snapshot is gone. Close the stream when stopping early."""
         ...
 
+    # -- live KV scans (only when ``capabilities().live_kv_scan``) ---------------------------------
+    def open_live_scan(self, table: str, bucket: int, *,
+                       batch_size_bytes: int = 1) -> LiveScanStart:
+        """Open a live scan of a PK bucket's current state; the server answers with at least one
+        row (``batch_size_bytes=1``: exactly one) while any exists."""
+        ...
+
+    def read_live_scan(self, table: str, bucket: int, start: LiveScanStart, *,
+                       projection: list[str] | None = None,
+                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+        """The rows of the scan ``start`` opened: its first rows, then the session's next batches
+        to the end, the (projected) table columns only, in key order. ``LiveScanLost`` (while
+        iterating) when the session is gone: it cannot be resumed. Closing the stream closes the
+        session."""
+        ...
+
     def close(self) -> None:
         """Release connections; the object is not used afterwards."""
         ...
@@ -127,5 +164,5 @@ class Cluster(Protocol):
 
 __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
            "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
-           "LeaseInfo", "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "TableInfo",
+           "LeaseInfo", "LiveScanStart", "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "TableInfo",
            "UPDATE_AFTER", "UPDATE_BEFORE"]

@@ -7,8 +7,8 @@ from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
-from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster, Pins,
-                                        RecordBatchStream)
+from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
+                                        LiveScanStart, Pins, RecordBatchStream)
 from fluss_spark.client.connection import FlussConnection
 from fluss_spark.errors import UnsupportedVersion
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
@@ -37,7 +37,8 @@ class FlussCluster:
                 except UnsupportedVersion:
                     leases = False
                 self._capabilities = Capabilities(leases=leases, lease_renewal="renew",
-                                                  snapshot_read="scan_session")
+                                                  snapshot_read="scan_session",
+                                                  live_kv_scan=True)
             return self._capabilities
 
     # -- tables and offsets -----------------------------------------------------------------------
@@ -85,6 +86,15 @@ class FlussCluster:
                                                 start_row=start_row, limit=limit,
                                                 projection=projection,
                                                 batch_size_bytes=batch_size_bytes)
+
+    def open_live_scan(self, table: str, bucket: int, *,
+                       batch_size_bytes: int = 1) -> LiveScanStart:
+        return self.conn.kv_scanner(table).open_live(bucket, batch_size_bytes)
+
+    def read_live_scan(self, table: str, bucket: int, start: LiveScanStart, *,
+                       projection: list[str] | None = None,
+                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+        return self.conn.kv_scanner(table).read_live(bucket, start, projection, batch_size_bytes)
 
     def close(self) -> None:
         self.conn.close()

@@ -16,8 +16,10 @@ from typing import Callable, Generator, Iterator
 
 import pyarrow as pa
 
+from fluss_spark.client.cluster import LiveScanStart
 from fluss_spark.errors import (ApiError, ConfigError, FlussError, KvSnapshotNotExist,
-                                NetworkError, ScannerExpired, TooManyScanners, UnknownScannerId)
+                                LiveScanLost, NetworkError, ScannerExpired, TooManyScanners,
+                                UnknownScannerId)
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.messages import (CloseScan, ContinueScan, ListKvSnapshotsRequest,
                                            OpenScan, ScanKvResponse, SnapshotInfo)
@@ -28,10 +30,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE_BYTES = 4 << 20
 #: A close is a courtesy: never wait long for it (the server evicts idle sessions anyway).
 _CLOSE_TIMEOUT_S = 5.0
-
-
-class LiveScanLost(FlussError):
-    """A live scan lost its session; its point-in-time view cannot be reopened."""
 
 
 class KvScan:
@@ -171,7 +169,8 @@ class KvScanner:
                 expected = start_row + scan.rows
                 if scanner_id is None:
                     remaining = None if limit is None else limit - scan.rows
-                    rpc, resp = self._open(scan, projection, remaining, expected, batch_size)
+                    rpc, resp = self._open(scan.bucket, scan.snapshot_id, scan.live, projection,
+                                           remaining, expected, batch_size)
                     seq = 0
                     if lost is not None:              # the server may still hold it: free it
                         self._close_session(*lost)
@@ -201,15 +200,67 @@ class KvScanner:
         except Exception as e:  # noqa: BLE001
             log.debug("closing scan session %s failed: %s", scanner_id, e)
 
-    def _open(self, scan: KvScan, projection, limit, start_row, batch_size):
+    # -- live scans opened in one place and read in another ---------------------------------------
+    def open_live(self, bucket: int, batch_size_bytes: int = 1) -> LiveScanStart:
+        """Open a live scan and return where it stands (``read_live`` reads the rest)."""
+        _, resp = self._open(bucket, None, True, None, None, 0, batch_size_bytes)
+        if resp.log_offset is None:
+            raise FlussError(f"live scan of {self.table.name} bucket {bucket}: the tablet "
+                             "server did not say which changelog offset the scan reflects")
+        return LiveScanStart(log_offset=resp.log_offset,
+                             scanner_id=resp.scanner_id if resp.has_more else None,
+                             records=resp.records or b"", has_more=resp.has_more)
+
+    def read_live(self, bucket: int, start: LiveScanStart, projection: list[str] | None = None,
+                  batch_size_bytes: int = DEFAULT_BATCH_SIZE_BYTES) -> KvScan:
+        """The rows of the live scan ``start`` opened (perhaps in another process): its first
+        rows, then its session to the end; ``LiveScanLost`` when the session is gone."""
+        return KvScan(lambda scan: self._live_pages(scan, start, projection, batch_size_bytes),
+                      bucket=bucket, snapshot_id=None, live=True)
+
+    def _live_pages(self, scan: KvScan, start: LiveScanStart, projection,
+                    batch_size: int) -> Generator[pa.RecordBatch, None, None]:
+        scan.log_offset = start.log_offset
+        scanner_id = start.scanner_id if start.has_more else None
+        rpc, seq = None, 0
+        records: bytes | None = start.records
+        try:
+            while True:
+                if records:
+                    for batch in bytes_to_table(records).to_batches():
+                        if batch.num_rows:
+                            batch = batch.select(projection) if projection else batch
+                            scan.rows += batch.num_rows
+                            yield batch
+                if scanner_id is None:
+                    return
+                seq += 1
+                try:
+                    if rpc is None:
+                        rpc = self._conn.tablet_for(self.table.table_id, scan.bucket)
+                    resp = self._continue(scan, rpc, scanner_id, seq, batch_size)
+                except ApiError as e:      # any failure of a continue ends a live session
+                    raise LiveScanLost(
+                        f"live scan of table {self.table.name} bucket {scan.bucket} lost its "
+                        f"session {scanner_id} at call {seq} ({type(e).__name__}: {e})") from e
+                assert resp is not None    # a live scan raises instead of asking to reopen
+                records = resp.records
+                if not resp.has_more:
+                    scanner_id = None
+        finally:
+            if scanner_id is not None and rpc is not None:
+                self._close_session(rpc, scanner_id)
+
+    def _open(self, bucket: int, snapshot_id: int | None, live: bool, projection, limit,
+              start_row, batch_size):
         request = OpenScan(
-            table_id=self.table.table_id, bucket=scan.bucket, batch_size_bytes=batch_size,
-            call_seq_id=0, snapshot_id=None if scan.live else scan.snapshot_id, live=scan.live,
+            table_id=self.table.table_id, bucket=bucket, batch_size_bytes=batch_size,
+            call_seq_id=0, snapshot_id=None if live else snapshot_id, live=live,
             projection=tuple(projection) if projection is not None else None, limit=limit,
             start_row=start_row)
 
         def attempt():
-            rpc = self._conn.tablet_for(self.table.table_id, scan.bucket)
+            rpc = self._conn.tablet_for(self.table.table_id, bucket)
             return rpc, rpc.call(request)
 
         # Past the connection's own retries, a full server is waited for a while longer: its

@@ -41,19 +41,20 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from dataclasses import replace
 from typing import Callable
 
 from pyspark.sql.streaming.datasource import ReadLimit
 
-from fluss_spark.client.cluster import Cluster, TableInfo
+from fluss_spark.client.cluster import Cluster, LiveScanStart, TableInfo
 from fluss_spark.clock import Clock, monotonic_ms
 from fluss_spark.connector.lease_keeper import LeaseKeeper
 from fluss_spark.connector.lease_session import LeaseSession
 from fluss_spark.connector.offsets import (QueryIdentity, SnapshotPos, SourceOffset, TablePos,
-                                           decode)
+                                           decode, live_read_in)
 from fluss_spark.connector.options import SourceOptions
 from fluss_spark.connector.planning import OffsetPlanner
-from fluss_spark.connector.splits import plan_splits
+from fluss_spark.connector.splits import LiveScanSplit, plan_splits
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,12 @@ class Enumerator:
         self._cluster: Cluster | None = None
         self.lease = LeaseSession(options, lambda: self.cluster, connect, clock=clock,
                                   renew_in_thread=renew_in_thread)
-        self.planner = OffsetPlanner(options, lambda: self.cluster, clock=clock)
+        self.planner = OffsetPlanner(options, lambda: self.cluster, clock=clock,
+                                     live_scans=self.live_scans)
+        self._live: bool | None = None
+        # (table id, bucket, log offset) -> the live scan opened for it while planning; a split
+        # carries it to its executor (after a driver restart the reader reopens the scan).
+        self._live_starts: dict[tuple[int, int, int], LiveScanStart] = {}
         self._initial: dict | None = None
         self.identity: QueryIdentity | None = None
         # Offsets this run returned before it was bound to a checkpoint (JSON text): an offset
@@ -109,6 +115,20 @@ class Enumerator:
     @property
     def keeper(self) -> LeaseKeeper | None:
         return self.lease.keeper
+
+    def live_scans(self) -> bool:
+        """Whether KV states are read through live scan sessions (option ``scan.kv.read``)."""
+        if self._live is None:
+            mode = self.options.kv_read
+            caps = self.cluster.capabilities()
+            if mode == "live" and not caps.live_kv_scan:
+                raise ConfigError(
+                    f"scan.kv.read=live: the cluster at {self.options.bootstrap_servers} offers "
+                    f"no live KV scans (Apache Fluss has them from its SCAN_KV API, which 0.9.1 "
+                    f"lacks); use scan.kv.read=auto or snapshot")
+            self._live = mode == "live" or (mode == "auto" and caps.live_kv_scan
+                                            and caps.snapshot_read == "files")
+        return self._live
 
     def _leases_supported(self) -> bool:
         return self.lease.supported(self.table_names)
@@ -203,17 +223,26 @@ class Enumerator:
              lossless: bool) -> None:
         """Acquire the snapshots ``logged`` still reads; handle the ones that are gone."""
         pins: dict[int, dict[int, int]] = {}
+        live: set[tuple[int, int]] = set()
         for tid, t in logged.tables.items():
             before = batch_start.tables.get(tid) if batch_start is not None else None
             for b, pos in t.snapshot.items():
                 if not pos.complete or (batch_start is not None and _reads(before, b, pos)):
                     pins.setdefault(tid, {})[b] = pos.snapshot_id
+                if batch_start is not None and live_read_in(before, t, b):
+                    live.add((tid, b))
         if not pins or not self._leases_supported():
             return
         unavailable = self.lease.acquire(pins, self._names(logged))
         for tid, buckets in sorted(unavailable.items()):
             for b, sid in sorted(buckets.items()):
-                self._replace(tid, logged.tables[tid], b, sid, lossless=lossless)
+                if (tid, b) in live:
+                    # Read by a live scan: the snapshot was only material to rebuild the state
+                    # from if the session is lost (the reader then tries the newest one).
+                    log.info("table %r bucket %d: KV snapshot %d is gone; its live scan has no "
+                             "leased fallback", logged.tables[tid].name, b, sid)
+                else:
+                    self._replace(tid, logged.tables[tid], b, sid, lossless=lossless)
 
     @staticmethod
     def _names(offset: SourceOffset) -> dict[int, str]:
@@ -273,7 +302,7 @@ class Enumerator:
                 snapshot[b] = new
             if log_from is not None:
                 logs[b] = log_from
-            tables[tid] = TablePos(t.name, snapshot, logs)
+            tables[tid] = replace(t, snapshot=snapshot, log=logs)
         return offset.with_tables(tables)
 
     # -- micro-batches ------------------------------------------------------------------------
@@ -301,12 +330,34 @@ class Enumerator:
         step = self.planner.next_end(start, limit, self.identity)
         if step is None:
             return start_json
-        end = step.end.to_json()
+        end = self._open_live_scans(start, step.end).to_json() if step.reads else \
+            step.end.to_json()
         if not step.reads:
             return start_json if end == start_json else end
         if not self.lease.bound:
             self._produced.add(json.dumps(end))
         return end
+
+    def _open_live_scans(self, start: SourceOffset, end: SourceOffset) -> SourceOffset:
+        """Open a live scan for every bucket whose snapshot phase the batch ``start -> end``
+        admits, and put the offset each reflects into ``end``, so the offset log holds it before
+        any row is read. A scan's first row comes back with the open (Fluss always sends one)
+        and travels in the split."""
+        if not self.live_scans():
+            return end
+        tables = dict(end.tables)
+        for tid, t in end.tables.items():
+            s = start.tables.get(tid)
+            opened = {}
+            for b, pos in sorted(t.snapshot.items()):
+                before = s.snapshot.get(b) if s is not None else None
+                if pos.complete and before is not None and not before.complete:
+                    scan = self.cluster.open_live_scan(t.name, b, batch_size_bytes=1)
+                    self._live_starts[(tid, b, scan.log_offset)] = scan
+                    opened[b] = scan.log_offset
+            if opened:
+                tables[tid] = replace(t, log={**t.log, **opened}, live={**t.live, **opened})
+        return end.with_tables(tables)
 
     def report_latest_offset(self) -> dict | None:
         latest = self.planner.latest_available
@@ -317,8 +368,22 @@ class Enumerator:
         # ``end`` is in the offset log already: bind to it and lease what the batch reads
         # before any split exists.
         self._bind(end, batch_start=start)
-        return plan_splits(self._apply_replacements(start), self._apply_replacements(end),
-                           self.options.split_max_rows)
+        splits = plan_splits(self._apply_replacements(start), self._apply_replacements(end),
+                             self.options.split_max_rows, self._live_starts,
+                             self._primary_keys(end))
+        for split in splits:   # a session is read by one task; retries reuse the split itself
+            if isinstance(split, LiveScanSplit):
+                self._live_starts.pop((split.table_id, split.bucket, split.log_offset), None)
+        return splits
+
+    def _primary_keys(self, offset: SourceOffset) -> dict[int, tuple[str, ...]]:
+        """Primary keys of the tables of ``offset`` that a live scan reads."""
+        if not any(t.live for t in offset.tables.values()):
+            return {}
+        if not self._infos:
+            self._resolve()
+        return {tid: tuple(self._infos[tid].primary_key) for tid in offset.tables
+                if tid in self._infos}
 
     def commit(self, end_json: dict) -> None:
         end = decode(end_json)

@@ -11,6 +11,10 @@ Version evolution (every version listed here must keep decoding):
   ``holder`` is a random id made once per checkpoint: the coordinator records it beside the pins,
   so another query that reuses the lease id cannot move them. A version 1 offset has no identity;
   its lease id stands in for the holder.
+- **3** version 2 plus, per table, ``"live": {"<bucket>": log_offset}``: the bucket's KV state
+  was read through a live scan session reflecting changelog offsets ``< log_offset`` (read in
+  the batch whose end offset first shows the entry; its changelog continues at that offset). An
+  offset without live entries is written as version 2, as before.
 
 A bucket with a ``snapshot`` entry first reads rows ``[0, row_count)`` of that KV snapshot; while
 ``next_row < row_count`` its ``log`` entry stays at the snapshot's ``log_offset`` (the first
@@ -29,8 +33,8 @@ from typing import Any, Mapping
 
 from fluss_spark.errors import ConfigError
 
-VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
+VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
 LAYOUTS = ("single", "multi")
 
 _WHAT_TO_DO = ("The checkpoint (checkpointLocation) belongs to another source or is corrupt; "
@@ -61,11 +65,13 @@ class SnapshotPos:
 
 @dataclass(frozen=True)
 class TablePos:
-    """One table's buckets: snapshot progress (PK tables in full mode) and changelog positions."""
+    """One table's buckets: snapshot progress (PK tables in full mode), live scans read (bucket
+    -> the log offset the scan reflected) and changelog positions."""
 
     name: str
     snapshot: Mapping[int, SnapshotPos] = field(default_factory=dict)
     log: Mapping[int, int] = field(default_factory=dict)
+    live: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def snapshot_complete(self) -> bool:
@@ -107,7 +113,7 @@ class SourceOffset:
 
     def to_json(self) -> dict:
         """The JSON-ready dict Spark checkpoints (string keys, numeric key order)."""
-        tables = {}
+        tables: dict[str, dict] = {}
         for tid in sorted(self.tables):
             t = self.tables[tid]
             tables[str(tid)] = {
@@ -116,10 +122,13 @@ class SourceOffset:
                              for b, s in sorted(t.snapshot.items())},
                 "log": {str(b): int(o) for b, o in sorted(t.log.items())},
             }
+            if t.live:
+                tables[str(tid)]["live"] = {str(b): int(o) for b, o in sorted(t.live.items())}
         if self.query is None:
             return {"version": 1, "lease_id": self.lease_id, "tables": tables}
-        return {"version": VERSION, "lease_id": self.lease_id, "query": self.query.to_json(),
-                "tables": tables}
+        live = any(t.live for t in self.tables.values())
+        return {"version": VERSION if live else 2, "lease_id": self.lease_id,
+                "query": self.query.to_json(), "tables": tables}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json())
@@ -198,15 +207,26 @@ def _decode_v1(value: dict) -> SourceOffset:
                                   f"is not [snapshot_id, row_count, next_row, log_offset]. "
                                   f"{_WHAT_TO_DO}")
             snapshot[b] = SnapshotPos(*entry)
-        log = {}
-        for b_text, off in log_raw.items():
-            b = _int_key(b_text, "bucket")
-            if not _is_int(off) or off < 0:
-                raise OffsetError(f"table {t['name']!r} bucket {b}: log offset {off!r} is not a "
-                                  f"non-negative integer. {_WHAT_TO_DO}")
-            log[b] = off
-        tables[tid] = TablePos(t["name"], dict(sorted(snapshot.items())), dict(sorted(log.items())))
+        log = _offsets(t["name"], log_raw, "log offset")
+        live_raw = t.get("live", {})
+        if not isinstance(live_raw, dict):
+            raise OffsetError(f"table {t['name']!r} of the fluss source offset has a malformed "
+                              f"'live' map. {_WHAT_TO_DO}")
+        live = _offsets(t["name"], live_raw, "live scan log offset")
+        tables[tid] = TablePos(t["name"], dict(sorted(snapshot.items())), log, live)
     return SourceOffset(lease_id, dict(sorted(tables.items())))
+
+
+def _offsets(table: str, raw: dict, what: str) -> dict[int, int]:
+    """``{"<bucket>": offset}`` as ints, in bucket order."""
+    out = {}
+    for b_text, off in raw.items():
+        b = _int_key(b_text, "bucket")
+        if not _is_int(off) or off < 0:
+            raise OffsetError(f"table {table!r} bucket {b}: {what} {off!r} is not a "
+                              f"non-negative integer. {_WHAT_TO_DO}")
+        out[b] = off
+    return dict(sorted(out.items()))
 
 
 def _is_int(x: Any) -> bool:
@@ -237,9 +257,15 @@ def rows_between(start: SourceOffset, end: SourceOffset) -> dict[int, int]:
             base = ss.next_row if ss and ss.snapshot_id == es.snapshot_id else 0
             total += max(0, es.next_row - base)
         for b, eo in e.log.items():
-            total += max(0, eo - log_start(s, e, b))
+            if not live_read_in(s, e, b):    # its changelog only starts after the live scan
+                total += max(0, eo - log_start(s, e, b))
         out[tid] = total
     return out
+
+
+def live_read_in(start: TablePos | None, end: TablePos, bucket: int) -> bool:
+    """Whether the batch ``start -> end`` reads ``bucket``'s KV state through a live scan."""
+    return bucket in end.live and (start is None or start.live.get(bucket) != end.live[bucket])
 
 
 def log_start(start: TablePos | None, end: TablePos, bucket: int) -> int:

@@ -99,6 +99,14 @@ SCAN_BATCH_BYTES = size("scan.batch.bytes", "4mb",
 SPLIT_MAX_ROWS = integer("scan.split.max-rows", 0,
                          "Cut a bucket's snapshot rows of one micro-batch into splits of at most "
                          "this many rows (0: one split per bucket).", minimum=0)
+KV_READ = choice("scan.kv.read", ("auto", "snapshot", "live"), "auto",
+                 "How a PK table's KV state is read in full mode: snapshot (its leased KV "
+                 "snapshot), live (a live scan session per bucket, opened while the batch is "
+                 "planned: Apache Fluss's SCAN_KV), or auto (live where snapshots are read from "
+                 "files and the servers offer live scans, else snapshot).")
+LIVE_MAX_BUCKETS = integer("scan.kv.live.max-buckets-per-trigger", 16,
+                           "Most buckets whose live scan sessions one micro-batch opens (each is "
+                           "read whole by one task).", minimum=1)
 ENGINE = choice("engine", ("auto", "embedded", "apache-fluss"), "auto",
                 "Which cluster bootstrap.servers names: auto (probe the first reachable server), "
                 "embedded (this project's servers) or apache-fluss (an Apache Fluss cluster).")
@@ -119,7 +127,8 @@ LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
 SOURCE_OPTIONS: list[Option] = [
     BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
     LEASE_DURATION, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
-    FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, ENGINE, REQUEST_TIMEOUT,
+    FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, KV_READ, LIVE_MAX_BUCKETS, ENGINE,
+    REQUEST_TIMEOUT,
     LEASE_ACQUIRE_RETRIES,
     SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD,
 ]
@@ -147,6 +156,8 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     scan_batch_bytes: int = 4 << 20
     split_max_rows: int = 0
+    kv_read: str = "auto"
+    live_max_buckets: int = 16
     request_timeout_ms: int = 60_000
     engine: str = "auto"
     lease_acquire_retries: int = 5
@@ -272,6 +283,8 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         fail_on_data_loss=FAIL_ON_DATA_LOSS.get(values),
         scan_batch_bytes=SCAN_BATCH_BYTES.get(values),
         split_max_rows=SPLIT_MAX_ROWS.get(values),
+        kv_read=KV_READ.get(values),
+        live_max_buckets=LIVE_MAX_BUCKETS.get(values),
         request_timeout_ms=REQUEST_TIMEOUT.get(values),
         engine=ENGINE.get(values),
         lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
@@ -14,6 +14,9 @@ from fluss_spark.connector.offsets import QueryIdentity, SnapshotPos, SourceOffs
 from fluss_spark.connector.options import SourceOptions
 
 BucketKey = tuple[int, int]  # (table id, bucket)
+
+#: Stands in for "no snapshot entry": such a bucket is not in its snapshot phase.
+_DONE = SnapshotPos(0, 0, 0, 0)
 
 
 def spread(pending: dict[BucketKey, int], budget: int) -> dict[BucketKey, int]:
@@ -51,9 +54,12 @@ class OffsetPlanner:
     """
 
     def __init__(self, options: SourceOptions, cluster: Callable[[], Cluster], *,
-                 clock: Clock = monotonic_ms):
+                 clock: Clock = monotonic_ms, live_scans: Callable[[], bool] = lambda: False):
+        """``live_scans()``: whether KV states are read through live scans, which read a
+        bucket whole in one task (so snapshot-phase buckets are admitted whole)."""
         self.options = options
         self._cluster = cluster
+        self._live_scans = live_scans
         self.clock = clock
         self._last_batch_ms = clock()
         self._available_now_target: dict[BucketKey, int] | None = None
@@ -127,10 +133,30 @@ class OffsetPlanner:
                 return None
             budget = self.options.max_offsets_per_trigger
         alloc = pending if budget is None else spread(pending, budget)
+        if self._live_scans():
+            alloc = self.whole_buckets(start, pending, alloc, budget)
         if not any(alloc.values()):
             return Step(self.advance(start, {}, {}, identity), reads=False)
         self._last_batch_ms = self.clock()
         return Step(self.advance(start, alloc, latest_log, identity), reads=True)
+
+    def whole_buckets(self, start: SourceOffset, pending: dict[BucketKey, int],
+                      alloc: dict[BucketKey, int], budget: int | None) -> dict[BucketKey, int]:
+        """``alloc`` with snapshot-phase buckets admitted whole or not at all: in bucket order,
+        while the budget and ``scan.kv.live.max-buckets-per-trigger`` allow, at least one."""
+        phase = sorted(k for k, n in pending.items() if n > 0
+                       and not start.tables[k[0]].snapshot.get(k[1], _DONE).complete)
+        out = dict(alloc)
+        rows = chosen = 0
+        for k in phase:
+            fits = budget is None or rows + pending[k] <= budget
+            if chosen < self.options.live_max_buckets and (fits or not chosen):
+                out[k] = pending[k]
+                rows += pending[k]
+                chosen += 1
+            else:
+                out[k] = 0
+        return out
 
     def pending(self, start: SourceOffset) -> tuple[dict[BucketKey, int], dict[BucketKey, int]]:
         """Units available per bucket: unread snapshot rows, or (once the snapshot was fully
@@ -171,7 +197,7 @@ class OffsetPlanner:
                 if (tid, b) in latest_log:
                     logs[b] = t.log[b] + min(alloc.get((tid, b), 0),
                                              latest_log[(tid, b)] - t.log[b])
-            tables[tid] = TablePos(t.name, snapshot, logs)
+            tables[tid] = replace(t, snapshot=snapshot, log=logs)
         return SourceOffset(start.lease_id, tables, start.query or identity)
 
 

@@ -13,13 +13,17 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fluss_spark.client.cluster import CHANGE_TYPE, RETRACTIONS, Cluster
+from fluss_spark.client.cluster import (CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET, RETRACTIONS,
+                                        Cluster, LiveScanStart)
 from fluss_spark.connector.options import SourceOptions
 from fluss_spark.connector.schema import Layout, with_snapshot_metadata
-from fluss_spark.connector.splits import LogSplit, MergedBucketSplit, SnapshotSplit
-from fluss_spark.errors import KvSnapshotNotExist, LogOffsetOutOfRange
+from fluss_spark.connector.splits import LiveScanSplit, LogSplit, MergedBucketSplit, SnapshotSplit
+from fluss_spark.errors import KvSnapshotNotExist, LiveScanLost, LogOffsetOutOfRange
 
 log = logging.getLogger(__name__)
+
+#: How often a lost live scan is reopened in the hope of finding the same state again.
+_LIVE_REOPENS = 2
 
 _ClusterKey = tuple[str, int, str | None, str | None]
 _CLUSTERS: dict[_ClusterKey, Cluster] = {}
@@ -67,6 +71,8 @@ class SplitReader:
             raw = self.log_records(split)
         elif isinstance(split, MergedBucketSplit):
             raw = self.merged_rows(split)
+        elif isinstance(split, LiveScanSplit):
+            raw = self.live_rows(split)
         elif getattr(split, "value", "") is None:
             return  # Spark's stand-in partition when planning found nothing to read
         else:
@@ -115,6 +121,122 @@ class SplitReader:
                 f"table {split.table!r} bucket {split.bucket}: KV snapshot {split.snapshot_id} "
                 f"returned {seen} rows from row {split.row_start}, expected {split.rows}; the "
                 f"snapshot is not the one this query planned")
+
+    # -- live scan splits ---------------------------------------------------------------------
+    def live_rows(self, split: LiveScanSplit) -> Iterator[pa.RecordBatch]:
+        """A bucket's state as of ``split.log_offset``, exactly, whatever happens to the session.
+
+        A session cannot be resumed, so when it is lost: (a) a new session reflecting the same
+        offset has the same rows in the same (key) order, and is read on past the rows already
+        yielded; (b) otherwise the state is rebuilt from a snapshot at or before the offset plus
+        the changelog up to it, folded by key, minus the keys already yielded; (c) when neither
+        works the split fails (``failOnDataLoss``) or continues from the newer state, whose
+        changelog gap the next batches deliver again (the folded table stays exact).
+        """
+        cluster = self.cluster_factory(self.options)
+        columns = self.columns(split.table, split.primary_key)
+        yielded: list[pa.Table] = []   # key columns of every row yielded, for (b) and (c)
+        served, reopens, start = 0, 0, split.start
+        while True:
+            if start is None:
+                start = cluster.open_live_scan(split.table, split.bucket,
+                                               batch_size_bytes=self.options.scan_batch_bytes)
+                if start.log_offset != split.log_offset:
+                    break
+            skip = served
+            scan = cluster.read_live_scan(split.table, split.bucket, start, projection=columns,
+                                          batch_size_bytes=self.options.scan_batch_bytes)
+            try:
+                for batch in scan:
+                    if skip:
+                        drop = min(skip, batch.num_rows)
+                        batch, skip = batch.slice(drop), skip - drop
+                        if not batch.num_rows:
+                            continue
+                    served += batch.num_rows
+                    yielded.append(pa.Table.from_batches([batch]).select(split.primary_key))
+                    yield with_snapshot_metadata(batch, split.log_offset)
+                return
+            except LiveScanLost as lost:
+                reopens += 1
+                log.info("table %r bucket %d: %s; reopening (%d rows read)", split.table,
+                         split.bucket, lost, served)
+                start = None
+                if reopens > _LIVE_REOPENS:
+                    break
+            finally:
+                scan.close()
+        rows = self._state_at(cluster, split, columns)
+        offset = split.log_offset
+        if rows is None:
+            rows, offset = self._newer_state(cluster, split, columns, start, served)
+        elif start is not None:        # a session of another state, not needed
+            cluster.read_live_scan(split.table, split.bucket, start).close()
+        if not rows.num_rows:
+            return
+        if yielded:
+            seen = pa.concat_tables(yielded).combine_chunks()
+            rows = rows.join(seen, list(split.primary_key), join_type="left anti")
+        for batch in rows.select(columns or rows.column_names).to_batches():
+            if batch.num_rows:
+                yield with_snapshot_metadata(batch, offset)
+
+    def _state_at(self, cluster: Cluster, split: LiveScanSplit,
+                  columns: list[str] | None) -> pa.Table | None:
+        """The bucket's rows as of ``split.log_offset`` from a snapshot at or before it plus the
+        changelog up to it (the table columns only); None when no such snapshot or changelog
+        is left."""
+        candidates = [(split.snapshot_id, split.snapshot_log_offset)]
+        latest = cluster.latest_kv_snapshots(split.table).get(split.bucket)
+        if latest is not None and latest.log_offset <= split.log_offset:
+            candidates.append((latest.snapshot_id, latest.log_offset))
+        for snapshot_id, log_offset in candidates:
+            if snapshot_id is None:
+                continue
+            try:
+                parts = [t for t in (self._snapshot_table(cluster, split, snapshot_id, log_offset,
+                                                          columns),) if t is not None]
+                if split.log_offset > log_offset:
+                    batches = list(cluster.read_log(split.table, split.bucket, log_offset,
+                                                    split.log_offset, columns))
+                    if batches:
+                        parts.append(pa.Table.from_batches(batches))
+            except (KvSnapshotNotExist, LogOffsetOutOfRange) as e:
+                log.info("table %r bucket %d: cannot rebuild the state at log offset %d from "
+                         "snapshot %s: %s", split.table, split.bucket, split.log_offset,
+                         snapshot_id, e)
+                continue
+            if not parts:
+                return pa.table({})     # an empty state: nothing to fold
+            folded = fold_latest(parts, list(split.primary_key))
+            log.info("table %r bucket %d: the live scan at log offset %d was lost; its state "
+                     "was rebuilt from snapshot %d and the changelog", split.table, split.bucket,
+                     split.log_offset, snapshot_id)
+            return folded.drop_columns([c for c in folded.column_names
+                                        if c in (CHANGE_TYPE, LOG_OFFSET, COMMIT_TIMESTAMP)])
+        return None
+
+    def _newer_state(self, cluster: Cluster, split: LiveScanSplit, columns: list[str] | None,
+                     newer: LiveScanStart | None, served: int) -> tuple[pa.Table, int]:
+        """(c): the state at ``split.log_offset`` is gone for good; fail, or (with
+        ``failOnDataLoss=false``) the rows of a newer state and the offset it reflects."""
+        what = (f"table {split.table!r} bucket {split.bucket}: the live scan of the state at "
+                f"log offset {split.log_offset} lost its session after {served} rows, a new "
+                f"session reflects another offset, and no KV snapshot at or before that offset "
+                f"with its changelog is left to rebuild it from")
+        if self.options.fail_on_data_loss:
+            raise LiveScanLost(f"{what}. Set failOnDataLoss=false to continue from the newer "
+                               "state (the bucket's changes after the lost offset are then "
+                               "delivered again), or restart with a new checkpointLocation")
+        if newer is None:
+            newer = cluster.open_live_scan(split.table, split.bucket,
+                                           batch_size_bytes=self.options.scan_batch_bytes)
+        log.warning("%s; continuing from the state at log offset %d (failOnDataLoss=false)",
+                    what, newer.log_offset)
+        batches = list(cluster.read_live_scan(split.table, split.bucket, newer,
+                                              projection=columns,
+                                              batch_size_bytes=self.options.scan_batch_bytes))
+        return (pa.Table.from_batches(batches) if batches else pa.table({})), newer.log_offset
 
     # -- changelog splits ---------------------------------------------------------------------
     def log_records(self, split: LogSplit) -> Iterator[pa.RecordBatch]:
@@ -173,7 +295,8 @@ class SplitReader:
             return
         yield from fold_latest(parts, list(split.primary_key)).to_batches()
 
-    def _snapshot_table(self, cluster: Cluster, split: MergedBucketSplit, snapshot_id: int | None,
+    def _snapshot_table(self, cluster: Cluster, split: MergedBucketSplit | LiveScanSplit,
+                        snapshot_id: int | None,
                         log_offset: int, columns: list[str] | None) -> pa.Table | None:
         if snapshot_id is None:
             return None

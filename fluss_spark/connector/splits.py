@@ -7,10 +7,12 @@ in an executor and sees nothing the driver learned after planning.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from pyspark.sql.datasource import InputPartition
 
-from fluss_spark.connector.offsets import SourceOffset, log_start
+from fluss_spark.client.cluster import LiveScanStart
+from fluss_spark.connector.offsets import SourceOffset, live_read_in, log_start
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,29 @@ class LogSplit(InputPartition):
 
 
 @dataclass(frozen=True)
+class LiveScanSplit(InputPartition):
+    """One bucket's whole KV state through a live scan reflecting changelog offsets
+    ``< log_offset`` (its rows get ``_log_offset = log_offset - 1``).
+
+    ``start`` is the session the driver opened while planning (None after a driver restart:
+    the reader reopens). ``snapshot_id`` / ``snapshot_log_offset`` name a leased snapshot with
+    ``snapshot_log_offset <= log_offset``, from which the state at ``log_offset`` is rebuilt
+    (snapshot + changelog folded by ``primary_key``) when the session is lost and a new one
+    reflects another offset.
+    """
+
+    table_id: int
+    table: str
+    bucket: int
+    log_offset: int
+    snapshot_id: int | None
+    snapshot_log_offset: int
+    primary_key: tuple[str, ...]
+    lease_id: str = ""
+    start: LiveScanStart | None = None
+
+
+@dataclass(frozen=True)
 class MergedBucketSplit(InputPartition):
     """Batch read of one PK bucket: a snapshot plus its changelog up to ``log_end``, folded by key.
 
@@ -59,13 +84,29 @@ class MergedBucketSplit(InputPartition):
     primary_key: tuple[str, ...]
 
 
-def plan_splits(start: SourceOffset, end: SourceOffset, split_max_rows: int = 0
+def plan_splits(start: SourceOffset, end: SourceOffset, split_max_rows: int = 0,
+                live_starts: Mapping[tuple[int, int, int], LiveScanStart] | None = None,
+                primary_keys: Mapping[int, tuple[str, ...]] | None = None
                 ) -> list[InputPartition]:
-    """The splits of the micro-batch ``(start, end]``: same offsets, same splits, in a fixed order."""
+    """The splits of the micro-batch ``(start, end]``: same offsets, same splits, in a fixed order.
+
+    A bucket read by a live scan in this batch gets one ``LiveScanSplit`` (with the session the
+    driver opened, from ``live_starts``, when it has it) and no snapshot or changelog split.
+    """
     splits: list[InputPartition] = []
     for tid, e in sorted(end.tables.items()):
         s = start.tables.get(tid)
+        live = {b for b in e.live if live_read_in(s, e, b)}
+        for b in sorted(live):
+            snap = e.snapshot.get(b)
+            fallback = snap if snap is not None and snap.log_offset <= e.live[b] else None
+            splits.append(LiveScanSplit(
+                tid, e.name, b, e.live[b], fallback.snapshot_id if fallback else None,
+                fallback.log_offset if fallback else 0, tuple((primary_keys or {})[tid]),
+                end.lease_id, (live_starts or {}).get((tid, b, e.live[b]))))
         for b, es in sorted(e.snapshot.items()):
+            if b in live:
+                continue
             ss = s.snapshot.get(b) if s else None
             first = ss.next_row if ss and ss.snapshot_id == es.snapshot_id else 0
             step = split_max_rows or max(1, es.next_row - first)
@@ -74,6 +115,8 @@ def plan_splits(start: SourceOffset, end: SourceOffset, split_max_rows: int = 0
                                             min(lo + step, es.next_row), end.lease_id,
                                             es.log_offset))
         for b, eo in sorted(e.log.items()):
+            if b in live:
+                continue
             lo = log_start(s, e, b)
             if eo > lo:
                 splits.append(LogSplit(tid, e.name, b, lo, eo))

@@ -6,18 +6,21 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Generator, Iterable, Iterator, Literal, Mapping
 
 import pyarrow as pa
 
 from fluss_spark.client import LeaseInfo, SnapshotInfo, TableInfo
-from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster, Pins,
-                                        RecordBatchStream)
+from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
+                                        LiveScanStart, Pins, RecordBatchStream)
 from fluss_spark.clock import Clock, FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
-                                LeaseHeldByOther, LeaseNotFound, LogOffsetOutOfRange,
-                                TableNotExist, UnsupportedVersion)
+                                LeaseHeldByOther, LeaseNotFound, LiveScanLost,
+                                LogOffsetOutOfRange, NonPrimaryKeyTable, TableNotExist,
+                                UnsupportedVersion)
+from fluss_spark.protocol.arrow_ipc import bytes_to_table, table_to_bytes
 from fluss_spark.metadata.layout import check_lease_id
 
 #: Commit timestamp of changelog record ``offset`` in a fake table is this plus ``offset`` (ms).
@@ -41,11 +44,16 @@ class FakeCluster:
 
     A record's commit timestamp is ``BASE_TIMESTAMP_MS + offset``; a snapshot read sends
     ``page_rows`` rows per batch. ``lease_renewal="reacquire"`` behaves like a cluster without a
-    renew call (Apache Fluss 0.9.1): renewing raises ``UnsupportedVersion``.
+    renew call (Apache Fluss 0.9.1): renewing raises ``UnsupportedVersion``. A live scan reads
+    a bucket's state as of its changelog end (the latest snapshot plus the records after it,
+    folded by key) in key order; ``lose_live_scans()`` ends every open session, as a tablet
+    restart or an expiry would.
     """
 
     def __init__(self, clock: Clock | None = None, leases: bool = True,
-                 lease_renewal: Literal["renew", "reacquire"] = "renew", page_rows: int = 3):
+                 lease_renewal: Literal["renew", "reacquire"] = "renew", page_rows: int = 3,
+                 snapshot_read: Literal["scan_session", "files"] = "scan_session",
+                 live_kv_scan: bool = True):
         self.clock: Clock = clock if clock is not None else FakeClock()
         self.leases_supported = leases
         self.lease_renewal: Literal["renew", "reacquire"] = lease_renewal
@@ -59,6 +67,10 @@ class FakeCluster:
         self.projections: list[tuple[str, list | None]] = []
         self.closes = 0
         self._next_id = 100
+        self.snapshot_read: Literal["scan_session", "files"] = snapshot_read
+        self.live_kv_scan = live_kv_scan
+        #: scanner id -> the rows not served yet, of every open live scan.
+        self.live_sessions: dict[str, list[dict]] = {}
 
     # -- setup helpers --------------------------------------------------------------------
     def add_table(self, name, schema="id BIGINT, v STRING", pk=("id",), buckets=2) -> FakeTable:
@@ -78,6 +90,12 @@ class FakeCluster:
 
     def append_log(self, name, bucket, records):
         self.tables[name].log[bucket].extend(records)
+
+    def lose_live_scans(self) -> int:
+        """End every open live scan session; returns how many there were."""
+        n = len(self.live_sessions)
+        self.live_sessions.clear()
+        return n
 
     def calls_of(self, kind):
         return [c for c in self.calls if c[0] == kind]
@@ -106,7 +124,7 @@ class FakeCluster:
     # -- the Cluster interface ----------------------------------------------------------------
     def capabilities(self) -> Capabilities:
         return Capabilities(leases=self.leases_supported, lease_renewal=self.lease_renewal,
-                            snapshot_read="scan_session")
+                            snapshot_read=self.snapshot_read, live_kv_scan=self.live_kv_scan)
 
     def close(self) -> None:
         self.closes += 1      # stays usable: tests share one fake between "connections"
@@ -289,6 +307,69 @@ class FakeCluster:
             rows = rows[start_row: None if limit is None else start_row + limit]
             for i in range(0, len(rows), self.page_rows):
                 yield pa.RecordBatch.from_pylist(rows[i:i + self.page_rows], schema=schema)
+        return batches()
+
+    # -- live scans -------------------------------------------------------------------------
+    def state(self, table: str, bucket: int, end: int | None = None) -> list[dict]:
+        """The bucket's rows as of changelog offset ``end`` (default: its end), in key order."""
+        t = self._table(table)
+        log = t.log[bucket]
+        end = len(log) if end is None else end
+        base = [(lo, rows) for rows, lo in t.snapshots[bucket].values() if lo <= end]
+        start, rows = max(base, key=lambda x: x[0]) if base else (0, [])
+        key = t.info.primary_key
+        state = {tuple(r[k] for k in key): r for r in rows}
+        for change_type, row in log[start:end]:
+            k = tuple(row[c] for c in key)
+            if change_type in ("+I", "+U"):
+                state[k] = row
+            elif change_type == "-D":
+                state.pop(k, None)
+        return [state[k] for k in sorted(state)]
+
+    def open_live_scan(self, table: str, bucket: int, *,
+                       batch_size_bytes: int = 1) -> LiveScanStart:
+        t = self._table(table)
+        if not self.live_kv_scan:
+            raise UnsupportedVersion("this fake cluster has no live KV scans")
+        if not t.info.primary_key:
+            raise NonPrimaryKeyTable(f"{table} has no primary key")
+        self.calls.append(("open_live_scan", table, bucket))
+        rows = self.state(table, bucket)
+        first = rows[:1] if batch_size_bytes <= 1 else rows[:self.page_rows]
+        scanner = None
+        if len(rows) > len(first):
+            scanner = uuid.uuid4().hex
+            self.live_sessions[scanner] = rows[len(first):]
+        records = table_to_bytes(pa.Table.from_pylist(first, schema=t.info.schema))
+        return LiveScanStart(len(t.log[bucket]), scanner, records, scanner is not None)
+
+    def read_live_scan(self, table: str, bucket: int, start: LiveScanStart, *,
+                       projection: list[str] | None = None,
+                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+        t = self._table(table)
+        self.projections.append(("live", projection))
+        schema = (t.info.schema if projection is None
+                  else pa.schema([t.info.schema.field(c) for c in projection]))
+
+        def batches() -> Generator[pa.RecordBatch, None, None]:
+            first = bytes_to_table(start.records).select(schema.names)
+            yield from (b for b in first.to_batches() if b.num_rows)
+            if start.scanner_id is None:
+                return
+            while True:
+                rows = self.live_sessions.get(start.scanner_id)
+                if rows is None:
+                    raise LiveScanLost(f"live scan {start.scanner_id} of {table} bucket "
+                                       f"{bucket} lost its session")
+                page, rest = rows[:self.page_rows], rows[self.page_rows:]
+                if rest:
+                    self.live_sessions[start.scanner_id] = rest
+                else:
+                    del self.live_sessions[start.scanner_id]
+                yield pa.RecordBatch.from_pylist(page, schema=schema)
+                if not rest:
+                    return
         return batches()
 
 

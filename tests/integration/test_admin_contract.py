@@ -12,7 +12,7 @@ import pytest
 from fluss_spark.client import Cluster, FlussCluster
 from fluss_spark.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
-                                LeaseHeldByOther, LeaseNotFound, TableNotExist)
+                                LeaseHeldByOther, LeaseNotFound, LiveScanLost, TableNotExist)
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.fake_cluster import BASE_TIMESTAMP_MS, FakeCluster
 
@@ -32,7 +32,13 @@ class FakeBackend:
         return self.fake.add_table(name, buckets=1).info.table_id
 
     def write(self, name: str, keys: range) -> None:
-        self.fake.append_log(name, 0, [("+I", {"id": k, "v": "x"}) for k in keys])
+        """Upserts, as the servers log them: a key that exists gets -U and +U records."""
+        have = {r["id"]: r for r in self.fake.state(name, 0)}
+        records: list[tuple[str, dict]] = []
+        for k in keys:
+            row = {"id": k, "v": "x"}
+            records += [("-U", have[k]), ("+U", row)] if k in have else [("+I", row)]
+        self.fake.append_log(name, 0, records)
 
     def snapshot(self, name: str) -> int:
         sid, self._next_snapshot = self._next_snapshot, self._next_snapshot + 1
@@ -362,3 +368,25 @@ def test_a_snapshot_read_can_stop_early_and_a_missing_snapshot_is_not_found(back
     scan.close()
     with pytest.raises(KvSnapshotNotExist):
         list(backend.cluster.read_snapshot(name, 0, sid + 999))
+
+
+def test_a_live_scan_reads_the_current_state_as_of_the_offset_its_open_reports(backend, table):
+    name = table[0]
+    cluster = backend.cluster
+    backend.write(name, range(3, 9))                   # after the snapshot, overlapping it
+    assert cluster.capabilities().live_kv_scan
+    start = cluster.open_live_scan(name, 0)            # one byte: one row comes back
+    # 5 inserts, then 6 upserts of which 2 update (-U, +U): 13 records.
+    assert start.log_offset == cluster.list_offsets(name, spec="latest")[0] == 13
+    assert start.has_more and start.scanner_id
+    rows = [r for b in cluster.read_live_scan(name, 0, start, projection=["id"],
+                                              batch_size_bytes=1) for r in b.to_pylist()]
+    assert rows == [{"id": i} for i in range(9)]       # key order, every key once
+    # The session is used up: another reader of the same open cannot resume it.
+    with pytest.raises(LiveScanLost):
+        list(cluster.read_live_scan(name, 0, start, batch_size_bytes=1))
+    empty = backend.create_pk(name + "_empty")
+    assert empty
+    nothing = cluster.open_live_scan(name + "_empty", 0)
+    assert (nothing.log_offset, nothing.scanner_id, nothing.has_more) == (0, None, False)
+    assert list(cluster.read_live_scan(name + "_empty", 0, nothing)) == []

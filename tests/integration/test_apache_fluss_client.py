@@ -56,7 +56,8 @@ def test_api_versions_of_coordinator_and_tablets(apache_fluss, fluss):
     coordinator = fluss.conn.coordinator()
     versions = coordinator.api_versions()
     tablet_only = {FlussApiKey.FETCH_LOG, FlussApiKey.LIST_OFFSETS}
-    assert all(coordinator.supports(k) for k in FlussApiKey if k not in tablet_only)
+    assert all(coordinator.supports(k) for k in FlussApiKey
+               if k not in tablet_only and k != FlussApiKey.SCAN_KV)
     assert not any(k in versions for k in tablet_only)
     assert coordinator.server_type == SERVER_TYPE_COORDINATOR
     # SCAN_KV (1061) and LIST_KV_SNAPSHOTS (1064) are not in 0.9.1.
@@ -65,12 +66,13 @@ def test_api_versions_of_coordinator_and_tablets(apache_fluss, fluss):
     tablet = FlussRpcConnection(host, port)
     try:
         assert all(tablet.supports(k) for k in tablet_only)
+        assert not tablet.supports(FlussApiKey.SCAN_KV)      # so no live KV scans either
         assert tablet.server_type == SERVER_TYPE_TABLET
     finally:
         tablet.close()
     assert isinstance(fluss, Cluster)
     assert fluss.capabilities() == Capabilities(leases=True, lease_renewal="reacquire",
-                                                snapshot_read="files")
+                                                snapshot_read="files", live_kv_scan=False)
 
 
 def test_databases_tables_and_metadata(fluss, tables):

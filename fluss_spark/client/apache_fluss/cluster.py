@@ -12,8 +12,10 @@ from fluss_spark.client.apache_fluss.connection import (FlussWireConnection, Tab
                                                         split_table_name)
 from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
                                                          count_rows, read_row_count)
-from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Pins,
-                                        RecordBatchStream)
+from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_scan,
+                                                       supports_live_scans)
+from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, LiveScanStart,
+                                        Pins, RecordBatchStream)
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, KvSnapshotNotExist, LeaderNotAvailable,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
                                 UnsupportedVersion)
@@ -51,7 +53,8 @@ class ApacheFlussWireCluster:
     what a release left pinned (``release_kv_snapshot_lease`` returns -1) nor whether a dropped
     lease existed (``drop_kv_snapshot_lease`` returns True). A snapshot is read from its files,
     the RocksDB checkpoint in Fluss's remote storage (``snapshot_read="files"``, see
-    ``kv_snapshot``).
+    ``kv_snapshot``). Where every tablet server offers SCAN_KV (Fluss's main branch), live KV
+    scans are offered too (``live_kv_scan``, see ``live_scan``).
     """
 
     def __init__(self, conn: FlussWireConnection):
@@ -67,8 +70,9 @@ class ApacheFlussWireCluster:
         if self._capabilities is None:
             coordinator = self.conn.with_retries(self.conn.coordinator)
             leases = all(coordinator.supports(int(key)) for key in LEASE_APIS)
+            live = self.conn.with_retries(lambda: supports_live_scans(self.conn))
             self._capabilities = Capabilities(leases=leases, lease_renewal="reacquire",
-                                              snapshot_read="files")
+                                              snapshot_read="files", live_kv_scan=live)
         return self._capabilities
 
     # -- databases and tables (admin) -----------------------------------------------------------
@@ -360,19 +364,48 @@ class ApacheFlussWireCluster:
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
         """Rows of the snapshot's RocksDB checkpoint, copied from remote storage when the first
         batch is asked for; projection happens after decoding (the files hold whole rows)."""
+        meta = self._kv_table(table)
+        return CheckpointScan(lambda: self.kv_snapshot_files(table, bucket, snapshot_id),
+                              lambda schema_id: self.conn.schema(meta, schema_id)[1],
+                              self._output(table, projection), start_row=start_row, limit=limit,
+                              batch_size_bytes=batch_size_bytes)
+
+    def _kv_table(self, table: str) -> TableMetadata:
+        """The metadata of a PK table whose KV rows this client decodes."""
         meta = self._unpartitioned(table)
         desc = meta.descriptor
         if not desc.primary_key:
-            raise NonPrimaryKeyTable(f"{table} has no primary key, hence no KV snapshots")
+            raise NonPrimaryKeyTable(f"{table} has no primary key, hence no KV state to read")
         kv_format = desc.properties.get("table.kv.format", "compacted").lower()
         if kv_format != "compacted":
             raise UnsupportedVersion(f"{table} stores its KV rows in the {kv_format!r} format; "
-                                     "only 'compacted' (Fluss's default) snapshots are read")
-        columns = self._projection(table, projection)
-        output = pa.schema([desc.schema.field(c) for c in columns])
-        return CheckpointScan(lambda: self.kv_snapshot_files(table, bucket, snapshot_id),
-                              lambda schema_id: self.conn.schema(meta, schema_id)[1], output,
-                              start_row=start_row, limit=limit, batch_size_bytes=batch_size_bytes)
+                                     "only 'compacted' (Fluss's default) rows are read")
+        return meta
+
+    def _output(self, table: str, projection: list[str] | None) -> pa.Schema:
+        """The Arrow schema of the (projected) rows: KV rows are whole, projected after decoding."""
+        schema = self.conn.table(table).descriptor.schema
+        return pa.schema([schema.field(c) for c in self._projection(table, projection)])
+
+    # -- live KV scans --------------------------------------------------------------------------
+    def open_live_scan(self, table: str, bucket: int, *,
+                       batch_size_bytes: int = 1) -> LiveScanStart:
+        self._require_live_scans()
+        return open_live_scan(self.conn, self._kv_table(table), int(bucket), batch_size_bytes)
+
+    def read_live_scan(self, table: str, bucket: int, start: LiveScanStart, *,
+                       projection: list[str] | None = None,
+                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+        meta = self._kv_table(table)
+        return FlussLiveScan(self.conn, meta, int(bucket), start, self._output(table, projection),
+                             lambda schema_id: self.conn.schema(meta, schema_id)[1],
+                             batch_size_bytes)
+
+    def _require_live_scans(self) -> None:
+        if not self.capabilities().live_kv_scan:
+            raise UnsupportedVersion("this Apache Fluss cluster has no live KV scans: its tablet "
+                                     "servers do not offer SCAN_KV (API 1061, not in Fluss 0.9.1); "
+                                     "read KV snapshots instead")
 
     def close(self) -> None:
         self.conn.close()

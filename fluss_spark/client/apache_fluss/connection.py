@@ -121,6 +121,16 @@ class FlussWireConnection:
                 raise LeaderNotAvailable(f"tablet server {server_id} is not alive")
         return self.connection(*address)
 
+    def tablet_ids(self) -> list[int]:
+        """The ids of the live tablet servers (asks the cluster when none is known yet)."""
+        with self._lock:
+            known = sorted(self._tablets)
+        if not known:
+            self._apply(self._any_server().call(MetadataRequest()))
+            with self._lock:
+                known = sorted(self._tablets)
+        return known
+
     # -- metadata -------------------------------------------------------------------------------
     def _apply(self, resp: MetadataResponse) -> None:
         with self._lock:

@@ -25,9 +25,11 @@ class FlussApiKey(IntEnum):
     ACQUIRE_KV_SNAPSHOT_LEASE = 1056
     RELEASE_KV_SNAPSHOT_LEASE = 1057
     DROP_KV_SNAPSHOT_LEASE = 1058
+    #: On Fluss's main branch only (no release has it yet): live KV scan sessions.
+    SCAN_KV = 1061
 
 
-#: The version of each API this client sends; every one of them is version 0 in Fluss 0.9.1.
+#: The version of each API this client sends; every one of them is version 0.
 API_VERSION: dict[FlussApiKey, int] = {key: 0 for key in FlussApiKey}
 
 #: Lease APIs appeared in Fluss 0.9.0; a server without them is older.

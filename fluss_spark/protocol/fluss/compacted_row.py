@@ -365,12 +365,67 @@ def decode_kv_values(values: Sequence[bytes], schema_of: Callable[[int], pa.Sche
     """
     n = len(values)
     if n == 0:
-        return pa.record_batch([pa.array([], type=f.type) for f in output], schema=output)
+        return _empty(output)
     sizes = np.fromiter(map(len, values), dtype=np.int64, count=n)
-    buffer = np.frombuffer(b"".join(values), dtype=np.uint8)
     ends = np.cumsum(sizes)
-    begins = ends - sizes
-    short = sizes < SCHEMA_ID_SIZE
+    return _decode_values(np.frombuffer(b"".join(values), dtype=np.uint8), ends - sizes, ends,
+                          schema_of, output)
+
+
+#: A value record batch: int32 length (of what follows), int8 magic, int32 record count.
+_VALUE_BATCH_HEADER = 9
+_VALUE_BATCH_MAGIC = 0
+
+
+def decode_value_batch(records: bytes | memoryview, schema_of: Callable[[int], pa.Schema],
+                       output: pa.Schema) -> pa.RecordBatch:
+    """The rows of a value record batch (Fluss's SCAN_KV ``records``) as a batch of ``output``.
+
+    Layout, little-endian: int32 length of the rest, int8 magic 0, int32 record count, then per
+    record an int32 length of the rest and a KV value (schema id, compacted row)."""
+    data = np.frombuffer(records, dtype=np.uint8)
+    if len(data) < _VALUE_BATCH_HEADER:
+        raise CorruptMessage(f"a value record batch of {len(data)} bytes is shorter than its "
+                             "header")
+    length = int(data[:4].view("<i4")[0])
+    magic, count = int(data[4]), int(data[5:9].view("<i4")[0])
+    if length != len(data) - 4:
+        raise CorruptMessage(f"a value record batch says it has {length} bytes after its length, "
+                             f"it has {len(data) - 4}")
+    if magic != _VALUE_BATCH_MAGIC:
+        raise UnsupportedVersion(f"value record batch magic {magic} is not supported (this "
+                                 f"client reads magic {_VALUE_BATCH_MAGIC})")
+    if count < 0:
+        raise CorruptMessage(f"a value record batch says it has {count} records")
+    begins = np.empty(count, dtype=np.int64)
+    ends = np.empty(count, dtype=np.int64)
+    pos, size = _VALUE_BATCH_HEADER, len(data)
+    # Records are found one after another (each says its own length): a short scalar loop.
+    for i in range(count):
+        if pos + 4 > size:
+            raise CorruptMessage(f"value record {i} of {count} starts past the batch's end")
+        n = int(data[pos:pos + 4].view("<i4")[0])
+        begins[i], pos = pos + 4, pos + 4 + n
+        if n < SCHEMA_ID_SIZE or pos > size:
+            raise CorruptMessage(f"value record {i} of {count} has a bad length {n}")
+        ends[i] = pos
+    if pos != size:
+        raise CorruptMessage(f"a value record batch has {size - pos} bytes after its "
+                             f"{count} records")
+    if count == 0:
+        return _empty(output)
+    return _decode_values(data, begins, ends, schema_of, output)
+
+
+def _empty(output: pa.Schema) -> pa.RecordBatch:
+    return pa.record_batch([pa.array([], type=f.type) for f in output], schema=output)
+
+
+def _decode_values(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
+                   schema_of: Callable[[int], pa.Schema], output: pa.Schema) -> pa.RecordBatch:
+    """KV values at ``buffer[begins[i]:ends[i]]`` as a batch of ``output`` (see above)."""
+    n = len(begins)
+    short = ends - begins < SCHEMA_ID_SIZE
     if short.any():
         raise CorruptMessage(f"KV value {int(np.flatnonzero(short)[0])} is shorter than its "
                              "schema id")
@@ -418,4 +473,4 @@ def decode_kv_values(values: Sequence[bytes], schema_of: Callable[[int], pa.Sche
     return pa.record_batch(columns_out, schema=output)
 
 
-__all__ = ["SCHEMA_ID_SIZE", "decode_compacted_rows", "decode_kv_values"]
+__all__ = ["SCHEMA_ID_SIZE", "decode_compacted_rows", "decode_kv_values", "decode_value_batch"]

@@ -35,6 +35,9 @@ FLUSS_ERROR_NAMES: dict[int, str] = {
     59: "SEVER_TAG_ALREADY_EXIST_EXCEPTION", 60: "SEVER_TAG_NOT_EXIST_EXCEPTION",
     61: "REBALANCE_FAILURE_EXCEPTION", 62: "NO_REBALANCE_IN_PROGRESS_EXCEPTION",
     63: "INVALID_PRODUCER_ID_EXCEPTION",
+    # Fluss's main branch (after 0.9.1):
+    64: "CONFIG_EXCEPTION", 65: "NOT_COORDINATOR_LEADER_EXCEPTION", 66: "SCANNER_EXPIRED",
+    67: "UNKNOWN_SCANNER_ID", 68: "INVALID_SCAN_REQUEST", 69: "TOO_MANY_SCANNERS",
 }
 
 #: Fluss codes raised as this project's class for the same condition.
@@ -46,6 +49,8 @@ MAPPED: dict[int, type[e.ApiError]] = {
     25: e.RequestTimeout, 26: e.StorageError, 34: e.InvalidColumnProjection,
     38: e.InvalidTimestamp, 39: e.InvalidConfig, 41: e.KvSnapshotNotExist,
     44: e.LeaderNotAvailable, 46: e.AuthenticationFailed, 48: e.AuthorizationFailed,
+    66: e.ScannerExpired, 67: e.UnknownScannerId, 68: e.InvalidScanRequest,
+    69: e.TooManyScanners,
 }
 
 #: Codes whose Fluss exception is retriable (a ``RetriableException`` in Fluss).

@@ -530,3 +530,42 @@ class DropKvSnapshotLeaseRequest(FlussRequest[EmptyResponse]):
     API_KEY = FlussApiKey.DROP_KV_SNAPSHOT_LEASE
     RESPONSE = EmptyResponse
     lease_id: str = pb(1, STRING, required=True)
+
+
+# -- SCAN_KV (Fluss's main branch; docs/apache_fluss_scan_kv.md) ----------------------------------
+
+
+@dataclass(kw_only=True)
+class PbScanReqForBucket(ProtoMessage):
+    """The bucket a scan session opens on; ``limit`` caps the rows of the whole session."""
+
+    table_id: int = pb(1, INT64, required=True)
+    partition_id: int | None = pb(2, INT64)
+    bucket_id: int = pb(3, INT32, required=True)
+    limit: int | None = pb(4, INT64)
+
+
+@dataclass(kw_only=True)
+class ScanKvResponse(ProtoMessage):
+    """One batch of a scan session; errors come back here, not as an error frame."""
+
+    error_code: int | None = pb(1, INT32)
+    error_message: str | None = pb(2, STRING)
+    scanner_id: bytes | None = pb(3, BYTES)
+    has_more_results: bool | None = pb(4, BOOL)
+    records: bytes | None = pb(5, BYTES)
+    log_offset: int | None = pb(6, INT64)
+
+
+@dataclass(kw_only=True)
+class ScanKvRequest(FlussRequest[ScanKvResponse]):
+    """Open (``bucket_scan_req``), continue (``scanner_id`` + the next ``call_seq_id``) or close
+    (``scanner_id`` + ``close_scanner``) a live scan session of one bucket."""
+
+    API_KEY = FlussApiKey.SCAN_KV
+    RESPONSE = ScanKvResponse
+    scanner_id: bytes | None = pb(1, BYTES)
+    bucket_scan_req: PbScanReqForBucket | None = pb(2, MESSAGE, message=PbScanReqForBucket)
+    call_seq_id: int | None = pb(3, INT32)
+    batch_size_bytes: int | None = pb(4, INT32)
+    close_scanner: bool | None = pb(5, BOOL)

@@ -257,7 +257,9 @@ class ScannerManager:
         if req.live:
             view = bucket.open_live_view()
             try:
-                chunk = max(1, min(65536, budget // 64))
+                # The open's budget may be one row (a driver fixing the offset a scan
+                # reflects); the chunk the view is pulled in serves the whole session.
+                chunk = max(1, min(65536, max(budget, 1 << 20) // 64))
                 return LiveCursor(view, columns, req.start_row, req.limit, chunk)
             except BaseException:
                 view.close()

@@ -1,4 +1,5 @@
-"""What an Apache Fluss cluster offers follows from the APIs its coordinator advertises."""
+"""What an Apache Fluss cluster offers follows from the APIs its coordinator and tablet servers
+advertise."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.client.cluster import Capabilities
 from fluss_spark.errors import InvalidLeaseId, UnsupportedVersion
-from fluss_spark.protocol.fluss.api import LEASE_APIS
+from fluss_spark.protocol.fluss.api import LEASE_APIS, FlussApiKey
 
 
 class Coordinator:
@@ -21,11 +22,18 @@ class Coordinator:
 class Connection:
     """Just what ``capabilities()`` asks of a ``FlussWireConnection``."""
 
-    def __init__(self, missing: set[int]):
+    def __init__(self, missing: set[int], tablets_missing: tuple[set[int], ...] = ({1061}, )):
         self.coordinator_ = Coordinator(missing)
+        self.tablets = [Coordinator(m) for m in tablets_missing]
 
     def coordinator(self) -> Coordinator:
         return self.coordinator_
+
+    def tablet_ids(self) -> list[int]:
+        return list(range(len(self.tablets)))
+
+    def tablet(self, server_id: int) -> Coordinator:
+        return self.tablets[server_id]
 
     def with_retries(self, op, *, table=None):
         return op()
@@ -36,7 +44,18 @@ class Connection:
 def test_leases_only_when_every_lease_api_is_advertised(missing):
     cluster = ApacheFlussWireCluster(Connection(missing))
     assert cluster.capabilities() == Capabilities(leases=not missing, lease_renewal="reacquire",
-                                                  snapshot_read="files")
+                                                  snapshot_read="files", live_kv_scan=False)
+
+
+@pytest.mark.parametrize("tablets, live", [((set(), set()), True), ((set(), {1061}), False),
+                                           (({1061},), False), ((), False)])
+def test_live_scans_only_when_every_tablet_server_advertises_scan_kv(tablets, live):
+    assert int(FlussApiKey.SCAN_KV) == 1061
+    cluster = ApacheFlussWireCluster(Connection(set(), tablets))
+    assert cluster.capabilities().live_kv_scan is live
+    if not live:
+        with pytest.raises(UnsupportedVersion, match="SCAN_KV"):
+            cluster.open_live_scan("db.t", 0)
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", "..", "x" * 129, "lease id"])

@@ -72,7 +72,7 @@ def test_malformed_query_identity_rejected(query, needle):
     ({"topic": {"0": 5}}, "not a fluss source offset"),
     ([1, 2], "not a fluss source offset"),
     ({"version": "1", "lease_id": "x", "tables": {}}, "not a number"),
-    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2]"),
+    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2, 3]"),
     ({"version": 1, "tables": {}}, "lease_id"),
     ({"version": 1, "lease_id": "x"}, "'tables'"),
     ({"version": 1, "lease_id": "x", "tables": {"a": {"name": "t"}}}, "table id key 'a'"),
