@@ -371,34 +371,43 @@ def _pfor_width(u) -> tuple[int, int]:
     best = None
     for w in range(_bitlen(top) + 1):
         n_exc = 0 if w >= 64 else m - int(np.searchsorted(s, np.uint64(1) << np.uint64(w)))
-        cost = m * w + n_exc * (wp + _bitlen(top >> w))
+        cost = m * w + n_exc * _bitlen(top >> w) + (min(n_exc * wp, m) if n_exc else 0)
         if best is None or cost < best[0]:
             best = (cost, w, n_exc)
     return best[1], best[2]
 
 
-def _pfor_payload(u, width: int, n_exc: int) -> tuple[bytes, int, int]:
-    """(low bits + exception positions + exception high bits, position width, high width)."""
+def _pfor_payload(u, width: int, n_exc: int) -> tuple[bytes, int, int, int]:
+    """(low bits + exception positions + exception high bits, position width, high width,
+    1 when the positions are a bitmap of every value rather than a list)."""
     import numpy as np
     if n_exc:
         pos = np.nonzero(u >> np.uint64(width))[0] if width < 64 else np.zeros(0, np.int64)
         high = u[pos] >> np.uint64(width)
         low = u & np.uint64((1 << width) - 1)
         wp, wh = _bitlen(u.size - 1), _bitlen(int(high.max()))
-        return _bitpack(low, width) + _bitpack(pos, wp) + _bitpack(high, wh), wp, wh
-    return _bitpack(u, width), 0, 0
+        if n_exc * wp > u.size:
+            # Frequent exceptions (two clusters of ids): one bit per value marks them.
+            flags = np.zeros(u.size, dtype=np.uint8)
+            flags[pos] = 1
+            positions, wp, bitmap = np.packbits(flags, bitorder="little").tobytes(), 0, 1
+        else:
+            positions, bitmap = _bitpack(pos, wp), 0
+        return _bitpack(low, width) + positions + _bitpack(high, wh), wp, wh, bitmap
+    return _bitpack(u, width), 0, 0, 0
 
 
-def encode_lease_part(table_id: int, part: int, buckets: list[int], snaps: list[int]) -> dict:
+def encode_lease_part(table_id: int, part: int, buckets, snaps) -> dict:
     """The entry of one lease part: the pins ``buckets[i] -> snaps[i]`` (buckets ascending,
     all in the part's range), as whichever of ``sparse`` and ``pfor`` is smaller.
 
     - ``sparse``: parallel msgpack int arrays ``b`` and ``s`` (a handful of pins).
-    - ``pfor``: ``{lo, n, m, mode, base, w, x, wp, wh, z, d}``. ``d`` (zlib-compressed when
-      ``z``) is: a bitmap of ``n`` bits, bit i set when bucket ``lo + i`` is pinned (absent,
-      ``n == 0``, when buckets ``lo .. lo+m-1`` are all pinned); then ``m`` values of ``w``
-      bits; then ``x`` exception positions of ``wp`` bits and their high bits (``wh`` bits,
-      shifted left by ``w`` and or-ed into the value). With ``mode == "for"`` a pin is
+    - ``pfor``: ``{lo, n, m, mode, base, w, x, wp, wh, xb, z, d}``. ``d`` (zlib-compressed
+      when ``z``) is: a bitmap of ``n`` bits, bit i set when bucket ``lo + i`` is pinned
+      (absent, ``n == 0``, when buckets ``lo .. lo+m-1`` are all pinned); then ``m`` values of
+      ``w`` bits; then the positions of ``x`` exceptions (``wp`` bits each, or with ``xb`` a
+      bitmap of ``m`` bits) and their high bits (``wh`` bits each, shifted left by ``w`` and
+      or-ed into the value). With ``mode == "for"`` a pin is
       ``base + value``; with ``"delta"`` the values are zigzag-encoded differences from the
       previous pin (the first from ``base``). Whichever mode is smaller is used: ``for`` when
       pins sit in a narrow window, ``delta`` when they follow the bucket number; exceptions keep
@@ -411,12 +420,14 @@ def encode_lease_part(table_id: int, part: int, buckets: list[int], snaps: list[
     lo = part * LEASE_PART_BUCKETS
     candidates = []
     if m <= 256:
-        candidates.append({"t": table_id, "e": "sparse", "b": list(buckets), "s": list(snaps)})
+        candidates.append({"t": table_id, "e": "sparse", "b": [int(b) for b in buckets],
+                           "s": [int(s) for s in snaps]})
     try:
-        v = np.array(snaps, dtype=np.int64)
+        v = np.asarray(snaps, dtype=np.int64)
     except OverflowError:   # ids past int64: only msgpack's own integers hold them
-        return {"t": table_id, "e": "sparse", "b": list(buckets), "s": list(snaps)}
-    b = np.array(buckets, dtype=np.int64)
+        return {"t": table_id, "e": "sparse", "b": [int(b) for b in buckets],
+                "s": [int(s) for s in snaps]}
+    b = np.asarray(buckets, dtype=np.int64)
     if m and (b[0] < lo or b[-1] >= lo + LEASE_PART_BUCKETS or np.any(np.diff(b) <= 0)):
         raise ValueError(f"lease part {part} of table {table_id}: buckets must ascend inside "
                          f"{lo}..{lo + LEASE_PART_BUCKETS - 1}")
@@ -436,13 +447,14 @@ def encode_lease_part(table_id: int, part: int, buckets: list[int], snaps: list[
     for mode, u in modes.items():
         entry_base = base if mode == "for" else (int(v[0]) if m else 0)
         width, n_exc = _pfor_width(u) if m else (0, 0)
-        payload, wp, wh = _pfor_payload(u, width, n_exc)
+        payload, wp, wh, xb = _pfor_payload(u, width, n_exc)
         raw = bitmap + payload
         packed = zlib.compress(raw, 6)
         z = len(packed) < len(raw)
         candidates.append({"t": table_id, "e": "pfor", "lo": lo, "n": span, "m": m,
                            "mode": mode, "base": entry_base, "w": width, "x": n_exc,
-                           "wp": wp, "wh": wh, "z": int(z), "d": packed if z else raw})
+                           "wp": wp, "wh": wh, "xb": xb, "z": int(z),
+                           "d": packed if z else raw})
     return min(candidates, key=lambda e: len(packb(e)))
 
 
@@ -456,7 +468,7 @@ def _decode_pfor(entry: dict):
         mode, base, width, n_exc = entry["mode"], int(entry["base"]), int(entry["w"]), \
             int(entry["x"])
         data = zlib.decompress(entry["d"]) if entry["z"] else bytes(entry["d"])
-        wp, wh = int(entry["wp"]), int(entry["wh"])
+        wp, wh, xb = int(entry["wp"]), int(entry["wh"]), int(entry.get("xb", 0))
     except (KeyError, TypeError, ValueError, zlib.error) as e:
         raise CorruptMessage(f"lease part of table {entry.get('t')}: damaged pfor entry "
                              f"({type(e).__name__}: {e})") from None
@@ -479,7 +491,19 @@ def _decode_pfor(entry: dict):
         buckets = np.arange(lo, lo + m, dtype=np.int64)
     u, offset = _bitunpack(data, offset, m, width)
     if n_exc:
-        pos, offset = _bitunpack(data, offset, n_exc, wp)
+        if xb:
+            nbytes = (m + 7) // 8
+            if offset + nbytes > len(data):
+                raise CorruptMessage(f"lease part of table {entry.get('t')}: exception bitmap "
+                                     "cut short")
+            flags = np.unpackbits(np.frombuffer(data, np.uint8, nbytes, offset), count=m,
+                                  bitorder="little")
+            pos, offset = np.nonzero(flags)[0], offset + nbytes
+            if pos.size != n_exc:
+                raise CorruptMessage(f"lease part of table {entry.get('t')}: the exception "
+                                     f"bitmap marks {pos.size} values, the entry says {n_exc}")
+        else:
+            pos, offset = _bitunpack(data, offset, n_exc, wp)
         high, offset = _bitunpack(data, offset, n_exc, wh)
         if n_exc and int(pos.max()) >= m:
             raise CorruptMessage(f"lease part of table {entry.get('t')}: exception past the end")
@@ -495,21 +519,16 @@ def _decode_pfor(entry: dict):
     return buckets, snaps
 
 
-def table_parts(pins: dict, parts=None) -> dict[int, tuple[list[int], list[int]]]:
-    """``{part: (buckets, snapshot ids)}`` of one table's pins, both ascending by bucket;
+def table_parts(pins: dict, parts=None) -> dict:
+    """``{part: (buckets, snapshot ids)}`` of one table's pins (lists or int64 arrays), both
+    ascending by bucket;
     ``parts`` limits it to those part numbers (every one named is in the answer, empty or not)."""
     out: dict[int, tuple[list[int], list[int]]] = {}
     if parts is not None:
         out = {k: ([], []) for k in parts}
         # A few parts of a big table: look their buckets up rather than walk every pin.
         if len(pins) > 2 * LEASE_PART_BUCKETS * len(out):
-            for k, (bs, ss) in out.items():
-                for bucket in range(k * LEASE_PART_BUCKETS, (k + 1) * LEASE_PART_BUCKETS):
-                    s = pins.get(bucket)
-                    if s is not None:
-                        bs.append(bucket)
-                        ss.append(s)
-            return out
+            return {k: _lookup_part(pins, k) for k in out}
     for bucket in sorted(pins):
         k = bucket // LEASE_PART_BUCKETS
         if parts is not None and k not in out:
@@ -518,6 +537,24 @@ def table_parts(pins: dict, parts=None) -> dict[int, tuple[list[int], list[int]]
         bs.append(bucket)
         ss.append(pins[bucket])
     return out
+
+
+def _lookup_part(pins: dict, part: int):
+    """(buckets, snapshot ids) of one part of a big table, by one lookup per bucket of the
+    part; map and fromiter keep the loop in C (a 65,536-bucket part in a few ms)."""
+    import itertools
+
+    import numpy as np
+    lo = part * LEASE_PART_BUCKETS
+    absent = -(2 ** 63)       # no snapshot id is this; checked below all the same
+    ids = np.fromiter(map(pins.get, range(lo, lo + LEASE_PART_BUCKETS),
+                          itertools.repeat(absent)), dtype=np.int64, count=LEASE_PART_BUCKETS)
+    present = ids != absent
+    if not present.all():
+        for i in np.nonzero(~present)[0].tolist():
+            present[i] = (lo + i) in pins
+    offsets = np.nonzero(present)[0]
+    return offsets + lo, ids[offsets]
 
 
 def encode_lease_pins(tables: dict) -> list:

@@ -167,7 +167,11 @@ class MetadataStore:
 
     def _commit(self, tx, what: str) -> list:
         """Commit; the results of the caller's own operations (the fence check taken off)."""
-        results = tx.commit()
+        return self._committed(tx.commit(), what)
+
+    def _committed(self, results: list, what: str) -> list:
+        """The results of a committed transaction without the fence check, or
+        NotCoordinatorLeader when the fence check failed."""
         if self._fence is None:
             return results
         if isinstance(results[0], (BadVersionError, NoNodeError)):
@@ -419,7 +423,7 @@ class MetadataStore:
         the new one or both (read once), and the next call finishes it."""
         moved = 0
         for table_id in sorted(int(c) for c in self._children(layout.SNAPSHOTS)):
-            recs = self._v1_snapshots([table_id])
+            recs, znodes = self._v1_tree(table_id)
             by_page: dict[int, list[SnapshotRecord]] = {}
             for rec in recs:
                 by_page.setdefault(layout.snapshot_page_of(rec.bucket), []).append(rec)
@@ -428,15 +432,35 @@ class MetadataStore:
                     for rec in group:
                         records.setdefault((rec.bucket, rec.snapshot_id), rec)
                 self._update_page(table_id, page, change)
-            try:
-                self._delete_tree(layout.snapshots_path(table_id))
-            except NoNodeError:
-                pass
+            if not self._delete_listed(znodes + [layout.snapshots_path(table_id)]):
+                try:    # the tree changed since it was listed: list it again
+                    self._delete_tree(layout.snapshots_path(table_id))
+                except NoNodeError:
+                    pass
             moved += len(recs)
             if recs:
                 log.info("moved %d KV snapshot records of table %d into the snapshot index",
                          len(recs), table_id)
         return moved
+
+    def _delete_listed(self, paths: list[str], per_multi: int = 500, in_flight: int = 8) -> bool:
+        """Delete ``paths`` (children before parents) in fenced multis, several in flight:
+        ZooKeeper applies one session's requests in order, and a v1 tree of 100,000
+        snapshots is 300 multis. False when some multi failed (a node was gone or had
+        new children); the others still applied."""
+        txs = []
+        for i in range(0, len(paths), per_multi):
+            tx = self._transaction()
+            for path in paths[i:i + per_multi]:
+                tx.delete(path)
+            txs.append(tx)
+        ok = True
+        for i in range(0, len(txs), in_flight):
+            pending = [tx.commit_async() for tx in txs[i:i + in_flight]]
+            for result in pending:
+                results = self._committed(result.get(), "delete layout v1 snapshot znodes")
+                ok = ok and not any(isinstance(r, Exception) for r in results)
+        return ok
 
     def _page(self, table_id: int, page: int) -> dict[tuple[int, int], SnapshotRecord]:
         try:
@@ -489,30 +513,35 @@ class MetadataStore:
                 continue    # written or deleted by someone else since we read it: read again
 
     def _v1_snapshots(self, table_ids: list[int] | None = None) -> list[SnapshotRecord]:
-        """Every layout v1 snapshot znode (of ``table_ids``), read with pipelined requests."""
-        paths = []
+        """Every layout v1 snapshot record (of ``table_ids``)."""
         if table_ids is None:
             table_ids = sorted(int(c) for c in self._children(layout.SNAPSHOTS))
-        for table_id in table_ids:
-            buckets = sorted(int(c) for c in self._children(layout.snapshots_path(table_id)))
-            for i in range(0, len(buckets), 1000):
-                futures = [(b, self.zk.get_children_async(layout.snapshots_path(table_id, b)))
-                           for b in buckets[i:i + 1000]]
-                for bucket, f in futures:
-                    try:
-                        ids = f.get()
-                    except NoNodeError:
-                        continue
-                    paths += [layout.snapshot_path(table_id, bucket, int(s)) for s in ids]
-        out = []
-        for i in range(0, len(paths), 1000):
-            reads = [self.zk.get_async(p) for p in paths[i:i + 1000]]
-            for read in reads:
+        return [rec for t in table_ids for rec in self._v1_tree(t)[0]]
+
+    def _v1_tree(self, table_id: int) -> tuple[list[SnapshotRecord], list[str]]:
+        """(records, znodes below the table's node, children first) of a table's layout v1
+        snapshots, read with pipelined requests."""
+        buckets = sorted(int(c) for c in self._children(layout.snapshots_path(table_id)))
+        paths: list[str] = []
+        for i in range(0, len(buckets), 1000):
+            futures = [(b, self.zk.get_children_async(layout.snapshots_path(table_id, b)))
+                       for b in buckets[i:i + 1000]]
+            for bucket, f in futures:
                 try:
-                    out.append(SnapshotRecord.decode(read.get()[0]))
+                    ids = f.get()
                 except NoNodeError:
                     continue
-        return out
+                paths += [layout.snapshot_path(table_id, bucket, int(s)) for s in ids]
+        out, found = [], []
+        for i in range(0, len(paths), 1000):
+            reads = [(p, self.zk.get_async(p)) for p in paths[i:i + 1000]]
+            for path, read in reads:
+                try:
+                    out.append(SnapshotRecord.decode(read.get()[0]))
+                    found.append(path)
+                except NoNodeError:
+                    continue
+        return out, found + [layout.snapshots_path(table_id, b) for b in buckets]
 
     # -- KV snapshot leases ------------------------------------------------------------------
     def lease_ids(self) -> list[str]:
@@ -609,7 +638,10 @@ class MetadataStore:
         if state is None:
             # The parent comes first; until the switch it says "writing" and a loader
             # discards such a never-acknowledged lease.
-            self._write("create", path, record.header(0, [], [], state="writing"))
+            try:
+                self._write("create", path, record.header(0, [], [], state="writing"))
+            except NodeExistsError:
+                raise _StaleLease() from None     # created meanwhile by another writer
             version = 0
         while pending:
             tx, size = self._transaction(), 0
@@ -653,7 +685,7 @@ class MetadataStore:
             if any(b < 0 for b in (buckets or ())):
                 raise ValueError(f"lease pins of table {t}: a bucket is negative")
             for k, (bs, ss) in layout.table_parts(pins, parts).items():
-                if bs:
+                if len(bs):
                     encoded[(t, k)] = packb(layout.encode_lease_part(t, k, bs, ss))
         return encoded
 

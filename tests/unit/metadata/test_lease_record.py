@@ -51,6 +51,28 @@ def test_outliers_become_exceptions_instead_of_widening_every_value():
     assert decode_lease_pins([entry]) == {1: pins}
 
 
+def test_frequent_exceptions_are_marked_in_a_bitmap():
+    rng = random.Random(8)
+    # Two clusters of ids 70,001 apart, a third of the buckets in the upper one.
+    pins = {b: 1000 + rng.randrange(50) + 70_001 * (rng.random() < 1 / 3) for b in range(6000)}
+    (entry,) = encode_lease_pins({1: pins})
+    assert entry["e"] == "pfor" and entry["xb"] == 1 and entry["x"] > 1000
+    assert len(packb(entry)) < 1.2 * 6000  # a position list would take 1.9 bytes a bucket
+    assert decode_lease_pins([entry]) == {1: pins}
+    damaged = dict(entry, x=entry["x"] + 1)
+    with pytest.raises(CorruptMessage, match="bitmap marks"):
+        decode_lease_pins([damaged])
+
+
+def test_a_pfor_entry_without_the_bitmap_flag_decodes_as_a_position_list():
+    pins = {b: 500 + b % 7 for b in range(4000)}
+    pins[17] = 9_000_000_000
+    (entry,) = encode_lease_pins({1: pins})
+    assert entry["xb"] == 0
+    del entry["xb"]
+    assert decode_lease_pins([entry]) == {1: pins}
+
+
 def test_holes_are_kept_in_a_bitmap():
     pins = {b: 40 + b % 3 for b in range(0, 3000, 3)}
     (entry,) = encode_lease_pins({2: pins})
@@ -107,7 +129,8 @@ def test_a_damaged_pfor_part_is_a_corrupt_message(damage):
 
 
 @pytest.mark.parametrize("shape", ["window 300", "window 3000", "ids follow buckets over 100k",
-                                   "3% outliers over 3M", "trend over 1M with noise"])
+                                   "3% outliers over 3M", "trend over 1M with noise",
+                                   "two clusters 70,001 apart"])
 def test_a_million_pins_take_at_most_1_5_bytes_each(shape):
     rng = random.Random(11)
     n = 1_000_000
@@ -120,8 +143,10 @@ def test_a_million_pins_take_at_most_1_5_bytes_each(shape):
     elif shape == "3% outliers over 3M":
         pins = {b: 5000 + rng.randrange(200) if rng.random() < 0.97 else rng.randrange(3_000_000)
                 for b in range(n)}
-    else:
+    elif shape == "trend over 1M with noise":
         pins = {b: b + rng.randrange(30) for b in range(n)}
+    else:
+        pins = {b: 1000 + rng.randrange(50) + 70_001 * (rng.random() < 1 / 3) for b in range(n)}
     header, children = LeaseRecord("m", 1, 2, {1: pins}).encode_all(generation=1)
     size = len(header) + sum(len(c) for c in children.values())
     assert size <= 1.5 * n
@@ -365,3 +390,18 @@ def test_a_lease_of_one_million_buckets_stores_and_reloads_in_1_5_bytes_each(sto
     assert written == store.lease_stored_bytes("million")
     assert written <= 1_500_000
     assert elapsed < 60
+
+
+def test_parts_of_a_big_table_are_looked_up_with_holes_and_any_id(monkeypatch):
+    from fluss_spark.metadata.layout import table_parts
+    monkeypatch.setattr(layout, "LEASE_PART_BUCKETS", 100)
+    pins = {b: b * 3 for b in range(5000) if b % 7}
+    pins[250] = -(2 ** 63)         # the lookup's own "absent" marker, as a real id
+    del pins[251]
+    looked_up = table_parts(pins, {2})
+    walked = table_parts(dict(list(pins.items())[:50]) | {b: pins[b] for b in range(200, 300)
+                                                         if b in pins}, {2})
+    for got in (looked_up, walked):
+        buckets, snaps = got[2]
+        assert list(map(int, buckets)) == [b for b in range(200, 300) if b in pins]
+        assert list(map(int, snaps)) == [pins[b] for b in range(200, 300) if b in pins]
