@@ -1,30 +1,36 @@
 """Scan-session throughput against reading the same KV snapshot's Arrow file directly.
 
-Starts a local cluster (embedded ZooKeeper, one coordinator, one tablet server) in a temporary
-directory, writes ``--rows`` rows into a one-bucket primary-key table, takes a KV snapshot and
-then, for each batch size, reads the whole snapshot:
+Starts a local cluster (ZooKeeper, one coordinator, one tablet server) in a temporary directory,
+writes ``--rows`` rows into a one-bucket primary-key table, takes a KV snapshot, then for each
+batch size, ``--repeat`` times, measures back to back (so each ratio pairs runs made under the
+same conditions):
 
-- ``direct``: pyarrow reads the snapshot file (``pa.ipc.open_file(...).read_all()``), warm
-  page cache;
-- ``1 session``: one KvScanner scan over TCP scan sessions;
-- ``N sessions``: N concurrent scans, each over 1/N of the rows (``start_row`` / ``limit``), as
-  N Spark tasks would read one bucket.
+- ``direct``: pyarrow reads the snapshot file into memory (``pa.ipc.open_file`` over a plain
+  file, warm page cache): the data is copied once, as a reader of the file would;
+- ``1 session``: one process scans the bucket over TCP scan sessions;
+- ``N sessions``: N processes, each scanning 1/N of the rows (``start_row`` / ``limit``), as N
+  Spark tasks would read one bucket.
 
-Rows/s and MB/s (MB of in-memory Arrow data) are printed per line, with the ratio to the direct
-read of the same run. Run from the repository root::
+Every scan checks that each of its rows arrived (row count and the sum of the ids). Two physical
+bounds are measured in the same run: ``memcpy`` of the file's bytes (numpy) and the loopback
+socket (one process sending the same bytes to another in 4 MB writes, read with ``recv_into``).
+Printed: rows/s as min / median / max over the repeats, and each ratio to ``direct`` likewise
+(computed per repeat). Run from the repository root::
 
-    .venv/bin/python bench/bench_scan.py --rows 1000000 --parallel 4 \
-        --batch-sizes 256kb,1mb,4mb,10mb
+    .venv/bin/python bench/bench_scan.py --rows 1000000 --parallel 2 --batch-sizes 1mb,4mb
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import socket
+import statistics
 import sys
 import tempfile
-import threading
 import time
 
+import numpy as np
 import pyarrow as pa
 
 from fluss_spark.config import parse_size_bytes
@@ -34,7 +40,6 @@ SCHEMA = "id BIGINT, name STRING, amount DOUBLE, category STRING, ts BIGINT"
 
 
 def make_rows(start: int, n: int) -> pa.Table:
-    import numpy as np
     ids = np.arange(start, start + n, dtype=np.int64)
     names = pa.array([f"customer-{i:09d}" for i in ids])
     cats = pa.array(["abcdefgh"[i % 8] * 6 for i in range(n)])
@@ -45,52 +50,93 @@ def make_rows(start: int, n: int) -> pa.Table:
 def read_direct(path: str) -> tuple[int, int]:
     with pa.OSFile(path, "rb") as f:
         table = pa.ipc.open_file(f).read_all()
-    return table.num_rows, table.nbytes
+    return table.num_rows, int(pa.compute.sum(table.column("id")).as_py())
 
 
-def read_sessions(conn, info, total_rows: int, parallel: int, batch_size: int) -> tuple[int, int]:
-    counts = [(0, 0)] * parallel
-    errors = []
-
-    def work(i: int) -> None:
-        lo = total_rows * i // parallel
-        hi = total_rows * (i + 1) // parallel
-        rows = nbytes = 0
-        try:
-            for batch in conn.kv_scanner(info).scan(0, start_row=lo, limit=hi - lo,
-                                                    batch_size_bytes=batch_size):
-                rows += batch.num_rows
-                nbytes += batch.nbytes
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-        counts[i] = (rows, nbytes)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(parallel)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return sum(c[0] for c in counts), sum(c[1] for c in counts)
+def _scan(servers: str, lo: int, hi: int, batch_size: int, ready, go, out) -> None:
+    """One reader process: connect, wait for the start, scan rows [lo, hi), report."""
+    from fluss_spark.client import FlussConnection
+    conn = FlussConnection(servers, request_timeout_s=120)
+    scanner = conn.kv_scanner("bench.scan")
+    ready.wait()
+    go.wait()
+    rows = id_sum = 0
+    for batch in scanner.scan(0, start_row=lo, limit=hi - lo, batch_size_bytes=batch_size):
+        rows += batch.num_rows
+        id_sum += int(pa.compute.sum(batch.column("id")).as_py() or 0)
+    out.put((rows, id_sum, time.perf_counter()))
+    conn.close()
 
 
-def timed(fn, repeat: int) -> tuple[float, int, int]:
-    """Best wall time of ``repeat`` runs, with the rows and bytes of the last."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        rows, nbytes = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, rows, nbytes
+def read_sessions(servers: str, total_rows: int, parallel: int, batch_size: int) -> float:
+    """Seconds for ``parallel`` processes to scan the bucket; checks every row arrived."""
+    ctx = mp.get_context("fork")
+    ready, go, out = ctx.Barrier(parallel + 1), ctx.Barrier(parallel + 1), ctx.Queue()
+    procs = [ctx.Process(target=_scan, args=(servers, total_rows * i // parallel,
+                                             total_rows * (i + 1) // parallel, batch_size,
+                                             ready, go, out)) for i in range(parallel)]
+    for proc in procs:
+        proc.start()
+    ready.wait()                     # every reader connected: time the scans alone
+    t0 = time.perf_counter()
+    go.wait()
+    results = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    rows, id_sum = sum(r[0] for r in results), sum(r[1] for r in results)
+    assert (rows, id_sum) == (total_rows, total_rows * (total_rows - 1) // 2), (rows, id_sum)
+    return max(r[2] for r in results) - t0
+
+
+def memcpy_s(nbytes: int) -> float:
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)              # touch both once
+    t0 = time.perf_counter()
+    np.copyto(dst, src)
+    return time.perf_counter() - t0
+
+
+def _send(port: int, nbytes: int) -> None:
+    chunk = memoryview(b"x" * (4 << 20))
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.recv(1)                    # the receiver's start signal
+        left = nbytes
+        while left > 0:
+            s.sendall(chunk[:min(left, len(chunk))])
+            left -= len(chunk)
+
+
+def loopback_s(nbytes: int) -> float:
+    """Seconds to move ``nbytes`` from one process to another over a loopback TCP socket."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        sender = mp.get_context("fork").Process(target=_send,
+                                                args=(server.getsockname()[1], nbytes))
+        sender.start()
+        conn, _ = server.accept()
+        buf = memoryview(bytearray(nbytes))
+        got = 0
+        with conn:
+            t0 = time.perf_counter()
+            conn.sendall(b"g")
+            while got < nbytes:
+                got += conn.recv_into(buf[got:], min(nbytes - got, 16 << 20))
+            elapsed = time.perf_counter() - t0
+        sender.join()
+    return elapsed
+
+
+def spread(values: list[float]) -> str:
+    return (f"{min(values):>12,.3f} {statistics.median(values):>10,.3f} "
+            f"{max(values):>10,.3f}")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--parallel", type=int, default=4)
-    p.add_argument("--batch-sizes", default="256kb,1mb,4mb,10mb")
-    p.add_argument("--repeat", type=int, default=2, help="runs per measurement (best is kept)")
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--batch-sizes", default="1mb,4mb")
+    p.add_argument("--repeat", type=int, default=3, help="paired repeats of every measurement")
     a = p.parse_args(argv)
     sizes = [parse_size_bytes(s.strip()) for s in a.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as d:
@@ -105,23 +151,30 @@ def main(argv=None) -> int:
             for start in range(0, a.rows, 100_000):
                 writer.upsert(make_rows(start, min(100_000, a.rows - start)))
             snap = conn.admin().trigger_kv_snapshot(info)[0]
-            print(f"wrote {a.rows:,} rows and snapshot {snap.snapshot_id} "
-                  f"({snap.size_bytes / 1e6:.1f} MB file) in {time.perf_counter() - t0:.1f} s",
-                  file=sys.stderr)
-            direct_s, rows, nbytes = timed(lambda: read_direct(snap.path), a.repeat)
-            assert rows == a.rows, (rows, a.rows)
-            print(f"{'reader':<14}{'batch':>8}{'rows/s':>14}{'MB/s':>10}{'vs direct':>11}")
-            print(f"{'direct file':<14}{'-':>8}{rows / direct_s:>14,.0f}"
-                  f"{nbytes / direct_s / 1e6:>10.1f}{1.0:>10.2f}x")
-            for size in sizes:
-                for n in (1, a.parallel):
-                    secs, got, nbytes = timed(
-                        lambda: read_sessions(conn, info, a.rows, n, size), a.repeat)
-                    assert got == a.rows, (got, a.rows)
-                    label = "1 session" if n == 1 else f"{n} sessions"
-                    print(f"{label:<14}{_size(size):>8}{got / secs:>14,.0f}"
-                          f"{nbytes / secs / 1e6:>10.1f}{direct_s / secs:>10.3f}x", flush=True)
             conn.close()
+            size = snap.size_bytes
+            print(f"wrote {a.rows:,} rows and snapshot {snap.snapshot_id} ({size / 1e6:.1f} MB "
+                  f"file) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            rows = {}       # label -> rows/s per repeat
+            ratio = {}      # label -> ratio to the direct read of the same repeat
+            for _ in range(a.repeat):
+                t = time.perf_counter()
+                n, id_sum = read_direct(snap.path)
+                direct = time.perf_counter() - t
+                assert (n, id_sum) == (a.rows, a.rows * (a.rows - 1) // 2)
+                runs = {"direct file": direct, "memcpy (bound)": memcpy_s(size),
+                        "loopback (bound)": loopback_s(size)}
+                for batch in sizes:
+                    for k in sorted({1, a.parallel}):
+                        label = f"{k} session{'s' if k > 1 else ''} {_size(batch)}"
+                        runs[label] = read_sessions(cluster.bootstrap_servers, a.rows, k, batch)
+                for label, secs in runs.items():
+                    rows.setdefault(label, []).append(a.rows / secs / 1e6)
+                    ratio.setdefault(label, []).append(direct / secs)
+            print(f"{'reader':<22}{'M rows/s min':>14}{'median':>11}{'max':>11}   "
+                  f"{'vs direct min':>13}{'median':>11}{'max':>11}")
+            for label in rows:
+                print(f"{label:<22}{spread(rows[label])}   {spread(ratio[label])}")
         finally:
             cluster.stop()
     return 0

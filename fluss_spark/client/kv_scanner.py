@@ -11,7 +11,9 @@ lost session is an error.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Generator, Iterator
 
 import pyarrow as pa
@@ -30,6 +32,31 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE_BYTES = 4 << 20
 #: A close is a courtesy: never wait long for it (the server evicts idle sessions anyway).
 _CLOSE_TIMEOUT_S = 5.0
+
+
+_PREFETCHER: ThreadPoolExecutor | None = None
+_PREFETCHER_LOCK = threading.Lock()
+
+
+def _prefetcher() -> ThreadPoolExecutor:
+    """The process's threads that fetch scan batches ahead (they wait on sockets, not the GIL)."""
+    global _PREFETCHER
+    with _PREFETCHER_LOCK:
+        if _PREFETCHER is None:
+            _PREFETCHER = ThreadPoolExecutor(max_workers=32, thread_name_prefix="kv-prefetch")
+        return _PREFETCHER
+
+
+def _settle(ahead: Future | None, scanner_id: str | None) -> str | None:
+    """Wait for a fetch ahead that a stopped scan no longer needs; the session id to close
+    (None when that fetch was the last batch, which closed the session on the server)."""
+    if ahead is None:
+        return scanner_id
+    try:
+        resp = ahead.result()
+    except Exception:  # noqa: BLE001 - the scan is over; its session is closed below anyway
+        return scanner_id
+    return scanner_id if resp is not None and resp.has_more else None
 
 
 class KvScan:
@@ -96,13 +123,16 @@ class KvScanner:
     open_timeout_s:
         How long an open keeps retrying ``TooManyScanners`` (on top of the connection's own
         retries).
+    prefetch:
+        Ask for a session's next batch while the current one is consumed.
     """
 
     def __init__(self, conn, table_info, *, continue_retries: int = 2,
                  open_timeout_s: float = 60.0, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, prefetch: bool = True):
         self._conn = conn
         self.table = table_info
+        self.prefetch = prefetch
         self.continue_retries = continue_retries
         self.open_timeout_s = open_timeout_s
         self._sleep, self._clock = sleep, clock
@@ -164,6 +194,7 @@ class KvScanner:
             scan.snapshot_id = latest.snapshot_id
             scan.log_offset = latest.log_offset
         rpc, scanner_id, seq, has_more, lost = None, None, 0, True, None
+        ahead: Future | None = None
         try:
             while has_more:
                 expected = start_row + scan.rows
@@ -177,7 +208,10 @@ class KvScanner:
                         lost = None
                 else:
                     seq += 1
-                    resp = self._continue(scan, rpc, scanner_id, seq, batch_size)
+                    if ahead is not None:
+                        resp, ahead = ahead.result(), None
+                    else:
+                        resp = self._continue(scan, rpc, scanner_id, seq, batch_size)
                     if resp is None:                  # session lost: reopen at the next row
                         lost, scanner_id = (rpc, scanner_id), None
                         scan.resumes += 1
@@ -186,10 +220,15 @@ class KvScanner:
                 scanner_id = resp.scanner_id if has_more else None
                 if resp.log_offset is not None:
                     scan.log_offset = resp.log_offset
+                if scanner_id is not None and self.prefetch:
+                    # The server cuts the next batch while this one is consumed.
+                    ahead = _prefetcher().submit(self._continue, scan, rpc, scanner_id, seq + 1,
+                                                 batch_size)
                 for batch in self._batches(scan, resp, expected):
                     scan.rows += batch.num_rows
                     yield batch
         finally:
+            scanner_id = _settle(ahead, scanner_id)
             if scanner_id is not None and rpc is not None:
                 self._close_session(rpc, scanner_id)
 
@@ -222,10 +261,25 @@ class KvScanner:
                     batch_size: int) -> Generator[pa.RecordBatch, None, None]:
         scan.log_offset = start.log_offset
         scanner_id = start.scanner_id if start.has_more else None
-        rpc, seq = None, 0
-        records: bytes | None = start.records
+        rpc = self._conn.tablet_for(self.table.table_id, scan.bucket) if scanner_id else None
+
+        def fetch(sid: str, seq: int) -> ScanKvResponse:
+            try:
+                resp = self._continue(scan, rpc, sid, seq, batch_size)
+            except ApiError as e:          # any failure of a continue ends a live session
+                raise LiveScanLost(
+                    f"live scan of table {self.table.name} bucket {scan.bucket} lost its "
+                    f"session {sid} at call {seq} ({type(e).__name__}: {e})") from e
+            assert resp is not None        # a live scan raises instead of asking to reopen
+            return resp
+
+        seq = 0
+        ahead: Future | None = None
+        records = start.records
         try:
             while True:
+                if scanner_id is not None and self.prefetch:
+                    ahead = _prefetcher().submit(fetch, scanner_id, seq + 1)
                 if records:
                     for batch in bytes_to_table(records).to_batches():
                         if batch.num_rows:
@@ -235,19 +289,15 @@ class KvScanner:
                 if scanner_id is None:
                     return
                 seq += 1
-                try:
-                    if rpc is None:
-                        rpc = self._conn.tablet_for(self.table.table_id, scan.bucket)
-                    resp = self._continue(scan, rpc, scanner_id, seq, batch_size)
-                except ApiError as e:      # any failure of a continue ends a live session
-                    raise LiveScanLost(
-                        f"live scan of table {self.table.name} bucket {scan.bucket} lost its "
-                        f"session {scanner_id} at call {seq} ({type(e).__name__}: {e})") from e
-                assert resp is not None    # a live scan raises instead of asking to reopen
+                if ahead is not None:
+                    resp, ahead = ahead.result(), None
+                else:
+                    resp = fetch(scanner_id, seq)
                 records = resp.records
                 if not resp.has_more:
                     scanner_id = None
         finally:
+            scanner_id = _settle(ahead, scanner_id)
             if scanner_id is not None and rpc is not None:
                 self._close_session(rpc, scanner_id)
 

@@ -29,13 +29,23 @@ def batches_to_bytes(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> by
     return sink.getvalue().to_pybytes()
 
 
+def table_to_buffer(table: pa.Table | pa.RecordBatch) -> pa.Buffer:
+    """One Arrow IPC stream in a pyarrow buffer (sent as is: no copy into ``bytes``)."""
+    batches = [table] if isinstance(table, pa.RecordBatch) else table.to_batches()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return sink.getvalue()
+
+
 def table_to_bytes(table: pa.Table | pa.RecordBatch) -> bytes:
     if isinstance(table, pa.RecordBatch):
         return batches_to_bytes(table.schema, [table])
     return batches_to_bytes(table.schema, table.to_batches())
 
 
-def bytes_to_table(data: bytes, *, validate: bool = False) -> pa.Table:
+def bytes_to_table(data: bytes | bytearray | memoryview, *, validate: bool = False) -> pa.Table:
     """Read an Arrow IPC stream; garbage raises CorruptMessage.
 
     ``validate`` (servers reading what a client sent) checks every buffer too: the IPC reader

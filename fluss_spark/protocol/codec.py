@@ -1,9 +1,17 @@
-"""Encode and decode request and response messages (msgpack maps); no I/O here."""
+"""Encode and decode request and response messages (msgpack maps); no I/O here.
+
+A response to a client that asked for them (request field ``segments``) may be **segmented**:
+its large binary values (Arrow IPC pages) travel as raw segments after a small msgpack header
+instead of inside it, so neither end copies them through msgpack, the server sends the parts
+with one scatter/gather call and the client reads the values in place (docs/servers.md,
+"Segmented responses").
+"""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import msgpack
 
@@ -18,6 +26,8 @@ class RequestEnvelope:
     api_version: int
     correlation_id: int
     body: dict = field(default_factory=dict)
+    #: The client reads segmented responses.
+    segments: bool = False
 
 
 @dataclass(frozen=True)
@@ -38,7 +48,17 @@ class ResponseEnvelope:
 
 def packb(obj: Any) -> bytes:
     """msgpack with binary-safe settings shared by every encoder in the project."""
-    return msgpack.packb(obj, use_bin_type=True)
+    return msgpack.packb(obj, use_bin_type=True, default=_buffer)
+
+
+def _buffer(obj: Any) -> Any:
+    # Buffers other than bytes (a pyarrow Buffer of an Arrow IPC page) are packed as binary.
+    if isinstance(obj, Gather):
+        return obj.join()
+    try:
+        return memoryview(obj)
+    except TypeError:
+        raise TypeError(f"cannot serialize {type(obj).__name__}") from None
 
 
 def unpackb(data: bytes | bytearray, max_container: int | None = None) -> Any:
@@ -85,9 +105,14 @@ class _DecodeBudget:
         return items
 
 
-def encode_request(api_key: int, api_version: int, correlation_id: int, body: dict) -> bytes:
-    return packb({"api_key": int(api_key), "api_version": api_version,
-                  "correlation_id": correlation_id, "body": body})
+def encode_request(api_key: int, api_version: int, correlation_id: int, body: dict, *,
+                   segments: bool = False) -> bytes:
+    """``segments``: the client reads segmented responses (servers without them ignore it)."""
+    msg = {"api_key": int(api_key), "api_version": api_version,
+           "correlation_id": correlation_id, "body": body}
+    if segments:
+        msg["segments"] = 1
+    return packb(msg)
 
 
 def decode_request(data: bytes | bytearray, max_container: int | None = None) -> RequestEnvelope:
@@ -99,7 +124,7 @@ def decode_request(data: bytes | bytearray, max_container: int | None = None) ->
         raise CorruptMessage(f"request is missing the field {e.args[0]!r}") from None
     if not all(isinstance(v, int) for v in (api_key, version, cid)) or not isinstance(body, dict):
         raise CorruptMessage("request header fields must be integers and the body a map")
-    return RequestEnvelope(api_key, version, cid, body)
+    return RequestEnvelope(api_key, version, cid, body, msg.get("segments") == 1)
 
 
 def encode_response(correlation_id: int, body: dict | None = None,
@@ -111,8 +136,131 @@ def encode_response(correlation_id: int, body: dict | None = None,
     return packb(msg)
 
 
+# -- segmented responses --------------------------------------------------------------------------
+class Gather:
+    """A binary value made of several buffers, sent one after another without being joined
+    (an Arrow IPC stream assembled from pages of a memory-mapped file). Not a list: msgpack
+    must not pack it as an array."""
+
+    def __init__(self, parts: Iterable[Any]):
+        self.parts = [memoryview(b).cast("B") for b in parts]
+        self.nbytes = sum(v.nbytes for v in self.parts)
+
+    def __len__(self) -> int:         # a binary value's length is its byte count
+        return self.nbytes
+
+    def join(self) -> bytes:
+        return b"".join(self.parts)
+
+
+#: First byte of a segmented payload. msgpack never uses 0xC1, so no plain payload starts so.
+SEGMENTED = 0xC1
+SEGMENTS_VERSION = 1
+#: marker, version, segment count, header length; then one 4-byte length per segment.
+_SEGMENTS_HEAD = struct.Struct(">BBHI")
+#: msgpack extension type of a reference to a value: its first segment and how many follow
+#: (2-byte big-endian numbers each).
+_SEGMENT_REF = 1
+#: Binary values at least this large become segments (smaller ones are cheaper inline).
+SEGMENT_MIN_BYTES = 64 * 1024
+_MAX_SEGMENTS = 0xFFFF
+
+
+def encode_response_parts(correlation_id: int, body: dict | None = None,
+                          error: ApiError | None = None, *,
+                          segments: bool = False) -> list[Any]:
+    """A response payload as buffers to send in order (their concatenation is the payload).
+
+    With ``segments`` (the client asked), binary values of ``SEGMENT_MIN_BYTES`` or more
+    anywhere in ``body`` are sent as raw segments after the header, never copied."""
+    if error is not None or not segments or not body:
+        return [encode_response(correlation_id, body, error)]
+    parts: list[Any] = []
+
+    def pull(value: Any) -> Any:
+        if isinstance(value, Gather):
+            views = value.parts
+            if len(parts) + len(views) > _MAX_SEGMENTS:
+                return value.join()
+            first = len(parts)
+            parts.extend(views)
+            return msgpack.ExtType(_SEGMENT_REF, struct.pack(">HH", first, len(views)))
+        if isinstance(value, dict):
+            return {k: pull(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [pull(v) for v in value]
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            return value
+        try:
+            view = memoryview(value)
+        except TypeError:
+            return value
+        if view.nbytes < SEGMENT_MIN_BYTES or len(parts) >= _MAX_SEGMENTS:
+            return value
+        parts.append(view.cast("B") if view.ndim != 1 or view.format != "B" else view)
+        return msgpack.ExtType(_SEGMENT_REF, struct.pack(">HH", len(parts) - 1, 1))
+
+    pulled = pull(body)
+    if not parts:
+        return [encode_response(correlation_id, body)]
+    header = packb({"correlation_id": correlation_id, "error_code": 0, "error_message": "",
+                    "body": pulled})
+    head = (_SEGMENTS_HEAD.pack(SEGMENTED, SEGMENTS_VERSION, len(parts), len(header))
+            + struct.pack(f">{len(parts)}I", *(p.nbytes for p in parts)) + header)
+    return [head, *parts]
+
+
+def _decode_segmented(data: bytes | bytearray | memoryview) -> ResponseEnvelope:
+    view = memoryview(data)
+    if len(view) < _SEGMENTS_HEAD.size:
+        raise CorruptMessage("segmented response shorter than its header")
+    _, version, count, header_len = _SEGMENTS_HEAD.unpack_from(view)
+    if version != SEGMENTS_VERSION:
+        raise CorruptMessage(f"segmented response of version {version}; this client reads "
+                             f"version {SEGMENTS_VERSION}")
+    lengths_at = _SEGMENTS_HEAD.size
+    header_at = lengths_at + 4 * count
+    if header_at + header_len > len(view):
+        raise CorruptMessage(f"segmented response of {len(view)} bytes is shorter than its "
+                             f"header says")
+    lengths = struct.unpack_from(f">{count}I", view, lengths_at) if count else ()
+    offsets, at = [], header_at + header_len
+    for n in lengths:
+        offsets.append((at, at + n))
+        at += n
+    if at != len(view):
+        raise CorruptMessage(f"segmented response of {len(view)} bytes does not match its "
+                             f"header ({at} bytes)")
+
+    def segment(code: int, ref: bytes) -> Any:
+        if code != _SEGMENT_REF or len(ref) != 4:
+            raise CorruptMessage(f"unknown msgpack extension {code} in a response")
+        first, n = struct.unpack(">HH", ref)
+        if n < 1 or first + n > count:
+            raise CorruptMessage(f"a response refers to segments {first}..{first + n - 1} of "
+                                 f"{count}")
+        # Consecutive segments are contiguous in the payload: the value is read in place.
+        return view[offsets[first][0]:offsets[first + n - 1][1]]
+
+    try:
+        msg = msgpack.unpackb(view[header_at:header_at + header_len], raw=False,
+                              strict_map_key=False, ext_hook=segment)
+    except CorruptMessage:
+        raise
+    except Exception as e:  # noqa: BLE001 - msgpack raises several unrelated types on garbage
+        raise CorruptMessage(f"undecodable response header: {type(e).__name__}: {e}") from None
+    if not isinstance(msg, dict):
+        raise CorruptMessage(f"message must be a map, got {type(msg).__name__}")
+    return _response(msg)
+
+
 def decode_response(data: bytes | bytearray) -> ResponseEnvelope:
-    msg = _unpack_map(data)
+    if len(data) and data[0] == SEGMENTED:
+        return _decode_segmented(data)
+    return _response(_unpack_map(data))
+
+
+def _response(msg: dict) -> ResponseEnvelope:
     try:
         return ResponseEnvelope(msg["correlation_id"], msg.get("error_code", 0),
                         msg.get("error_message", ""), msg.get("body") or {})

@@ -21,6 +21,14 @@ def encode_frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
+def frame_parts(parts: list) -> list:
+    """Payload buffers (sent in order) prefixed with the frame's length."""
+    size = sum(memoryview(p).nbytes for p in parts)
+    if size > MAX_FRAME_BYTES:
+        raise CorruptMessage(f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES}")
+    return [HEADER.pack(size), *parts]
+
+
 def decode_length(header: bytes | bytearray, limit: int = MAX_FRAME_BYTES) -> int:
     """Read the payload length from a 4-byte header, refusing lengths over ``limit``."""
     (length,) = HEADER.unpack(header)

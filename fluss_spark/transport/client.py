@@ -45,7 +45,8 @@ class RpcConnection(SocketChannel):
 
     def _exchange(self, api_key: ApiKey | int, body: Any, timeout_s: float | None) -> dict:
         cid = next(self._ids)
-        frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body))
+        frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body,
+                                                          segments=True))
         with self._lock:
             payload = self._round_trip(frame, framing.decode_length,
                                        f"request {_api_name(api_key)}", timeout_s)

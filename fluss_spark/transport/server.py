@@ -319,14 +319,15 @@ class RpcServer:
             reply, keep = self._dispatch(payload, conn)
         except Exception:  # noqa: BLE001 - _dispatch answers every error; belt and braces
             log.exception("request handling failed")
-            reply, keep = codec.encode_response(-1, error=UnknownServerError("internal error")), False
+            reply = [codec.encode_response(-1, error=UnknownServerError("internal error"))]
+            keep = False
         del payload
         try:
             # Blocking, with a deadline: a client that reads is served at socket speed (a send
             # loop in the event loop measured slower); one that stops reading its reply for
             # rpc.request.read-timeout is disconnected and frees the thread.
             conn.sock.settimeout(self.limits.read_timeout_s)
-            conn.sock.sendall(framing.encode_frame(reply))
+            send_parts(conn.sock, framing.frame_parts(reply))
             conn.sock.setblocking(False)
         except OSError:
             keep = False
@@ -397,11 +398,13 @@ class RpcServer:
             pass
 
     # -- requests ---------------------------------------------------------------------------------
-    def _dispatch(self, payload: bytes | bytearray, conn: _Connection | None = None) -> tuple[bytes, bool]:
+    def _dispatch(self, payload: bytes | bytearray,
+                  conn: _Connection | None = None) -> tuple[list, bool]:
+        """The reply (as buffers to send in order) and whether to keep the connection."""
         try:
             req = codec.decode_request(payload, max_container=_MAX_CONTAINER)
         except CorruptMessage as e:
-            return codec.encode_response(-1, error=e), False
+            return [codec.encode_response(-1, error=e)], False
         cid = req.correlation_id
         if req.api_key == ApiKey.AUTHENTICATE:
             return self._authenticate(req, conn)
@@ -411,7 +414,7 @@ class RpcServer:
                 f"the {self.role} requires SASL authentication (security.protocol=SASL): "
                 f"authenticate before {_api_name(req.api_key)} (client username and password "
                 f"options)")
-            return codec.encode_response(cid, error=denied), False
+            return [codec.encode_response(cid, error=denied)], False
         served = self._handlers.get(req.api_key)
         principal = conn.principal if conn is not None else None
         try:
@@ -425,28 +428,48 @@ class RpcServer:
             request_type, handler = served
             request = request_type.decode(req.body)     # InvalidRequest names a bad field
             response = run_as(principal, handler, request)
-            return codec.encode_response(cid, response.to_wire()), True
+            return codec.encode_response_parts(cid, response.to_wire(),
+                                               segments=req.segments), True
         except ApiError as e:
             if isinstance(e, MetadataStoreUnavailable):  # an outage operators must see
                 log.warning("%s failed: %s", _api_name(req.api_key), e)
-            return codec.encode_response(cid, error=e), True
+            return [codec.encode_response(cid, error=e)], True
         except Exception as e:  # noqa: BLE001 - a bug of ours, not the client's: say so
             log.exception("%s failed", _api_name(req.api_key))
             err = UnknownServerError(f"{_api_name(req.api_key)} failed inside the {self.role}: "
                                      f"{type(e).__name__}: {e}")
-            return codec.encode_response(cid, error=err), True
+            return [codec.encode_response(cid, error=err)], True
 
-    def _authenticate(self, req: codec.RequestEnvelope, conn: _Connection | None) -> tuple[bytes, bool]:
+    def _authenticate(self, req: codec.RequestEnvelope,
+                      conn: _Connection | None) -> tuple[list, bool]:
         cid = req.correlation_id
         if not self.security.sasl or conn is None:
-            return codec.encode_response(cid, AuthenticateResponse(None).to_wire()), True
+            return [codec.encode_response(cid, AuthenticateResponse(None).to_wire())], True
         try:
             request = AuthenticateRequest.decode(req.body, error=AuthenticationFailed)
             conn.principal = self.security.authenticate(request.mechanism, request.token)
         except AuthenticationFailed as e:
             log.warning("authentication from %s failed", conn.ip)
-            return codec.encode_response(cid, error=e), False
-        return codec.encode_response(cid, AuthenticateResponse(conn.principal).to_wire()), True
+            return [codec.encode_response(cid, error=e)], False
+        return [codec.encode_response(cid, AuthenticateResponse(conn.principal).to_wire())], True
+
+
+def send_parts(sock: socket.socket, parts: list) -> None:
+    """Send buffers in order with scatter/gather calls (no joined copy of a large reply)."""
+    views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+    while views:
+        sent = sock.sendmsg(views[:_IOV_MAX])
+        while sent:
+            if sent >= views[0].nbytes:
+                sent -= views[0].nbytes
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+#: Buffers per sendmsg call (Linux's IOV_MAX is 1024).
+_IOV_MAX = 1024
 
 
 def _available(sock: socket.socket) -> int:

@@ -87,7 +87,15 @@ class Str(Kind):
 
 
 class Bytes(Kind):
+    """Binary data; ``in_place`` fields (large pages) keep a ``memoryview`` into the received
+    frame instead of copying it."""
+
+    def __init__(self, *, in_place: bool = False):
+        self.in_place = in_place
+
     def decode(self, value, name, error):
+        if isinstance(value, memoryview) and self.in_place:
+            return value
         if isinstance(value, (bytearray, memoryview)):
             value = bytes(value)
         if not isinstance(value, bytes):

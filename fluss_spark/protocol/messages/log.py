@@ -62,7 +62,7 @@ class FetchLogResponse(Message):
     """``records``: the table columns (projected) plus _change_type and _commit_timestamp;
     record i has offset base_offset + i. None when nothing was read."""
 
-    records: bytes | None = wire(Bytes(), None)
+    records: bytes | memoryview | None = wire(Bytes(in_place=True), None)
     base_offset: int = wire(Int(), 0)
     next_offset: int = wire(Int(), 0)
     high_watermark: int = wire(Int(), 0)

@@ -22,7 +22,9 @@ class ScanKvResponse(Message):
     IPC stream. ``scanner_id`` is absent when the whole result fit (no session stays open)."""
 
     scanner_id: str | None = wire(SCANNER_ID, None, omit_none=True)
-    records: bytes | None = wire(Bytes(), None)
+    #: Arrow IPC: bytes or a view into the received frame; a server may hand over a pyarrow
+    #: buffer or a ``protocol.codec.Gather`` of buffers (sent without joining them).
+    records: Any = wire(Bytes(in_place=True), None)
     has_more: bool = wire(Bool(), False)
     log_offset: int | None = wire(Int(), None)
     snapshot_id: int | None = wire(Int(), None)

@@ -8,12 +8,14 @@ failure while building a batch leaves the session where it was.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Callable
 
 import pyarrow as pa
 
-from fluss_spark.protocol.arrow_ipc import table_to_bytes
+from fluss_spark.protocol.arrow_ipc import table_to_buffer
+from fluss_spark.protocol.codec import Gather
 
 #: How many times a batch is re-cut to fit its byte budget before settling.
 _FIT_ATTEMPTS = 4
@@ -23,9 +25,9 @@ _FILL = 0.97
 
 @dataclass(frozen=True)
 class Batch:
-    """One served batch: Arrow IPC bytes of ``row_count`` rows starting at ``row_start``."""
+    """One served batch: Arrow IPC of ``row_count`` rows starting at ``row_start``."""
 
-    records: bytes
+    records: pa.Buffer | Gather
     row_start: int
     row_count: int
     has_more: bool
@@ -37,7 +39,8 @@ def project_schema(schema: pa.Schema, columns: list[str] | None) -> pa.Schema:
     return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
 
 
-def fit_batch(read: Callable[[int], pa.Table], available: int, budget: int, est_row_bytes: float) -> tuple[pa.Table, bytes]:
+def fit_batch(read: Callable[[int], pa.Table], available: int, budget: int,
+              est_row_bytes: float) -> tuple[pa.Table, pa.Buffer]:
     """Read as many rows (>= 1, <= ``available``) as fit in ``budget`` bytes of Arrow IPC.
 
     ``read(n)`` returns the next ``n`` rows as a table without consuming them. The row count is
@@ -45,7 +48,7 @@ def fit_batch(read: Callable[[int], pa.Table], available: int, budget: int, est_
     the budget unless a single row is larger than it.
     """
     rows = int(min(available, max(1, budget * _FILL // max(est_row_bytes, 1.0))))
-    best: tuple[pa.Table, bytes] | None = None
+    best: tuple[pa.Table, pa.Buffer] | None = None
     table = None
     for _ in range(_FIT_ATTEMPTS):
         if table is None or rows > table.num_rows:
@@ -53,7 +56,7 @@ def fit_batch(read: Callable[[int], pa.Table], available: int, budget: int, est_
             if table.num_rows < rows:          # the source ended early: that is all there is
                 available = rows = table.num_rows
         candidate = table.slice(0, rows) if rows < table.num_rows else table
-        data = table_to_bytes(candidate)
+        data = table_to_buffer(candidate)
         per_row = max(len(data) / max(rows, 1), 1.0)
         if len(data) <= budget or rows == 1:
             if best is None or candidate.num_rows > best[0].num_rows:
@@ -67,7 +70,7 @@ def fit_batch(read: Callable[[int], pa.Table], available: int, budget: int, est_
     if best is None:                           # every attempt overshot: take one row
         assert table is not None               # _FIT_ATTEMPTS >= 1, so the loop read
         one = table.slice(0, 1)
-        best = (one, table_to_bytes(one))
+        best = (one, table_to_buffer(one))
     return best
 
 
@@ -88,13 +91,40 @@ class SnapshotCursor:
     def next_batch(self, budget: int) -> Batch:
         available = self.end_row - self.next_row
         if available <= 0:
-            return Batch(table_to_bytes(self.schema.empty_table()), self.next_row, 0, False)
+            return Batch(table_to_buffer(self.schema.empty_table()), self.next_row, 0, False)
+        raw = self._raw_batch(budget)
+        if raw is not None:
+            return raw
         start = self.next_row
         table, data = fit_batch(
             lambda n: self.snapshot.read_slice(start, n, columns=self.columns),
             available, budget, self._row_bytes)
         self._row_bytes = max(len(data) / table.num_rows, 1.0)
         return Batch(data, start, table.num_rows, start + table.num_rows < self.end_row)
+
+    def _raw_batch(self, budget: int) -> Batch | None:
+        """Whole record batches of the file as they lie on disk, when the next row starts one,
+        no column is dropped and at least one fits in ``budget``; else None (re-encode)."""
+        raw_pages = getattr(self.snapshot, "raw_pages", None)
+        if raw_pages is None or (self.columns is not None
+                                 and self.columns != self.snapshot.schema.names):
+            return None
+        starts = self.snapshot.batch_starts
+        first = bisect.bisect_left(starts, self.next_row)
+        if first == len(starts) or starts[first] != self.next_row:
+            return None
+        bounds = starts + [self.snapshot.num_rows]
+        last = first
+        while (last < len(starts) and bounds[last + 1] <= self.end_row
+               and (self.snapshot.raw_size(first, last + 1) or budget + 1) <= budget):
+            last += 1
+        if last == first:
+            return None
+        pages = raw_pages(first, last)
+        if pages is None:
+            return None
+        rows = bounds[last] - self.next_row
+        return Batch(Gather(pages), self.next_row, rows, self.next_row + rows < self.end_row)
 
     def commit(self, batch: Batch) -> Batch:
         """Move past the batch; returns it unchanged (its ``has_more`` is already known)."""
@@ -172,7 +202,7 @@ class LiveCursor:
     def next_batch(self, budget: int) -> Batch:
         available = self._available()
         if available <= 0:
-            return Batch(table_to_bytes(self.schema.empty_table()), self.next_row, 0, False)
+            return Batch(table_to_buffer(self.schema.empty_table()), self.next_row, 0, False)
         table, data = fit_batch(self._peek, available, budget, self._row_bytes or 64.0)
         self._row_bytes = max(len(data) / table.num_rows, 1.0)
         return Batch(data, self.next_row, table.num_rows, True)

@@ -28,7 +28,7 @@ from fluss_spark.server.snapshot_store import resolve
 from fluss_spark.server.tablet.files import fsync_path
 
 FORMAT_VERSION = 1
-BATCH_ROWS = 65536
+BATCH_ROWS = 16384
 VERSION_KEY = b"fluss.snapshot.version"
 
 
@@ -90,6 +90,38 @@ def delete_snapshot_file(location: str) -> None:
         pass
 
 
+#: Ends an Arrow IPC stream: continuation marker, then a zero metadata length.
+_END_OF_STREAM = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+#: An Arrow IPC file starts with this magic, padded to 8 bytes, before its stream of messages.
+_FILE_PREAMBLE = 8
+
+
+def _message_blocks(source: pa.MemoryMappedFile,
+                    batches: int) -> tuple[pa.Buffer, list[tuple[int, int]]] | None:
+    """The whole mapped file and the byte range of each record batch message in it (read from
+    the messages' own headers: bodies are not touched), or None if the file holds anything but
+    one schema and ``batches`` record batches (a batch served raw must be self-contained)."""
+    source.seek(0)
+    whole = source.read_buffer()
+    reader = pa.BufferReader(whole)
+    reader.seek(_FILE_PREAMBLE)
+    messages = pa.ipc.MessageReader.open_stream(reader)
+    blocks: list[tuple[int, int]] = []
+    at = _FILE_PREAMBLE
+    try:
+        while len(blocks) < batches:
+            message = messages.read_next_message()
+            end = reader.tell()
+            if message.type == "record batch":
+                blocks.append((at, end))
+            elif message.type != "schema":
+                return None
+            at = end
+    except (StopIteration, pa.ArrowInvalid, OSError):
+        return None
+    return whole, blocks
+
+
 class SnapshotFile:
     """Random access by row into a snapshot file (memory-mapped when local)."""
 
@@ -120,6 +152,31 @@ class SnapshotFile:
         self._starts = starts
         if row != self.num_rows:
             raise StorageError(f"snapshot {location} holds {row} rows but says {self.num_rows}")
+        self._pages = _message_blocks(source, n) if isinstance(source, pa.MemoryMappedFile) \
+            else None
+        self._schema_message = self.schema.serialize()
+
+    @property
+    def batch_starts(self) -> list[int]:
+        """The first row of each record batch of the file."""
+        return self._starts
+
+    def raw_pages(self, first: int, last: int) -> list[pa.Buffer] | None:
+        """Record batches ``[first, last)`` as one Arrow IPC stream, in pieces: the schema, the
+        batches' messages as they lie in the memory-mapped file (no copy, no re-encoding),
+        end of stream. None when the file is not memory-mapped."""
+        if self._pages is None:
+            return None
+        whole, blocks = self._pages
+        lo, hi = blocks[first][0], blocks[last - 1][1]
+        return [self._schema_message, whole.slice(lo, hi - lo), _END_OF_STREAM]
+
+    def raw_size(self, first: int, last: int) -> int | None:
+        """Bytes of ``raw_pages(first, last)`` without the schema and end marker."""
+        if self._pages is None:
+            return None
+        blocks = self._pages[1]
+        return blocks[last - 1][1] - blocks[first][0]
 
     @classmethod
     def open(cls, path_or_uri: str) -> "SnapshotFile":

@@ -154,7 +154,8 @@ def tablet(tmp_path):
 
 @pytest.fixture
 def scanner(tablet):
-    return KvScanner(FakeConn(tablet), INFO, sleep=lambda s: None)
+    # No fetching ahead: these tests inject faults at exact calls of a session.
+    return KvScanner(FakeConn(tablet), INFO, sleep=lambda s: None, prefetch=False)
 
 
 def file_rows(rec) -> pa.Table:
@@ -265,7 +266,7 @@ def test_open_retries_too_many_scanners_with_backoff(tablet):
         if len(sleeps) == 3:                            # the other reader finishes
             tablet.manager.handle_scan(CloseScan(scanner_id=blocker.scanner_id))
 
-    scanner = KvScanner(FakeConn(tablet), INFO, sleep=sleep)
+    scanner = KvScanner(FakeConn(tablet), INFO, sleep=sleep, prefetch=False)
     assert scanner.scan(0, snapshot_id=rec.snapshot_id).read_all().num_rows == 2000
     assert sleeps == [0.05, 0.1, 0.2]
 
@@ -314,3 +315,18 @@ def test_bad_arguments_fail_before_any_call(tablet, scanner):
     with pytest.raises(ConfigError, match="buckets 0..1"):
         scanner.scan(2)
     assert tablet.calls == []
+
+
+def test_fetching_ahead_returns_the_same_rows_and_closes_a_session_left_early(tablet):
+    rec = tablet.snapshot(0)
+    ahead = KvScanner(FakeConn(tablet), INFO, sleep=lambda s: None, prefetch=True)
+    scan = ahead.scan(0, snapshot_id=rec.snapshot_id, batch_size_bytes=2048)
+    assert scan.read_all().equals(file_rows(rec))
+    assert tablet.manager.session_count() == 0
+    early = ahead.scan(0, snapshot_id=rec.snapshot_id, batch_size_bytes=2048)
+    next(early)
+    next(early)                      # the third batch is being fetched meanwhile
+    early.close()
+    assert tablet.manager.session_count() == 0
+    seqs = [c["call_seq_id"] for c in tablet.calls if "scanner_id" in c and "close" not in c]
+    assert seqs[-2:] == [1, 2]       # nothing asked twice

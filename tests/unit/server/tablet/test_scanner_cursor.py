@@ -96,3 +96,36 @@ def test_projection_keeps_the_requested_column_order():
     cursor = SnapshotCursor(MemorySnapshot(table), ["s", "id"], 0, None)
     got, _ = page(cursor, 1 << 20)
     assert got.schema.names == ["s", "id"] and got.num_rows == 3
+
+
+def test_whole_batches_of_a_mapped_snapshot_are_served_as_they_lie_in_the_file(tmp_path):
+    from fluss_spark.protocol.codec import Gather
+    from fluss_spark.server.tablet.snapshot import SnapshotFile, write_snapshot
+    table = table_of([20] * 1000)
+    path = str(tmp_path / "snap.arrow")
+    write_snapshot(table.to_batches(max_chunksize=100), SCHEMA, 1000, path, table_id=1,
+                   bucket=0, snapshot_id=3, log_offset=42)
+    with SnapshotFile.open(path) as snap:
+        assert snap.batch_starts[:3] == [0, 100, 200]
+        one = snap.raw_size(0, 1)
+        cursor = SnapshotCursor(snap, None, 0, 950)
+        served = []
+        while True:
+            batch = cursor.commit(cursor.next_batch(3 * one + 10))
+            served.append(batch)
+            if not batch.has_more:
+                break
+        raw = [b for b in served if isinstance(b.records, Gather)]
+        assert [b.row_count for b in raw] == [300, 300, 300]          # three whole batches
+        assert not isinstance(served[-1].records, Gather)            # rows 900..950: re-cut
+        got = pa.concat_tables(bytes_to_table(b.records.join() if isinstance(b.records, Gather)
+                                              else b.records) for b in served)
+        assert got.equals(table.slice(0, 950))
+        assert sum(b.row_count for b in served) == 950
+        # A start inside a batch, a budget under one batch, or a projection: re-encoded.
+        for start, budget, columns in ((50, 10 * one, None), (0, one // 2, None),
+                                       (0, 10 * one, ["s"])):
+            c = SnapshotCursor(snap, columns, start, None)
+            assert not isinstance(c.next_batch(budget).records, Gather)
+        assert isinstance(SnapshotCursor(snap, ["id", "s"], 0, None).next_batch(
+            10 * one).records, Gather)                                # every column, in order
