@@ -12,8 +12,8 @@ round's last snapshot, the Fluss position the table now equals. Summary properti
 ``fluss.lease-id``, ``fluss.offsets`` (JSON ``{log: {bucket: next_offset}, snapshot: {bucket:
 [snapshot_id, row_count, next_row]}}``), ``fluss.snapshot-complete``, ``fluss.rows-in``,
 ``fluss.rows-tiered``, ``fluss.committed-ms``, ``fluss.operation`` (``round``, ``compact``,
-``migrate``). A PK round is a copy-on-write delete of every key it touches followed by an append
-of the keys' last rows: two snapshots, one commit; only the second carries the summary.
+``migrate``). A PK round is one overwrite snapshot: the data files holding a key it touches are
+replaced by copies without those keys (copy-on-write), and the keys' last rows are added.
 
 Table properties (version 1, ``fluss.format-version``): ``fluss.table``, ``fluss.table-id``,
 ``fluss.kind``, ``fluss.primary-key``, ``fluss.bucket-key``, ``fluss.num-buckets`` and
@@ -23,29 +23,33 @@ integers and stores timestamps in microseconds; reads are cast back to the Fluss
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from fluss_spark.errors import FlussError
-from fluss_spark.tiering.apply import append_rows, conform, fold_changes
 from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET
+from fluss_spark.tiering.apply import append_rows, conform, fold_changes
+from fluss_spark.tiering.lake_catalog import (CATALOG_NAME, LAKE_FILE, TIERING_DIR, CommitConflict,
+                                              LakeError, catalog_properties,
+                                              default_catalog_properties, find_lake_root,
+                                              identifier, open_catalog, table_dir,
+                                              write_lake_file)
+from fluss_spark.tiering.lake_files import local_path, referenced_files
+from fluss_spark.tiering.lake_schema import (to_storage, decode_schema, encode_schema,
+                                             iceberg_schema)
 
 log = logging.getLogger(__name__)
 
 KIND_PK, KIND_LOG = "primary_key", "log"
-TIERING_DIR = "_tiering"
-LAKE_FILE = "lake.json"
-LAKE_FILE_VERSION = 1
-CATALOG_NAME = "fluss_lake"
 FORMAT_VERSION = "1"
 SUMMARY_VERSION = "1"
 
@@ -61,177 +65,6 @@ P = "fluss."
 #: Commits lost to a maintenance commit (compaction) of the same table are tried again.
 COMMIT_ATTEMPTS = 4
 
-_NAME = re.compile(r"[A-Za-z0-9_\-]+")
-
-
-class LakeError(FlussError):
-    """A lake table is missing, foreign, corrupt, or belongs to another table or query."""
-
-
-class CommitConflict(LakeError):
-    """Another writer committed the lake table between this round's read and its commit."""
-
-
-# -- catalog -----------------------------------------------------------------------------------
-def default_catalog_properties(lake_root: str | Path) -> dict[str, str]:
-    """The embedded default: SQLite catalog and local warehouse inside the lake directory."""
-    root = Path(lake_root).absolute()
-    return {"type": "sql", "uri": f"sqlite:///{root / TIERING_DIR / 'catalog.db'}",
-            "warehouse": root.as_uri()}
-
-
-_SECRET = re.compile(r"secret|password|token|credential|session", re.IGNORECASE)
-
-
-def write_lake_file(lake_root: str | Path, catalog: dict[str, str]) -> None:
-    """Record the lake's catalog (without secrets) so readers of the lake find it."""
-    secret = sorted(k for k in catalog if _SECRET.search(k))
-    if secret:
-        raise LakeError(f"catalog properties {', '.join(secret)} look secret: pass them as "
-                        f"PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__<NAME> environment "
-                        "variables, not as options")
-    d = Path(lake_root) / TIERING_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".{LAKE_FILE}.tmp"
-    tmp.write_text(json.dumps({"version": LAKE_FILE_VERSION, "catalog": catalog},
-                              sort_keys=True))
-    tmp.replace(d / LAKE_FILE)
-
-
-def catalog_properties(lake_root: str | Path) -> dict[str, str]:
-    """The catalog of a lake: ``_tiering/lake.json`` (versions: **1** ``{version, catalog}``),
-    else the embedded default."""
-    p = Path(lake_root) / TIERING_DIR / LAKE_FILE
-    if not p.exists():
-        return default_catalog_properties(lake_root)
-    try:
-        doc = json.loads(p.read_text())
-        if doc.get("version") != LAKE_FILE_VERSION:
-            raise LakeError(f"{p} has version {doc.get('version')!r}; upgrade fluss_spark")
-        return {str(k): str(v) for k, v in doc["catalog"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise LakeError(f"{p} is corrupt ({e}); fix or remove it (the default is the SQLite "
-                        "catalog in _tiering/catalog.db)") from None
-
-
-_CATALOGS: dict[tuple, Any] = {}
-
-
-def open_catalog(lake_root: str | Path, properties: dict[str, str] | None = None):
-    """The pyiceberg catalog of a lake (one per process and lake: it holds a connection pool)."""
-    from pyiceberg.catalog import load_catalog
-    props = dict(properties or catalog_properties(lake_root))
-    key = (str(Path(lake_root).absolute()), tuple(sorted(props.items())))
-    cat = _CATALOGS.get(key)
-    if cat is None:
-        if props.get("type") == "sql" and str(props.get("uri", "")).startswith("sqlite:///"):
-            Path(props["uri"][len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            cat = load_catalog(CATALOG_NAME, **props)
-        except Exception as e:  # noqa: BLE001 - pyiceberg raises many kinds here
-            raise LakeError(f"cannot open the Iceberg catalog of lake {lake_root} "
-                            f"({type(e).__name__}: {e}); check its catalog properties") from None
-        _CATALOGS[key] = cat
-    return cat
-
-
-def identifier(table: str) -> tuple[str, str]:
-    """Fluss ``db.name`` -> Iceberg (namespace, name)."""
-    parts = table.split(".")
-    if len(parts) != 2 or not all(_NAME.fullmatch(p) for p in parts):
-        raise LakeError(f"table name {table!r} is not db.name (letters, digits, _ and -)")
-    return parts[0], parts[1]
-
-
-def table_dir(lake_root: str | Path, table: str) -> Path:
-    """Where the lake copy of ``db.name`` lives with a local warehouse: ``<lake>/<db>/<name>``."""
-    return Path(lake_root).joinpath(*identifier(table))
-
-
-def find_lake_root(path: str | Path) -> Path:
-    """The lake directory above a table directory (the one holding ``_tiering``)."""
-    p = Path(path).absolute()
-    for d in (p, *p.parents):
-        if (d / TIERING_DIR).is_dir():
-            return d
-    raise LakeError(f"{path} is not inside a lake directory (no {TIERING_DIR}/ above it); "
-                    "run the tiering job first")
-
-
-# -- types -------------------------------------------------------------------------------------
-def iceberg_schema(schema: pa.Schema, primary_key: Sequence[str]):
-    """The Iceberg schema of a Fluss table: field ids 1..n, key columns required and the
-    identifier fields."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import NestedField
-    missing = [k for k in primary_key if k not in schema.names]
-    if missing:
-        raise LakeError(f"primary key column(s) {missing} are not in the schema {schema.names}")
-    fields = []
-    for i, f in enumerate(schema, start=1):
-        required = f.name in primary_key or not f.nullable
-        fields.append(NestedField(i, f.name, _iceberg_type(f.name, f.type), required=required))
-    ids = [schema.names.index(k) + 1 for k in primary_key]
-    return Schema(*fields, identifier_field_ids=ids)
-
-
-def _iceberg_type(name: str, t: pa.DataType):
-    from pyiceberg import types as it
-    if pa.types.is_boolean(t):
-        return it.BooleanType()
-    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
-        return it.IntegerType()     # Iceberg's narrowest integer; read back as the Fluss type
-    if pa.types.is_int64(t):
-        return it.LongType()
-    if pa.types.is_float32(t):
-        return it.FloatType()
-    if pa.types.is_float64(t):
-        return it.DoubleType()
-    if pa.types.is_decimal(t):
-        return it.DecimalType(t.precision, t.scale)
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return it.StringType()
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return it.BinaryType()
-    if pa.types.is_fixed_size_binary(t):
-        return it.FixedType(t.byte_width)
-    if pa.types.is_date(t):
-        return it.DateType()
-    if pa.types.is_time(t):
-        return it.TimeType()
-    if pa.types.is_timestamp(t):
-        return it.TimestamptzType() if t.tz else it.TimestampType()
-    raise LakeError(f"column {name!r} has type {t}, which the Iceberg lake does not map; "
-                    "exclude the table from the tiering pattern")
-
-
-def _storage_arrow_type(t: pa.DataType) -> pa.DataType:
-    """The Arrow type pyiceberg writes for a Fluss column type."""
-    if pa.types.is_int8(t) or pa.types.is_int16(t):
-        return pa.int32()
-    if pa.types.is_timestamp(t) and t.unit != "us":
-        return pa.timestamp("us", tz=t.tz)
-    if pa.types.is_time(t) and t != pa.time64("us"):
-        return pa.time64("us")
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_date64(t):
-        return pa.date32()
-    return t
-
-
-def encode_schema(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.remove_metadata().serialize().to_pybytes()).decode()
-
-
-def decode_schema(text: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-
-
-def _to_storage(rows: pa.Table, iceberg_arrow: pa.Schema) -> pa.Table:
-    return rows.cast(iceberg_arrow) if rows.schema != iceberg_arrow else rows
 
 
 # -- state -------------------------------------------------------------------------------------
@@ -509,15 +342,11 @@ class LakeTable:
             tx = tbl.transaction()
             if base.is_pk:
                 puts, touched = fold_changes(rows, base.primary_key)
-                if touched.num_rows and base.rows:
-                    # Copy-on-write: files holding a touched key are rewritten without it.
-                    tx.delete(key_filter(touched), snapshot_properties={
-                        K_OPERATION: "round-delete", K_QUERY: query_id, K_BATCH: str(batch_id)})
                 if puts.num_rows > 1:
                     puts = puts.sort_by([(k, "ascending") for k in base.primary_key])
-                tx.append(_to_storage(puts, storage), snapshot_properties=props)
+                _pk_round(tbl, tx, base, to_storage(puts, storage), touched, props)
             else:
-                tx.append(_to_storage(append_rows(rows), storage), snapshot_properties=props)
+                tx.append(to_storage(append_rows(rows), storage), snapshot_properties=props)
             try:
                 tx.commit_transaction()
             except CommitFailedException as e:
@@ -559,7 +388,7 @@ class LakeTable:
         data = conform(rows, base.schema)
         if base.is_pk and data.num_rows > 1:
             data = data.sort_by([(k, "ascending") for k in base.primary_key])
-        tbl.append(_to_storage(data, tbl.schema().as_arrow()), snapshot_properties=props)
+        tbl.append(to_storage(data, tbl.schema().as_arrow()), snapshot_properties=props)
         return self.state()
 
     # -- maintenance ----------------------------------------------------------------------------
@@ -598,13 +427,13 @@ class LakeTable:
         if cur is not None:
             keep.add(cur.snapshot_id)
         expired = [s for s in snaps if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep]
-        before = _referenced_files(tbl, snaps)
+        before = referenced_files(tbl, snaps)
         if expired:
             tbl.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
             tbl = self.iceberg()
-        after = _referenced_files(tbl, tbl.metadata.snapshots)
+        after = referenced_files(tbl, tbl.metadata.snapshots)
         removed: list[str] = []
-        root = _local_path(tbl.location())
+        root = local_path(tbl.location())
         if root is not None:
             now_ms = int(self.clock() * 1000)
             for sub in ("data", "metadata"):
@@ -624,39 +453,76 @@ class LakeTable:
                 "removed_files": len(removed), "snapshots": len(tbl.metadata.snapshots)}
 
 
+def _pk_round(tbl: Any, tx: Any, base: LakeState, puts: pa.Table, touched: pa.Table,
+              props: dict[str, str]) -> None:
+    """Stage a PK round in ``tx`` as ONE overwrite snapshot: every data file holding a touched
+    key is replaced by a copy without those keys (copy-on-write), and the upserted keys' last
+    rows are added.
+
+    Which files hold a touched key is found with Arrow (the key columns of each file, joined with
+    the touched keys), not with an Iceberg ``In`` filter: pyiceberg binds such a filter, literal
+    by literal, several times per delete (2.8 s of a 3.8 s round of 50k keys; docs/tiering.md).
+    Files are written by pyiceberg's own data-file writer (the version is pinned in setup.cfg).
+    """
+    import itertools
+
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    key = list(base.primary_key)
+    storage = tbl.schema().as_arrow()
+    snap = tbl.current_snapshot()
+    tasks = list(tbl.scan(snapshot_id=snap.snapshot_id).plan_files()) \
+        if snap is not None and touched.num_rows and base.rows else []
+    if any(t.delete_files for t in tasks):
+        # Delete files came from another writer: let pyiceberg apply them while deleting.
+        tx.delete(key_filter(touched), snapshot_properties={K_OPERATION: "round-delete"})
+        tx.append(puts, snapshot_properties=props)
+        return
+    wanted = touched.cast(pa.schema([storage.field(k) for k in key]).remove_metadata(),
+                          safe=False) if touched.num_rows else touched
+    hits = []
+    for task in tasks:
+        with tbl.io.new_input(task.file.file_path).open() as fh:
+            keys = pq.read_table(fh, columns=key)
+        hit = _rows_with_keys(keys, wanted, key)
+        if len(hit):
+            hits.append((task.file, hit))
+    counter = itertools.count(0)
+    with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
+        for data_file, hit in hits:
+            with tbl.io.new_input(data_file.file_path).open() as fh:
+                rows = pq.read_table(fh)
+            keep = np.ones(rows.num_rows, dtype=bool)
+            keep[hit] = False
+            ow.delete_data_file(data_file)
+            kept = rows.filter(pa.array(keep))
+            if kept.num_rows:
+                for f in _dataframe_to_data_files(tx.table_metadata, kept.cast(storage), tbl.io,
+                                                  ow.commit_uuid, counter):
+                    ow.append_data_file(f)
+        if puts.num_rows:
+            for f in _dataframe_to_data_files(tx.table_metadata, puts, tbl.io, ow.commit_uuid,
+                                              counter):
+                ow.append_data_file(f)
+
+
+def _rows_with_keys(keys: pa.Table, wanted: pa.Table, key: list[str]) -> np.ndarray:
+    """Row numbers of ``keys`` whose key is in ``wanted``."""
+    if not wanted.num_rows or not keys.num_rows:
+        return np.empty(0, dtype=np.int64)
+    if len(key) == 1:
+        return np.flatnonzero(pc.is_in(keys.column(0), value_set=wanted.column(0))
+                              .to_numpy(zero_copy_only=False))
+    numbered = pa.table([*keys.columns, pa.array(np.arange(keys.num_rows))],
+                        names=[*key, "__row"])
+    return np.sort(numbered.join(wanted, keys=key, join_type="inner")
+                   .column("__row").to_numpy())
+
+
 def _ancestry(tbl: Any) -> Iterable[Any]:
     snap = tbl.current_snapshot()
     while snap is not None:
         yield snap
         snap = tbl.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
-
-
-def _local_path(uri: str) -> Path | None:
-    if uri.startswith("file://"):
-        return Path(uri[len("file://"):])
-    if uri.startswith("/"):
-        return Path(uri)
-    return None
-
-
-def _referenced_files(tbl: Any, snapshots: Iterable[Any]) -> set[str]:
-    """Local paths of every manifest list, manifest and data/delete file ``snapshots`` use."""
-    out: set[str] = set()
-    io = tbl.io
-    for snap in snapshots:
-        for uri in [snap.manifest_list]:
-            p = _local_path(uri)
-            if p is not None:
-                out.add(str(p))
-        for m in snap.manifests(io):
-            p = _local_path(m.manifest_path)
-            if p is not None:
-                out.add(str(p))
-            for entry in m.fetch_manifest_entry(io, discard_deleted=True):
-                p = _local_path(entry.data_file.file_path)
-                if p is not None:
-                    out.add(str(p))
-    return out
 
 
 def key_filter(keys: pa.Table):
@@ -701,4 +567,5 @@ def list_lake_tables(lake_root: str | Path) -> list[LakeTable]:
 __all__ = ["LakeTable", "LakeState", "Commit", "Round", "LakeError", "CommitConflict",
            "table_dir", "list_lake_tables", "open_catalog", "catalog_properties",
            "default_catalog_properties", "write_lake_file", "iceberg_schema", "key_filter",
-           "KIND_PK", "KIND_LOG", "TIERING_DIR"]
+           "identifier", "encode_schema", "KIND_PK", "KIND_LOG", "TIERING_DIR", "CATALOG_NAME",
+           "LAKE_FILE"]

@@ -93,10 +93,11 @@ def test_each_round_is_one_commit_carrying_its_offsets_lease_and_batch(tmp_path)
     st2 = t.commit_round(upd, query_id="q1", batch_id=1, fluss_offsets={"log": {"0": 14}},
                          lease_id="tier-x")
     ice = t.iceberg()
-    # Copy-on-write delete of the touched keys + append of their last rows: one catalog commit
-    # (one metadata version), two snapshots, the summary on the last.
+    # Copy-on-write of the files holding a touched key + the keys' last rows: one commit, one
+    # overwrite snapshot carrying the summary.
     new = ice.metadata.snapshots[before:]
-    assert [s.summary.operation.value for s in new] == ["overwrite", "append"]
+    assert [s.summary.operation.value for s in new] == ["overwrite"]
+    assert new[-1].summary["deleted-data-files"] == "1"
     summary = new[-1].summary.additional_properties
     assert json.loads(summary["fluss.offsets"]) == {"log": {"0": 14}}
     assert summary["fluss.batch-id"] == "1" and summary["fluss.lease-id"] == "tier-x"
@@ -109,6 +110,13 @@ def test_each_round_is_one_commit_carrying_its_offsets_lease_and_batch(tmp_path)
     assert r0.state.fluss_offsets["log"] == {"0": 5} and t.read(r0.snapshot_id).num_rows == 100
     assert {r["id"]: r["v"] for r in t.read(r0.snapshot_id).to_pylist()}[6] == "v6"
     assert r1.snapshot_id == st2.snapshot_id and r1.state.commit.batch_id == 1
+    # Keys no file holds rewrite nothing; a key in one of two files rewrites only that file.
+    t.commit_round(rows([(1000, "a")], "+I", 20), query_id="q1", batch_id=2)
+    assert "deleted-data-files" not in t.iceberg().current_snapshot().summary.additional_properties
+    t.commit_round(rows([(1000, "b")], "+U", 21), query_id="q1", batch_id=3)
+    summary = t.iceberg().current_snapshot().summary
+    assert summary["deleted-data-files"] == "1" and summary["total-data-files"] == "3"
+    assert {r["id"]: r["v"] for r in t.read().to_pylist()}[1000] == "b"
 
 
 def test_composite_keys_are_upserted_and_deleted_by_the_whole_key(tmp_path):
@@ -223,7 +231,7 @@ def test_expire_drops_old_snapshots_and_the_files_only_they_used(tmp_path):
     files_before = len(list(data.iterdir()))
     t.clock = time.time
     r = t.expire(int(time.time() * 1000) + 1, retain_last=2)
-    assert len(r["expired_snapshots"]) == 5      # 7 snapshots (1 + 2 per later PK round)
+    assert len(r["expired_snapshots"]) == 2      # 4 rounds, one snapshot each
     assert r["snapshots"] == 2 and not orphan_old.exists() and orphan_new.exists()
     assert len(list(data.iterdir())) < files_before
     assert t.read().to_pylist() == [{"id": 1, "v": "v3"}]
