@@ -108,3 +108,54 @@ def test_error_summary_names_the_task_error_of_a_failed_spark_job():
     assert error_summary(wrapped) == "java.io.IOException: disk gone"
     frames_only = Exception("header\njava.lang.IllegalStateException: bad\n\tat a.b(C.java:1)")
     assert error_summary(frames_only) == "java.lang.IllegalStateException: bad"
+
+
+def _log_lake(tmp_path, rounds=3):
+    import pyarrow as pa
+    from fluss_spark.tiering.lake import LakeTable
+    t = LakeTable.open(tmp_path, "db.log")
+    t.create(table="db.log", table_id=4, schema=pa.schema([("k", pa.int64())]))
+    for b in range(rounds):
+        t.commit_round(pa.table({"k": pa.array([b], pa.int64()), "_change_type": ["+A"],
+                                 "_log_offset": pa.array([b], pa.int64())}),
+                       query_id="query-1", batch_id=b, fluss_offsets={"log": {"0": b + 1}})
+    return t
+
+
+def test_a_batch_that_does_not_follow_the_lakes_last_round_is_refused(tmp_path):
+    from fluss_spark.tiering.table_query import TableSink
+    lake = _log_lake(tmp_path)
+    sink = TableSink("db.log", lake, tmp_path / "ckpt", ["k"])
+    sink._check_start("query-1", 3)        # the next batch
+    sink._check_start("query-1", 0)        # a first batch is not checked here
+    sink._check_start("other-query", 7)    # refused by the commit itself (another query)
+    with pytest.raises(TieringError, match="diverged"):
+        sink._check_start("query-1", 5)    # batches 3 and 4 never reached the lake
+
+
+def test_the_sink_compacts_a_table_of_many_files_and_expires_old_snapshots(tmp_path):
+    from fluss_spark.tiering.table_query import TableSink
+    lake = _log_lake(tmp_path, rounds=4)
+    sink = TableSink("db.log", lake, tmp_path / "ckpt", ["k"], retain_versions=1,
+                     compact_max_files=2, snapshot_retention_s=0.0)
+    sink._maintain()
+    st = lake.state()
+    assert st.data_files == 1 and st.commit.batch_id == 3 and st.rows == 4
+    assert len(lake.iceberg().metadata.snapshots) == 1
+
+
+def test_the_catalog_option_and_a_lake_of_another_catalog_are_checked(tmp_path):
+    from fluss_spark.tiering.run import _catalog
+    assert _catalog(["type=rest", "uri=http://h:1"]) == {"type": "rest", "uri": "http://h:1"}
+    assert _catalog(None) is None
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        _catalog(["type"])
+    cfg = TieringConfig(lake=tmp_path, bootstrap_servers="h:1", table_pattern=".*",
+                        catalog={"type": "rest", "uri": "http://h:1"})
+    TieringJob(None, cfg)._check_lake()
+    assert json.loads((tmp_path / "_tiering" / "lake.json").read_text())["catalog"]["uri"] == \
+        "http://h:1"
+    other = TieringConfig(lake=tmp_path, bootstrap_servers="h:1", table_pattern=".*",
+                          catalog={"type": "rest", "uri": "http://elsewhere:1"})
+    with pytest.raises(TieringError, match="uses catalog"):
+        TieringJob(None, other)._check_lake()
