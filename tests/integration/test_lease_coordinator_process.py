@@ -255,3 +255,43 @@ def test_a_client_cannot_make_the_coordinator_delete_data(coordinator, tmp_path)
     conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {**forged(1, str(real)), "log_offset": 10, "row_count": 1})
     assert snapshot_ids(conn, table_id, 0) == [1]
     assert real.exists() and (victim / "data").read_text() == "keep me"
+
+
+def test_kill_9_after_a_one_bucket_change_of_a_lease_in_part_znodes_keeps_both(
+        coordinator, tmp_path, meta):
+    """A lease big enough for its pins to live in child znodes (1024 buckets with ids spread
+    over a million): the first acquire and a later one-bucket move survive kill -9."""
+    import random
+
+    from fluss_spark.metadata import layout
+    conn = coordinator.connection()
+    table_id = create_table(conn, buckets=1024)
+    remote = tmp_path / "coord" / "remote"
+    rng = random.Random(4)
+    ids = {b: rng.randrange(1, 10 ** 6) for b in range(1024)}
+    for b, s in ids.items():
+        commit(conn, remote, table_id, b, s)
+    commit(conn, remote, table_id, 5, ids[5] + 1)
+    reply = conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
+        "lease_id": "wide", "duration_ms": HOUR, "tables": {table_id: ids}})
+    assert reply["unavailable"] == {}
+    children = meta.zk.get_children(layout.lease_path("wide"))
+    assert children == [layout.lease_part_name(table_id, 0, 1)]
+    coordinator.kill()
+    coordinator.start(timeout_s=60)
+    conn = coordinator.connection()
+    info = call_until_leader(conn, ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "wide"},
+                             timeout_s=60)
+    assert info["tables"] == {table_id: ids}
+    moved = {**ids, 5: ids[5] + 1}
+    conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
+        "lease_id": "wide", "duration_ms": HOUR, "tables": {table_id: {5: ids[5] + 1}}})
+    coordinator.kill()
+    coordinator.start(timeout_s=60)
+    conn = coordinator.connection()
+    info = call_until_leader(conn, ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "wide"},
+                             timeout_s=60)
+    assert info["tables"] == {table_id: moved}
+    assert meta.load_lease("wide").tables == {table_id: moved}
+    assert meta.zk.get_children(layout.lease_path("wide")) == [
+        layout.lease_part_name(table_id, 0, 2)]
