@@ -1,9 +1,11 @@
-"""`fluss-spark tier run --once` tiers tables from the command line; `tier status` reports them."""
+"""`fluss-spark tier run --once` tiers tables from the command line; `tier status` reports them;
+`tier migrate` converts a lake of the old format."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -61,3 +63,53 @@ def test_tier_run_with_a_bad_pattern_is_a_one_line_error(cluster, tmp_path):
              tmp_path / "lake", "--pattern", "db.(", "--once", timeout=60)
     assert res.returncode == 1 and res.stderr.startswith("error: ") and "regex" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_a_lake_of_the_old_format_is_migrated_and_tiering_continues_where_it_stopped(
+        cluster, conn, table_name, tmp_path):
+    """The job refuses an old-format lake; `tier migrate` converts it keeping its position, and
+    the next run tiers only what came after it."""
+    from fluss_spark.tiering import legacy
+    from fluss_spark.tiering.lake import LakeTable
+
+    admin = conn.admin()
+    pk = f"{table_name}_pk"
+    admin.create_table(pk, "id BIGINT NOT NULL, v STRING", primary_key=["id"], num_buckets=2)
+    w = conn.writer(pk)
+    w.upsert(pa.table({"id": pa.array(range(300), pa.int64()), "v": [f"v{i}" for i in range(300)]}))
+    admin.trigger_kv_snapshot(pk)
+    lake = tmp_path / "lake"
+    args = ["--bootstrap-servers", cluster.bootstrap_servers, "tier", "run", "--lake", lake,
+            "--pattern", re.escape(pk), "--once", "--json"]
+    res = fs(*args)
+    assert res.returncode == 0, strip_jvm_frames(res.stdout + res.stderr)[-8000:]
+
+    # Rewrite that lake in the old format, at the same position (what an earlier version left).
+    t = LakeTable.open(lake, pk)
+    st, rows = t.state(), t.read()
+    t.catalog.drop_table(tuple(pk.split(".")))
+    shutil.rmtree(table_dir(lake, pk))
+    old = legacy.LakeTable(legacy.table_dir(lake, pk))
+    old.create(table=pk, table_id=st.table_id, schema=st.schema, primary_key=["id"],
+               num_buckets=2)
+    changes = rows.append_column("_change_type", pa.array(["+I"] * rows.num_rows)) \
+        .append_column("_log_offset", pa.array([-1] * rows.num_rows, pa.int64()))
+    old.commit_round(changes, query_id=st.commit.query_id, batch_id=st.commit.batch_id,
+                     fluss_offsets=st.fluss_offsets, snapshot_complete=st.snapshot_complete)
+
+    w.upsert([{"id": 0, "v": "after"}])
+    w.delete([{"id": 1}])
+    refused = fs(*args)
+    assert refused.returncode == 1 and "fluss-spark tier migrate --lake" in refused.stderr
+    migrated = fs("tier", "migrate", "--lake", lake, "--json")
+    assert migrated.returncode == 0, migrated.stderr
+    assert json.loads(migrated.stdout)[0]["rows"] == 300
+    res = fs(*args)
+    assert res.returncode == 0, strip_jvm_frames(res.stdout + res.stderr)[-8000:]
+    state = {r["id"]: r["v"] for r in LakeTable.open(lake, pk).read().to_pylist()}
+    assert len(state) == 299 and state[0] == "after" and 1 not in state
+    rounds = LakeTable.open(lake, pk).rounds()
+    # The migrated snapshot, then the next batch of the same query: nothing tiered twice.
+    assert [r.state.operation for r in rounds] == ["migrate", "round"]
+    assert rounds[1].state.commit.batch_id == st.commit.batch_id + 1
+    assert rounds[1].state.commit.rows_in == 3      # -U/+U of id 0 and -D of id 1
