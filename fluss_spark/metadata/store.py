@@ -96,6 +96,7 @@ class MetadataStore:
         #: What this store last wrote or read of each lease, so the next write sends only
         #: the parts that changed (dropped whenever a write's outcome is unknown).
         self._lease_states: dict[str, _LeaseState] = {}
+        self._v1_seen_empty = False
 
     def start(self) -> "MetadataStore":
         try:
@@ -356,7 +357,8 @@ class MetadataStore:
     def delete_snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> None:
         def change(records: dict) -> None:
             records.pop((bucket, snapshot_id), None)
-        if not self._update_page(table_id, layout.snapshot_page_of(bucket), change):
+        if not self._update_page(table_id, layout.snapshot_page_of(bucket), change) \
+                and not self._v1_gone():
             # Not in the index: a layout v1 snapshot that was never migrated.
             try:
                 self._write("delete", layout.snapshot_path(table_id, bucket, snapshot_id))
@@ -366,18 +368,20 @@ class MetadataStore:
     def snapshot_ids(self, table_id: int, bucket: int) -> list[int]:
         page = self._page(table_id, layout.snapshot_page_of(bucket))
         ids = {s for b, s in page if b == bucket}
-        ids.update(int(c) for c in self._children(layout.snapshots_path(table_id, bucket)))
+        ids.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id, bucket)))
         return sorted(ids)
 
     def snapshot_buckets(self, table_id: int) -> list[int]:
         buckets = {b for page in self._pages(table_id).values() for b, _ in page}
-        buckets.update(int(c) for c in self._children(layout.snapshots_path(table_id)))
+        buckets.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id)))
         return sorted(buckets)
 
     def snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> SnapshotRecord | None:
         rec = self._page(table_id, layout.snapshot_page_of(bucket)).get((bucket, snapshot_id))
         if rec is not None:
             return rec
+        if self._v1_gone():
+            return None
         return self._get(layout.snapshot_path(table_id, bucket, snapshot_id), SnapshotRecord)
 
     def snapshot_table_ids(self) -> list[int]:
@@ -461,6 +465,17 @@ class MetadataStore:
                 results = self._committed(result.get(), "delete layout v1 snapshot znodes")
                 ok = ok and not any(isinstance(r, Exception) for r in results)
         return ok
+
+    def _v1_gone(self) -> bool:
+        """Whether the layout v1 tree is known to be empty. Nothing writes v1 znodes any more,
+        so once seen empty it stays empty, and the lookups of tablets and of the registry stop
+        paying a ZooKeeper round trip for it."""
+        if not self._v1_seen_empty and not self._children(layout.SNAPSHOTS):
+            self._v1_seen_empty = True
+        return self._v1_seen_empty
+
+    def _v1_children(self, path: str) -> list[str]:
+        return [] if self._v1_gone() else self._children(path)
 
     def _page(self, table_id: int, page: int) -> dict[tuple[int, int], SnapshotRecord]:
         try:

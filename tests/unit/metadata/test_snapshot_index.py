@@ -168,3 +168,22 @@ def test_a_migration_cut_off_anywhere_loses_nothing_and_the_next_one_finishes(zk
         if not failed:
             break
     assert n > 4
+
+
+def test_lookups_stop_asking_for_the_old_layout_once_it_is_seen_empty(store):
+    store.put_snapshot(rec(1, 0, 1))
+    listed = []
+    real = store.zk.get_children
+
+    def counting(path, *a, **kw):
+        listed.append(path)
+        return real(path, *a, **kw)
+    store.zk.get_children = counting
+    try:
+        for _ in range(3):
+            assert store.snapshot_ids(1, 0) == [1]
+            assert store.snapshot(1, 0, 2) is None
+        store.delete_snapshot(1, 0, 7)
+    finally:
+        del store.zk.get_children
+    assert listed == [layout.SNAPSHOTS]      # once; nothing writes v1 znodes any more
