@@ -15,7 +15,7 @@ from chispa import assert_df_equality
 
 from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET
 from fluss_spark.local.ports import wait_until
-from fluss_spark.tiering.config import TieringConfig
+from fluss_spark.tiering.config import TieringConfig, TieringError
 from fluss_spark.tiering.job import TieringJob
 from fluss_spark.tiering.lake import LakeTable
 from fluss_spark.tiering.progress import job_status
@@ -244,3 +244,36 @@ def test_a_query_failed_by_a_tablet_outage_is_restarted_and_the_lake_stays_exact
     assert_lake_equals(spark, lake_root, lg, expected_log)
     restarted = {r["table"]: r["restarts"] for r in job_status(lake_root)["tables"]}
     assert sum(restarted.values()) >= 1
+
+
+def test_a_second_job_writing_the_same_iceberg_tables_is_refused(spark, cluster, conn,
+                                                                 table_name, tmp_path):
+    """Two jobs (two lake directories, so two checkpoints) pointed at one catalog: the second
+    one's commit is refused by the lake, which keeps the first job's copy exactly."""
+    lg = f"{table_name}_log"
+    conn.admin().create_table(lg, "k BIGINT, msg STRING", num_buckets=2)
+    w = conn.writer(lg)
+    w.append([{"k": i, "msg": "a"} for i in range(100)])
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'shared.db'}",
+               "warehouse": (tmp_path / "warehouse").as_uri()}
+
+    def run(lake: str) -> TieringJob:
+        config = TieringConfig(lake=tmp_path / lake, bootstrap_servers=cluster.bootstrap_servers,
+                               table_pattern=re.escape(lg), available_now=True,
+                               poll_interval_s=0.3, max_restarts=0, catalog=catalog)
+        job = TieringJob(spark, config)
+        try:
+            job.start()
+            job.run()
+        finally:
+            job.stop()
+        return job
+
+    run("lake1")
+    w.append([{"k": 100 + i, "msg": "b"} for i in range(50)])
+    with pytest.raises(TieringError, match="was written by streaming query"):
+        run("lake2")
+    # The shared table is still the first job's copy: 100 rows, once each.
+    first = pa.table({"k": pa.array(range(100), pa.int64()), "msg": ["a"] * 100})
+    assert_lake_equals(spark, tmp_path / "lake1", lg, first)
+    assert_lake_equals(spark, tmp_path / "lake2", lg, first)   # the same catalog, same table
