@@ -97,6 +97,9 @@ class MetadataStore:
         #: the parts that changed (dropped whenever a write's outcome is unknown).
         self._lease_states: dict[str, _LeaseState] = {}
         self._v1_seen_empty = False
+        #: Snapshot index pages as this store last wrote or read them: path -> (znode
+        #: version, {(bucket, snapshot_id): record}), the base of its next change.
+        self._page_cache: dict[str, tuple[int, dict]] = {}
 
     def start(self) -> "MetadataStore":
         try:
@@ -389,6 +392,9 @@ class MetadataStore:
                       | {int(c) for c in self._children(layout.SNAPSHOTS)})
 
     def delete_table_snapshots(self, table_id: int) -> None:
+        prefix = layout.snapshot_index_path(table_id) + "/"
+        for path in [p for p in self._page_cache if p.startswith(prefix)]:
+            del self._page_cache[path]
         for path in (layout.snapshot_index_path(table_id), layout.snapshots_path(table_id)):
             try:
                 self._delete_tree(path)
@@ -409,14 +415,18 @@ class MetadataStore:
                 continue
         found: dict[tuple[int, int, int], SnapshotRecord] = {}
         for i in range(0, len(paths), 1000):
-            reads = [self.zk.get_async(p) for p in paths[i:i + 1000]]
-            for read in reads:
+            reads = [(p, self.zk.get_async(p)) for p in paths[i:i + 1000]]
+            for path, read in reads:
                 try:
-                    page = layout.SnapshotIndexPage.decode(read.get()[0])
+                    data, stat = read.get()
                 except NoNodeError:
                     continue
+                page = layout.SnapshotIndexPage.decode(data)
+                records = {}
                 for rec in page.records:
                     found[(rec.table_id, rec.bucket, rec.snapshot_id)] = rec
+                    records[(rec.bucket, rec.snapshot_id)] = rec
+                self._page_cache[path] = (stat.version, records)
         for rec in self._v1_snapshots():
             found.setdefault((rec.table_id, rec.bucket, rec.snapshot_id), rec)
         return list(found.values())
@@ -492,22 +502,37 @@ class MetadataStore:
     def _update_page(self, table_id: int, page: int, change: Callable[[dict], object]) -> bool:
         """Apply ``change`` to a page's ``{(bucket, snapshot_id): record}`` and write it with a
         version check (retried when someone else wrote it meanwhile); returns whether the
-        page changed. An emptied page is deleted."""
+        page changed. An emptied page is deleted.
+
+        The page as this store last wrote or read it is the base when known, so a commit
+        costs one write, not a read and a write; a version check that fails (someone else
+        wrote it) drops that copy and reads the page again."""
         path = layout.snapshot_index_path(table_id, page)
+        fresh = False
         while True:
-            try:
-                data, stat = self.zk.get(path)
-                records = {(r.bucket, r.snapshot_id): r
-                           for r in layout.SnapshotIndexPage.decode(data).records}
-            except NoNodeError:
-                stat, records = None, {}
+            cached = self._page_cache.get(path)
+            if cached is not None and not fresh:
+                version, records = cached
+            else:
+                try:
+                    data, stat = self.zk.get(path)
+                    version = stat.version
+                    records = {(r.bucket, r.snapshot_id): r
+                               for r in layout.SnapshotIndexPage.decode(data).records}
+                except NoNodeError:
+                    version, records = None, {}
+                fresh = True
             new = dict(records)
             change(new)
             if new == records:
-                return False
+                if fresh:
+                    return False
+                fresh = True        # nothing to write, by a copy: make sure from ZooKeeper
+                continue
             try:
                 if not new:
-                    self._write("delete", path, version=stat.version)
+                    self._page_cache.pop(path, None)
+                    self._write("delete", path, version=version)
                     return True
                 encoded = layout.SnapshotIndexPage(table_id, page, tuple(new.values())).encode()
                 if len(encoded) > layout.SNAPSHOT_PAGE_MAX_BYTES:
@@ -518,13 +543,17 @@ class MetadataStore:
                         f"{len(new)} snapshots ({len(encoded)} bytes), past ZooKeeper's node "
                         f"limit; lower kv.snapshot.num-retained or release leases that pin old "
                         f"snapshots")
-                if stat is None:
+                self._page_cache.pop(path, None)    # until the write's outcome is known
+                if version is None:
                     self.zk.ensure_path(layout.snapshot_index_path(table_id))
                     self._write("create", path, encoded)
+                    self._page_cache[path] = (0, new)
                 else:
-                    self._write("set_data", path, encoded, version=stat.version)
+                    stat = self._write("set_data", path, encoded, version=version)
+                    self._page_cache[path] = (stat.version, new)
                 return True
             except (BadVersionError, NodeExistsError, NoNodeError):
+                fresh = True
                 continue    # written or deleted by someone else since we read it: read again
 
     def _v1_snapshots(self, table_ids: list[int] | None = None) -> list[SnapshotRecord]:

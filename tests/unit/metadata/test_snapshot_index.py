@@ -187,3 +187,19 @@ def test_lookups_stop_asking_for_the_old_layout_once_it_is_seen_empty(store):
     finally:
         del store.zk.get_children
     assert listed == [layout.SNAPSHOTS]      # once; nothing writes v1 znodes any more
+
+
+def test_a_writer_whose_copy_of_a_page_went_stale_reads_it_again(store, zk_address):
+    other = MetadataStore(zk_address).start()
+    try:
+        store.put_snapshot(rec(1, 0, 1))         # ``store`` keeps a copy of page 0
+        other.put_snapshot(rec(1, 1, 1))         # ... which this write makes stale
+        store.put_snapshot(rec(1, 2, 1))         # version check fails: read again, write
+        assert other.snapshot_buckets(1) == [0, 1, 2]
+        other.delete_snapshot(1, 0, 1)
+        store.put_snapshot(rec(1, 0, 1))         # its copy says "already there"; it is not
+        assert other.snapshot_ids(1, 0) == [1]
+        store.delete_snapshot(1, 1, 1)
+        assert other.snapshot_buckets(1) == [0, 2]
+    finally:
+        other.close()
