@@ -177,6 +177,9 @@ class LakeTable:
         self.name = table
         self.namespace, self.short_name = identifier(table)
         self.clock = clock
+        #: Called once a round's files are written, just before its catalog commit (the tiering
+        #: sink's fault-injection point ``mid-commit``).
+        self.before_commit: Callable[[], None] | None = None
 
     @classmethod
     def open(cls, lake_root: str | Path, table: str, **kw) -> "LakeTable":
@@ -347,6 +350,9 @@ class LakeTable:
                 _pk_round(tbl, tx, base, to_storage(puts, storage), touched, props)
             else:
                 tx.append(to_storage(append_rows(rows), storage), snapshot_properties=props)
+            if self.before_commit is not None:
+                # Staging wrote the data files and manifests; committing is the catalog swap.
+                self.before_commit()
             try:
                 tx.commit_transaction()
             except CommitFailedException as e:

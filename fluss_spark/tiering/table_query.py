@@ -31,8 +31,10 @@ log = logging.getLogger(__name__)
 
 #: Fault injection for tests: sleep this long inside a round, having first created the marker
 #: file (so a test can kill -9 there): after the rows are read and before the lake commit
-#: (point ``before-commit``, the default) or after the lake commit, before Spark records the batch
-#: as done (``after-commit``: the restarted query replays a round the lake already has).
+#: (point ``before-commit``, the default); after the round's data files and manifests are written
+#: and before the catalog commit (``mid-commit``: they are left as orphans); or after the lake
+#: commit, before Spark records the batch as done (``after-commit``: the restarted query replays
+#: a round the lake already has).
 PAUSE_ENV, MARKER_ENV = "FLUSS_SPARK_TIER_PAUSE_S", "FLUSS_SPARK_TIER_MARKER"
 PAUSE_POINT_ENV = "FLUSS_SPARK_TIER_PAUSE_POINT"
 
@@ -76,6 +78,7 @@ class TableSink:
                  collect_lock: Any = None, lease_id: str | None = None,
                  snapshot_retention_s: float | None = 86_400.0):
         self.table, self.lake, self.checkpoint = table, lake, checkpoint
+        self.lake.before_commit = lambda: _maybe_pause("mid-commit")
         self.lease_id = lease_id
         self.snapshot_retention_s = snapshot_retention_s
         self.columns = columns

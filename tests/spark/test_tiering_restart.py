@@ -18,7 +18,8 @@ import pytest
 from chispa import assert_df_equality
 
 from fluss_spark.local.ports import wait_until
-from fluss_spark.tiering.lake import LakeTable
+from fluss_spark.tiering.lake import LakeTable, table_dir
+from fluss_spark.tiering.lake_files import referenced_files
 from fluss_spark.tiering.spark_reader import read_lake_table
 from fluss_spark.tiering.restarts import strip_jvm_frames
 from fluss_spark.tiering.submit import python_env, spark_submit_command
@@ -36,8 +37,13 @@ def table_rows(spark, cluster, table: str):
     return df.select([c for c in df.columns if not c.startswith("_")])
 
 
+@pytest.mark.parametrize("point", ["after-commit", "mid-commit"])
 def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
-        spark, cluster, conn, table_name, tmp_path):
+        spark, cluster, conn, table_name, tmp_path, point):
+    """``after-commit``: killed once a round is in the lake, before Spark marks its batch done
+    (the restarted query replays a round the lake has). ``mid-commit``: killed once a round's
+    data files and manifests are written, before the catalog commit (they become orphans; the
+    restarted query applies the round)."""
     admin = conn.admin()
     pk, lg = f"{table_name}_pk", f"{table_name}_log"
     admin.create_table(pk, "id BIGINT NOT NULL, v STRING", primary_key=["id"], num_buckets=2)
@@ -54,9 +60,7 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
             "--pattern", re.escape(table_name) + "_(pk|log)", "--trigger-interval", "300 milliseconds",
             "--lease-duration", "2min"]
     env = python_env()
-    # Pause (and be killed) after a round is in the lake but before Spark marks the batch done:
-    # the restarted query replays that batch, which the lake must not apply again.
-    env[PAUSE_ENV], env[MARKER_ENV], env[PAUSE_POINT_ENV] = "120", str(marker), "after-commit"
+    env[PAUSE_ENV], env[MARKER_ENV], env[PAUSE_POINT_ENV] = "120", str(marker), point
     log1 = open(tmp_path / "run1.log", "w")
     first = subprocess.Popen(spark_submit_command(SCRIPT, args + ["--max-offsets-per-trigger",
                                                                   "1000"]), cwd=tmp_path, env=env,
@@ -91,10 +95,22 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
             os.killpg(first.pid, signal.SIGKILL)
         log1.close()
 
-    # The killed round is in the lake but not in Spark's commit log: it will be replayed.
     pk_lake, log_lake = LakeTable.open(lake, pk), LakeTable.open(lake, lg)
-    replayed = []
+    replayed, orphans = [], []
     for name, t in ((pk, pk_lake), (lg, log_lake)):
+        if point == "mid-commit":
+            # The killed round wrote files no snapshot names; the lake is behind Spark's log.
+            ice = t.iceberg()
+            used = referenced_files(ice, ice.metadata.snapshots)
+            orphans += [p for p in (table_dir(lake, name) / "data").glob("*.parquet")
+                        if str(p) not in used]
+            logged = max(int(p.name) for p in
+                         (lake / "_tiering" / "checkpoints" / name / "offsets").iterdir()
+                         if p.name.isdigit())
+            st = t.state()
+            assert st.commit is None or st.commit.batch_id < logged
+            continue
+        # The killed round is in the lake but not in Spark's commit log: it will be replayed.
         commits = lake / "_tiering" / "checkpoints" / name / "commits"
         st = t.state()
         if st.commit is not None and not (commits / str(st.commit.batch_id)).exists():
@@ -103,7 +119,10 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
             offsets = json.loads((lake / "_tiering" / "checkpoints" / name / "offsets" /
                                   str(st.commit.batch_id)).read_text().splitlines()[-1])
             assert offsets["version"] and st.commit.lease_id == lease_id
-    assert replayed, "the job was not killed between a lake commit and Spark's commit"
+    if point == "mid-commit":
+        assert orphans, "the job was not killed between writing a round and committing it"
+    else:
+        assert replayed, "the job was not killed between a lake commit and Spark's commit"
     assert not pk_lake.state().snapshot_complete   # killed inside the snapshot phase
     assert lease_id in {x.lease_id for x in admin.list_kv_snapshot_leases()}
 
@@ -133,5 +152,13 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
         holders = [r.snapshot_id for r in t.rounds() if r.state.commit.batch_id == batch_id]
         assert holders == [snapshot_id], (name, batch_id, holders)
     assert len({r.state.commit.query_id for r in pk_lake.rounds()}) == 1
+    # The killed round's orphans are invisible, and `expire` deletes them (no snapshot is old
+    # enough to expire here); the copies are unchanged.
+    if orphans:
+        for t in (pk_lake, log_lake):
+            t.expire(0, retain_last=1, orphan_grace_ms=0)
+        assert not [p for p in orphans if p.exists()]
+        for name, t in ((pk, pk_lake), (lg, log_lake)):
+            assert t.read().num_rows == table_rows(spark, cluster, name).count()
     # No lease left behind once the snapshot phases are over.
     assert lease_id not in {x.lease_id for x in admin.list_kv_snapshot_leases()}
