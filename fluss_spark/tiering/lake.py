@@ -566,7 +566,9 @@ def list_lake_tables(lake_root: str | Path) -> list[LakeTable]:
     out = []
     for ns in cat.list_namespaces():
         for ident in cat.list_tables(ns):
-            out.append(LakeTable(lake_root=root, table=".".join(ident)))
+            # A shared catalog may hold tables of other writers: only the job's are the lake's.
+            if T_FORMAT in cat.load_table(ident).properties:
+                out.append(LakeTable(lake_root=root, table=".".join(ident)))
     return sorted(out, key=lambda t: t.name)
 
 

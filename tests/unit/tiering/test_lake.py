@@ -68,6 +68,9 @@ def test_create_maps_the_schema_with_the_key_as_identifier_fields_and_checks_the
     with pytest.raises(LakeError, match="dropped and recreated"):
         t.create(table="db.types", table_id=4, schema=schema, primary_key=["k1", "k2"])
     assert [x.name for x in list_lake_tables(tmp_path)] == ["db.types"]
+    # A table of another writer in the same catalog is not part of the lake.
+    t.catalog.create_table(("db", "foreign"), schema=pa.schema([("x", pa.int64())]))
+    assert [x.name for x in list_lake_tables(tmp_path)] == ["db.types"]
     # The local warehouse puts the table where table_dir says; the path opens the same table.
     assert (table_dir(tmp_path, "db.types") / "metadata").is_dir()
     assert LakeTable(table_dir(tmp_path, "db.types")).read().num_rows == 1
