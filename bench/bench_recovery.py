@@ -20,6 +20,10 @@ run, paired:
   (``MetadataStore.all_snapshots``, which for v1 is the previous release's recovery read).
 - ``first_start_v1_s``: the first coordinator start on the v1 tree, which moves it into the
   index (the one-off cost of the upgrade), checked the same way.
+- ``commit_ms``: once the coordinator is stopped, a SnapshotRegistry on the v2 tree (loaded
+  as the coordinator loads it) registers 200 new snapshots, each pushing its bucket's oldest
+  out of retention (a page write for the new record and one for the deletion); median and max
+  per run, and every bucket is checked to hold exactly its two newest snapshots afterwards.
 """
 
 from __future__ import annotations
@@ -155,6 +159,34 @@ def timed_start(proc: CoordinatorProcess) -> float:
             time.sleep(0.01)
 
 
+def commit_times(chroot: str, remote: str, records: list[SnapshotRecord]) -> list[float]:
+    """Seconds of each of 200 registry commits (with retention) on a loaded registry."""
+    from fluss_spark.server.coordinator.snapshots import SnapshotRegistry
+    store = MetadataStore(chroot).start()
+    try:
+        registry = SnapshotRegistry(store, num_retained=lambda t: 2, store_root=remote,
+                                    delete_files=lambda path: None)
+        registry.load()
+        latest = {}
+        for r in records:
+            latest[(r.table_id, r.bucket)] = max(latest.get((r.table_id, r.bucket), 0),
+                                                 r.snapshot_id)
+        keys = sorted(latest)[::max(1, len(latest) // 200)][:200]
+        times = []
+        for t, b in keys:
+            s = latest[(t, b)] + 1
+            rec = SnapshotRecord(t, b, s, snapshot_location(remote, t, b, s), s * 100, s * 10,
+                                 4096, 1)
+            t0 = time.perf_counter()
+            registry.commit(rec)
+            times.append(time.perf_counter() - t0)
+        for t, b in keys:
+            assert store.snapshot_ids(t, b) == [latest[(t, b)], latest[(t, b)] + 1], (t, b)
+        return times
+    finally:
+        store.close()
+
+
 def one_run(zk_address: str, base: Path, args, run: int) -> dict:
     remote = str(base / f"remote-{run}")
     records = registry(args.tables, args.buckets, args.per_bucket, remote, seed=run)
@@ -183,6 +215,10 @@ def one_run(zk_address: str, base: Path, args, run: int) -> dict:
                 proc.kill()
                 out["restart_s"] = round(timed_start(proc), 2)
                 check_served(proc.connection(), args.tables, len(records), pins)
+                proc.stop()
+                times = commit_times(chroot, remote, records)
+                out["commit_median_ms"] = round(statistics.median(times) * 1000, 2)
+                out["commit_max_ms"] = round(max(times) * 1000, 2)
         finally:
             proc.stop()
     out["read_v1_over_v2"] = round(out["read_v1_s"] / out["read_v2_s"], 1)
@@ -208,7 +244,8 @@ def main() -> None:
             runs = [one_run(zk.address, Path(d), args, i) for i in range(args.runs)]
         finally:
             zk.stop()
-    keys = ["restart_s", "read_v2_s", "read_v1_s", "read_v1_over_v2", "first_start_v1_s"]
+    keys = ["restart_s", "read_v2_s", "read_v1_s", "read_v1_over_v2", "first_start_v1_s",
+            "commit_median_ms", "commit_max_ms"]
     print(json.dumps({"snapshots": args.tables * args.buckets * args.per_bucket,
                       "tables": args.tables, "buckets_per_table": args.buckets,
                       "leases": args.leases, "runs": runs,
