@@ -1,4 +1,4 @@
-"""``fluss-spark tier`` and ``package``: run tiering, show progress, maintain and migrate the lake, build --py-files."""
+"""``fluss-spark tier`` (run, status, compact, expire, migrate) and ``package`` (--py-files zip)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Per-table tiering progress: rows tiered, lag and last round time, from the lake and the job.
 
 Two sources are merged: the lake tables' current Iceberg snapshots (authoritative: what is
-committed, and the Fluss offsets it corresponds to) and ``_tiering/status.json``, which the running job rewrites
-after every poll (whether each table's query is active, its lag from query progress, errors).
+committed, and the Fluss offsets it corresponds to) and ``_tiering/status.json``, which the
+running job rewrites after every poll (whether each table's query is active, its lag from query
+progress, errors).
 
 ``status.json`` versions: **1** ``{version: 1, job_id, lease_id, pid, updated_ms,
 tables: {name: {active, lag, error, restarts}}}``.
