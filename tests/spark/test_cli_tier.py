@@ -113,3 +113,53 @@ def test_a_lake_of_the_old_format_is_migrated_and_tiering_continues_where_it_sto
     assert [r.state.operation for r in rounds] == ["migrate", "round"]
     assert rounds[1].state.commit.batch_id == st.commit.batch_id + 1
     assert rounds[1].state.commit.rows_in == 3      # -U/+U of id 0 and -D of id 1
+
+
+def test_tier_compact_and_expire_keep_the_copies_equal_through_both_readers(
+        spark, cluster, conn, table_name, tmp_path):
+    from chispa import assert_df_equality
+
+    from fluss_spark.tiering.lake import LakeError, LakeTable
+    from fluss_spark.tiering.spark_reader import read_lake_table
+
+    admin = conn.admin()
+    pk, lg = f"{table_name}_pk", f"{table_name}_log"
+    admin.create_table(pk, "id BIGINT NOT NULL, v STRING", primary_key=["id"], num_buckets=2)
+    admin.create_table(lg, "k BIGINT, msg STRING", num_buckets=2)
+    conn.writer(pk).upsert(pa.table({"id": pa.array(range(400), pa.int64()),
+                                     "v": [f"v{i}" for i in range(400)]}))
+    admin.trigger_kv_snapshot(pk)
+    conn.writer(pk).upsert([{"id": i, "v": "changed"} for i in range(0, 400, 7)])
+    conn.writer(lg).append([{"k": i, "msg": "m"} for i in range(300)])
+    lake = tmp_path / "lake"
+    res = fs("--bootstrap-servers", cluster.bootstrap_servers, "tier", "run", "--lake", lake,
+             "--pattern", re.escape(table_name) + "_(pk|log)", "--once",
+             "--max-offsets-per-trigger", "100", "--json")
+    assert res.returncode == 0, strip_jvm_frames(res.stdout + res.stderr)[-8000:]
+    first = {name: LakeTable.open(lake, name).rounds()[0].snapshot_id for name in (pk, lg)}
+    assert all(LakeTable.open(lake, n).state().data_files > 1 for n in (pk, lg))
+
+    out = fs("tier", "compact", "--lake", lake, "--json")
+    assert out.returncode == 0, out.stderr
+    assert {r["table"]: r["files_after"] for r in json.loads(out.stdout)} == {pk: 1, lg: 1}
+    out = fs("tier", "expire", "--lake", lake, "--older-than", "0s", "--retain-last", "1",
+             "--orphan-grace", "0s", "--json")
+    assert out.returncode == 0, out.stderr
+    assert all(r["snapshots"] == 1 and r["removed_files"] > 0 for r in json.loads(out.stdout))
+
+    for name in (pk, lg):
+        df = (spark.read.format("fluss").option("bootstrap.servers", cluster.bootstrap_servers)
+              .option("table", name).load())
+        expected = df.select([c for c in df.columns if not c.startswith("_")])
+        t = LakeTable.open(lake, name)
+        copies = (spark.createDataFrame(t.read().to_pandas()), read_lake_table(spark, lake, name))
+        for copy in copies:
+            assert copy.count() == expected.count()
+            assert_df_equality(copy, expected, ignore_row_order=True, ignore_nullable=True,
+                               ignore_column_order=True)
+        # The position is kept; time travel to an expired snapshot is refused by name.
+        assert t.state().operation == "compact" and t.state().snapshot_complete
+        with pytest.raises(LakeError, match="expired"):
+            t.read(first[name])
+        with pytest.raises(LakeError, match="expired"):
+            read_lake_table(spark, lake, name, first[name])
