@@ -368,12 +368,13 @@ def _pfor_width(u) -> tuple[int, int]:
     s = np.sort(u)
     top = int(s[-1])
     wp = _bitlen(m - 1)
-    best = None
+    best: tuple[int, int, int] | None = None
     for w in range(_bitlen(top) + 1):
         n_exc = 0 if w >= 64 else m - int(np.searchsorted(s, np.uint64(1) << np.uint64(w)))
         cost = m * w + n_exc * _bitlen(top >> w) + (min(n_exc * wp, m) if n_exc else 0)
         if best is None or cost < best[0]:
             best = (cost, w, n_exc)
+    assert best is not None            # the loop runs at least once (width 0)
     return best[1], best[2]
 
 

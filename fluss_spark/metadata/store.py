@@ -639,8 +639,9 @@ class MetadataStore:
         for key in children:
             data = encoded[key]
             old_name = state.refs.get(key) if state else None
-            if old_name is not None and state.parts.get(key) == data:
-                gen = layout.parse_lease_part_name(old_name)[2]
+            parsed = layout.parse_lease_part_name(old_name) if old_name is not None else None
+            if state is not None and parsed is not None and state.parts.get(key) == data:
+                gen = parsed[2]
                 names[key] = old_name
             else:
                 gen = generation
