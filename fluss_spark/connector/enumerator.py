@@ -53,7 +53,7 @@ from fluss_spark.connector.lease_session import LeaseSession
 from fluss_spark.connector.offsets import (QueryIdentity, SnapshotPos, SourceOffset, TablePos,
                                            decode, live_read_in)
 from fluss_spark.connector.options import SourceOptions
-from fluss_spark.connector.planning import OffsetPlanner
+from fluss_spark.connector.planning import OffsetPlanner, live_readable
 from fluss_spark.connector.splits import LiveScanSplit, plan_splits
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist
 
@@ -351,7 +351,7 @@ class Enumerator:
             opened = {}
             for b, pos in sorted(t.snapshot.items()):
                 before = s.snapshot.get(b) if s is not None else None
-                if pos.complete and before is not None and not before.complete:
+                if pos.complete and live_readable(before):
                     scan = self.cluster.open_live_scan(t.name, b, batch_size_bytes=1)
                     self._live_starts[(tid, b, scan.log_offset)] = scan
                     opened[b] = scan.log_offset

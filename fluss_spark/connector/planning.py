@@ -15,8 +15,10 @@ from fluss_spark.connector.options import SourceOptions
 
 BucketKey = tuple[int, int]  # (table id, bucket)
 
-#: Stands in for "no snapshot entry": such a bucket is not in its snapshot phase.
-_DONE = SnapshotPos(0, 0, 0, 0)
+def live_readable(pos: SnapshotPos | None) -> bool:
+    """Whether a bucket's KV state may still be read by a live scan: its snapshot phase has not
+    begun (no row of the snapshot was read)."""
+    return pos is not None and not pos.complete and pos.next_row == 0
 
 
 def spread(pending: dict[BucketKey, int], budget: int) -> dict[BucketKey, int]:
@@ -143,9 +145,11 @@ class OffsetPlanner:
     def whole_buckets(self, start: SourceOffset, pending: dict[BucketKey, int],
                       alloc: dict[BucketKey, int], budget: int | None) -> dict[BucketKey, int]:
         """``alloc`` with snapshot-phase buckets admitted whole or not at all: in bucket order,
-        while the budget and ``scan.kv.live.max-buckets-per-trigger`` allow, at least one."""
+        while the budget and ``scan.kv.live.max-buckets-per-trigger`` allow, at least one.
+        A bucket some of whose snapshot rows were already read (a checkpoint made with
+        ``scan.kv.read=snapshot``) goes on by snapshot pages: a live scan would repeat them."""
         phase = sorted(k for k, n in pending.items() if n > 0
-                       and not start.tables[k[0]].snapshot.get(k[1], _DONE).complete)
+                       and live_readable(start.tables[k[0]].snapshot.get(k[1])))
         out = dict(alloc)
         rows = chosen = 0
         for k in phase:
@@ -201,4 +205,4 @@ class OffsetPlanner:
         return SourceOffset(start.lease_id, tables, start.query or identity)
 
 
-__all__ = ["BucketKey", "OffsetPlanner", "Step", "spread"]
+__all__ = ["BucketKey", "OffsetPlanner", "Step", "live_readable", "spread"]

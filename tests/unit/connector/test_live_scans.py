@@ -1,6 +1,7 @@
 """Live KV scans in the connector (scan.kv.read): planning, offsets, splits and exact reads after
 a lost session, with the fake cluster (no Spark, no servers)."""
 
+import json
 import logging
 
 import pytest
@@ -220,3 +221,23 @@ def test_an_empty_bucket_reads_nothing(clock):
     split = LiveScanSplit(c.tables["db.pk"].info.table_id, "db.pk", 0, 0, None, 0, ("id",),
                           "L", start)
     assert collect(reader(c), split) == []
+
+
+def test_a_bucket_partly_read_by_snapshot_pages_goes_on_by_pages_after_a_switch_to_live(
+        files_cluster, clock):
+    c = files_cluster
+    tid = c.tables["db.pk"].info.table_id
+    paged = make(c, clock, **{"scan.kv.read": "snapshot"})
+    first = paged.initial_offset()
+    half = json.loads(json.dumps(first))                  # 4 rows of bucket 0 read by pages
+    half["tables"][str(tid)]["snapshot"]["0"][2] = 4
+    paged.partitions(first, half)
+    paged.commit(half)
+    live = make(c, clock, **{"scan.kv.read": "live"})      # restarted with another option
+    end = live.latest_offset(half, ReadAllAvailable())
+    t = end["tables"][str(tid)]
+    assert "0" not in t["live"] and "1" in t["live"]       # bucket 0 was begun: no live scan
+    splits = live.partitions(half, end)
+    assert [s.bucket for s in splits if isinstance(s, LiveScanSplit)] == [1]
+    rest = [s for s in splits if isinstance(s, SnapshotSplit)]
+    assert [(s.bucket, s.row_start, s.row_end) for s in rest] == [(0, 4, 10)]
