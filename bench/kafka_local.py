@@ -26,7 +26,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from fluss_spark.local.apache_fluss_jars import DEPENDENCY_PLUGIN, cache_root
+from fluss_spark.local.maven import DEPENDENCY_PLUGIN, cache_root
 from fluss_spark.local.ports import free_port, wait_until
 from fluss_spark.local.zookeeper import java_binary
 
