@@ -154,7 +154,9 @@ class SplitReader:
                         if not batch.num_rows:
                             continue
                     served += batch.num_rows
-                    yielded.append(pa.Table.from_batches([batch]).select(split.primary_key))
+                    # Copies: a view would keep the whole received page alive.
+                    yielded.append(pa.table({k: pa.concat_arrays([batch.column(k)])
+                                             for k in split.primary_key}))
                     yield with_snapshot_metadata(batch, split.log_offset)
                 return
             except LiveScanLost as lost:
