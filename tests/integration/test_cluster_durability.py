@@ -151,13 +151,17 @@ if __name__ == "__main__":
 
 
 def test_kill_9_in_the_middle_of_a_chunked_lease_write_leaves_the_old_or_the_new(zk_address,
-                                                                                  tmp_path):
+                                                                                  tmp_path,
+                                                                                  monkeypatch):
     import subprocess
     import sys
 
     from fluss_spark.metadata import layout
     script = tmp_path / "lease_writer.py"
     script.write_text(_LEASE_WRITER)
+    # The script sets small part sizes on the module; restore them for the tests that follow.
+    for name in ("LEASE_PART_BUCKETS", "LEASE_INLINE_PART_BYTES", "LEASE_MULTI_BYTES"):
+        monkeypatch.setattr(layout, name, getattr(layout, name))
     writer = {}
     exec(compile(_LEASE_WRITER, str(script), "exec"), writer)
     last = 0
