@@ -62,7 +62,7 @@ class TieringJob:
                  connect: Callable[[], Cluster] | None = None):
         self.spark, self.config, self.clock = spark, config, clock
         self._connect = connect or self._connect_from_config
-        #: Held while a round is collected and while a query's source initializes. Spark keeps
+        #: Held while a round's tasks run and while a query's source initializes. Spark keeps
         #: ONE environment map per Python data source, shared by every query that reads it, and
         #: each query's source start writes to it; a write that makes the map grow, while another
         #: query's task is serialized (the map travels with every task), fails that task with

@@ -36,14 +36,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET
-from fluss_spark.tiering.apply import append_rows, conform, fold_changes
+from fluss_spark.tiering.apply import conform
 from fluss_spark.tiering.lake_catalog import (CATALOG_NAME, LAKE_FILE, TIERING_DIR, CommitConflict,
                                               LakeError, catalog_properties,
                                               default_catalog_properties, find_lake_root,
                                               identifier, open_catalog, table_dir,
                                               write_lake_file)
 from fluss_spark.tiering.lake_files import local_path, referenced_files
+from fluss_spark.tiering.round_files import RoundFiles, RoundWriter
 from fluss_spark.tiering.lake_schema import (to_storage, decode_schema, encode_schema,
                                              iceberg_schema)
 
@@ -306,17 +306,35 @@ class LakeTable:
         c = self.state().commit
         return c is not None and c.query_id == query_id and batch_id <= c.batch_id
 
+    def writer(self) -> RoundWriter:
+        """Writes a round's data files for this table as it is now (on any process)."""
+        tbl = self.iceberg()
+        base = _state(tbl, where=self.name)
+        return RoundWriter.of(tbl, tbl.properties[T_SCHEMA], base.primary_key)
+
     def commit_round(self, changes: pa.Table, *, query_id: str, batch_id: int,
                      fluss_offsets: dict | None = None, snapshot_complete: bool = True,
                      lease_id: str | None = None) -> LakeState | None:
         """Apply one micro-batch (table columns + ``_change_type`` + ``_log_offset``) in ONE
-        Iceberg commit whose summary holds the round's Fluss offsets and lease id.
+        Iceberg commit: its data files are written here, then ``commit_files``."""
+        if self.already_applied(query_id, batch_id):
+            return None
+        return self.commit_files(self.writer().write(changes), query_id=query_id,
+                                 batch_id=batch_id, fluss_offsets=fluss_offsets,
+                                 snapshot_complete=snapshot_complete, lease_id=lease_id)
+
+    def commit_files(self, written: RoundFiles, *, query_id: str, batch_id: int,
+                     fluss_offsets: dict | None = None, snapshot_complete: bool = True,
+                     lease_id: str | None = None) -> LakeState | None:
+        """Commit one round whose data files are written (``RoundWriter``) in ONE Iceberg commit
+        whose summary holds the round's Fluss offsets and lease id.
 
         Idempotent by ``(query_id, batch_id)``: a round already committed (Spark replays the
-        last batch after a crash) returns None and changes nothing. A table another query
-        wrote is refused (its checkpoint was lost or replaced: a fresh query re-reads
-        everything). A commit that loses the race to another committer is retried when that
-        commit was maintenance of this query's rounds (compaction), refused otherwise.
+        last batch after a crash) returns None and changes nothing (its files stay orphans,
+        swept by ``expire``). A table another query wrote is refused (its checkpoint was lost or
+        replaced: a fresh query re-reads everything). A commit that loses the race to another
+        committer is retried when that commit was maintenance of this query's rounds
+        (compaction), refused otherwise.
         """
         from pyiceberg.exceptions import CommitFailedException
         for attempt in range(COMMIT_ATTEMPTS):
@@ -337,21 +355,18 @@ class LakeTable:
                      K_LEASE: lease_id or "", K_DONE: "true" if snapshot_complete else "false",
                      K_OFFSETS: json.dumps(fluss_offsets if fluss_offsets is not None
                                            else base.fluss_offsets, sort_keys=True),
-                     K_ROWS_IN: str(changes.num_rows),
-                     K_ROWS_TIERED: str(base.rows_tiered + changes.num_rows),
+                     K_ROWS_IN: str(written.rows_in),
+                     K_ROWS_TIERED: str(base.rows_tiered + written.rows_in),
                      K_COMMITTED_MS: str(int(self.clock() * 1000))}
-            rows = conform(changes, base.schema, keep=(CHANGE_TYPE, LOG_OFFSET))
-            storage = tbl.schema().as_arrow()
             tx = tbl.transaction()
             if base.is_pk:
-                puts, touched = fold_changes(rows, base.primary_key)
-                if puts.num_rows > 1:
-                    puts = puts.sort_by([(k, "ascending") for k in base.primary_key])
-                _pk_round(tbl, tx, base, to_storage(puts, storage), touched, props)
+                _pk_round(tbl, tx, base, written, props)
             else:
-                tx.append(to_storage(append_rows(rows), storage), snapshot_properties=props)
+                with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
+                    for f in written.files:
+                        fa.append_data_file(f)
             if self.before_commit is not None:
-                # Staging wrote the data files and manifests; committing is the catalog swap.
+                # The data files and manifests are written; committing is the catalog swap.
                 self.before_commit()
             try:
                 tx.commit_transaction()
@@ -459,11 +474,11 @@ class LakeTable:
                 "removed_files": len(removed), "snapshots": len(tbl.metadata.snapshots)}
 
 
-def _pk_round(tbl: Any, tx: Any, base: LakeState, puts: pa.Table, touched: pa.Table,
+def _pk_round(tbl: Any, tx: Any, base: LakeState, written: RoundFiles,
               props: dict[str, str]) -> None:
     """Stage a PK round in ``tx`` as ONE overwrite snapshot: every data file holding a touched
-    key is replaced by a copy without those keys (copy-on-write), and the upserted keys' last
-    rows are added.
+    key is replaced by a copy without those keys (copy-on-write), and the round's data files
+    (each touched key's last row, where it was not deleted) are added.
 
     Which files hold a touched key is found with Arrow (the key columns of each file, joined with
     the touched keys), not with an Iceberg ``In`` filter: pyiceberg binds such a filter, literal
@@ -475,23 +490,27 @@ def _pk_round(tbl: Any, tx: Any, base: LakeState, puts: pa.Table, touched: pa.Ta
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
     key = list(base.primary_key)
     storage = tbl.schema().as_arrow()
+    touched = written.touched
     snap = tbl.current_snapshot()
     tasks = list(tbl.scan(snapshot_id=snap.snapshot_id).plan_files()) \
-        if snap is not None and touched.num_rows and base.rows else []
+        if snap is not None and touched is not None and touched.num_rows and base.rows else []
     if any(t.delete_files for t in tasks):
         # Delete files came from another writer: let pyiceberg apply them while deleting.
         tx.delete(key_filter(touched), snapshot_properties={K_OPERATION: "round-delete"})
-        tx.append(puts, snapshot_properties=props)
+        with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
+            for f in written.files:
+                fa.append_data_file(f)
         return
-    wanted = touched.cast(pa.schema([storage.field(k) for k in key]).remove_metadata(),
-                          safe=False) if touched.num_rows else touched
     hits = []
-    for task in tasks:
-        with tbl.io.new_input(task.file.file_path).open() as fh:
-            keys = pq.read_table(fh, columns=key)
-        hit = _rows_with_keys(keys, wanted, key)
-        if len(hit):
-            hits.append((task.file, hit))
+    if tasks and touched is not None:
+        wanted = touched.cast(pa.schema([storage.field(k) for k in key]).remove_metadata(),
+                              safe=False)
+        for task in tasks:
+            with tbl.io.new_input(task.file.file_path).open() as fh:
+                keys = pq.read_table(fh, columns=key)
+            hit = _rows_with_keys(keys, wanted, key)
+            if len(hit):
+                hits.append((task.file, hit))
     counter = itertools.count(0)
     with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
         for data_file, hit in hits:
@@ -505,10 +524,8 @@ def _pk_round(tbl: Any, tx: Any, base: LakeState, puts: pa.Table, touched: pa.Ta
                 for f in _dataframe_to_data_files(tx.table_metadata, kept.cast(storage), tbl.io,
                                                   ow.commit_uuid, counter):
                     ow.append_data_file(f)
-        if puts.num_rows:
-            for f in _dataframe_to_data_files(tx.table_metadata, puts, tbl.io, ow.commit_uuid,
-                                              counter):
-                ow.append_data_file(f)
+        for f in written.files:
+            ow.append_data_file(f)
 
 
 def _rows_with_keys(keys: pa.Table, wanted: pa.Table, key: list[str]) -> np.ndarray:

@@ -26,6 +26,7 @@ from fluss_spark.connector.offsets import OffsetError, SourceOffset, decode
 from fluss_spark.connector.startup import await_sources
 from fluss_spark.tiering.config import TieringConfig, TieringError
 from fluss_spark.tiering.lake import LakeError, LakeTable
+from fluss_spark.tiering.round_files import RESULT_SCHEMA, RoundFiles, SplitOverlap
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +83,11 @@ class TableSink:
         self.lease_id = lease_id
         self.snapshot_retention_s = snapshot_retention_s
         self.columns = columns
-        #: Shared by the sinks of one job (see ``TieringJob.spark_lock``): rounds are collected
+        #: Shared by the sinks of one job (see ``TieringJob.spark_lock``): rounds are written
         #: one at a time, never while another query's source is initializing.
         self.collect_lock = collect_lock or threading.Lock()
         self.retain_versions, self.compact_max_files = retain_versions, compact_max_files
-        #: (batch id, rows in, seconds reading the round, seconds committing it) per round.
+        #: (batch id, rows in, seconds reading and writing the round, seconds committing it).
         self.rounds: list[tuple[int, int, float, float]] = []
         #: The error a round raised, as raised: Spark hands the job only its text, wrapped.
         self.failure: BaseException | None = None
@@ -107,21 +108,36 @@ class TableSink:
         offsets, done = lake_offsets(batch_end_offset(self.checkpoint, batch_id), self.table)
         self._check_start(query_id, batch_id)
         t0 = time.perf_counter()
-        with self.collect_lock:
-            rows = df.select(*[f"`{c}`" for c in self.columns], CHANGE_TYPE, LOG_OFFSET).toArrow()
+        written = self._write(df)
         t1 = time.perf_counter()
         _maybe_pause("before-commit")
-        m = self.lake.commit_round(rows, query_id=query_id, batch_id=batch_id,
+        m = self.lake.commit_files(written, query_id=query_id, batch_id=batch_id,
                                    fluss_offsets=offsets, snapshot_complete=done,
                                    lease_id=self.lease_id)
         _maybe_pause("after-commit")
         if m is not None:
-            self.rounds.append((batch_id, rows.num_rows, t1 - t0, time.perf_counter() - t1))
-            log.info("table %s: batch %d -> Iceberg snapshot %d (%d rows in, %d in the lake; "
-                     "read %.2fs, commit %.2fs)", self.table, batch_id, m.snapshot_id,
-                     rows.num_rows, m.rows, t1 - t0, time.perf_counter() - t1)
+            self.rounds.append((batch_id, written.rows_in, t1 - t0, time.perf_counter() - t1))
+            log.info("table %s: batch %d -> Iceberg snapshot %d (%d rows in, %d files, %d in the "
+                     "lake; read and written %.2fs, committed %.2fs)", self.table, batch_id,
+                     m.snapshot_id, written.rows_in, len(written.files), m.rows, t1 - t0,
+                     time.perf_counter() - t1)
         if m is not None and batch_id % 10 == 9:
             self._maintain()
+
+    def _write(self, df: Any) -> RoundFiles:
+        """The round's data files, written by the tasks that read its rows (only their metadata
+        comes to the driver; see ``round_files``)."""
+        rows = df.select(*[f"`{c}`" for c in self.columns], CHANGE_TYPE, LOG_OFFSET)
+        writer = self.lake.writer()
+        with self.collect_lock:
+            results = rows.mapInArrow(writer, RESULT_SCHEMA).toArrow()
+        try:
+            return RoundFiles.merge(results, writer.primary_key)
+        except SplitOverlap as e:
+            # Not expected from the fluss source (see round_files); fold the round on the driver.
+            log.warning("table %s: %s; the round is folded on the driver", self.table, e)
+            with self.collect_lock:
+                return writer.write(rows.toArrow())
 
     def _check_start(self, query_id: str, batch_id: int) -> None:
         """A batch must start at the lake's offsets: the previous batch is the lake's last round."""

@@ -5,6 +5,7 @@ through Iceberg's own Spark runtime (``fluss_spark.tiering.spark_reader``)."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -118,7 +119,8 @@ def churn(pw, lw, stop: threading.Event, rounds: int = 30):
 
 
 def test_tiering_keeps_pk_and_log_lake_copies_equal_under_concurrent_writes(
-        spark, cluster, conn, table_name, tmp_path):
+        spark, cluster, conn, table_name, tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="fluss_spark.tiering")
     pk, lg, pw, lw = create_tables(conn, table_name)
     lake_root = tmp_path / "lake"
     config = TieringConfig(lake=lake_root, bootstrap_servers=cluster.bootstrap_servers,
@@ -191,6 +193,8 @@ def test_tiering_keeps_pk_and_log_lake_copies_equal_under_concurrent_writes(
     assert status[lg]["rows_tiered"] == status[lg]["lake_rows"] == 1_800
     assert status[pk]["last_round_ms"] and status[lg]["batch_id"] is not None
     assert not status[pk]["error"]
+    # Every round was written by the tasks that read it: none was folded on the driver.
+    assert not [r for r in caplog.records if "folded on the driver" in r.getMessage()]
 
     # Time travel: an older snapshot of each copy is the table at that round's offsets.
     done = [r for r in rounds if r.state.snapshot_complete]

@@ -161,7 +161,7 @@ def test_another_query_id_on_a_written_table_is_refused(tmp_path):
 
 
 def _stale(stale, monkeypatch):
-    """Make the next load of a lake table return ``stale`` (what a writer read before
+    """Make the next load of a lake table return ``stale`` (what a committer read before
     somebody else committed)."""
     real = LakeTable.iceberg
     calls = {"n": 0}
@@ -175,6 +175,7 @@ def _stale(stale, monkeypatch):
 def test_a_concurrent_committer_is_detected_and_refused(tmp_path, monkeypatch):
     t = log_table(tmp_path)
     t.commit_round(rows([(1, "a")], "+A"), query_id="q", batch_id=0)
+    written = t.writer().write(rows([(2, "b")], "+A"))
     stale = t.iceberg()
     # Another writer (another job on the same catalog) commits in between.
     ice = LakeTable.open(tmp_path, "db.log").iceberg()
@@ -183,7 +184,7 @@ def test_a_concurrent_committer_is_detected_and_refused(tmp_path, monkeypatch):
                snapshot_properties={"fluss.query-id": "q-other", "fluss.batch-id": "0",
                                     "fluss.operation": "round"})
     with pytest.raises(CommitConflict, match="only one tiering job"):
-        t.commit_round(rows([(2, "b")], "+A"), query_id="q", batch_id=1)
+        t.commit_files(written, query_id="q", batch_id=1)
     assert sorted(t.read().column("id").to_pylist()) == [1, 9]
 
 
@@ -191,21 +192,23 @@ def test_a_round_that_loses_to_a_compaction_is_applied_again(tmp_path, monkeypat
     t = log_table(tmp_path)
     for i in range(3):
         t.commit_round(rows([(i, str(i))], "+A", i), query_id="q", batch_id=i)
+    written = t.writer().write(rows([(3, "3")], "+A", 3))
     stale = t.iceberg()
     assert t.compact(max_files=1).data_files == 1   # commits while the round is "writing"
     _stale(stale, monkeypatch)
-    st = t.commit_round(rows([(3, "3")], "+A", 3), query_id="q", batch_id=3)
+    st = t.commit_files(written, query_id="q", batch_id=3)
     assert st.commit.batch_id == 3 and sorted(t.read().column("id").to_pylist()) == [0, 1, 2, 3]
 
 
 def test_a_round_another_attempt_already_committed_is_not_applied_twice(tmp_path, monkeypatch):
     t = log_table(tmp_path)
     t.commit_round(rows([(0, "0")], "+A"), query_id="q", batch_id=0)
+    written = t.writer().write(rows([(1, "1")], "+A"))
     stale = t.iceberg()
     LakeTable.open(tmp_path, "db.log").commit_round(rows([(1, "1")], "+A"), query_id="q",
                                                     batch_id=1)
     _stale(stale, monkeypatch)
-    assert t.commit_round(rows([(1, "1")], "+A"), query_id="q", batch_id=1) is None
+    assert t.commit_files(written, query_id="q", batch_id=1) is None
     assert sorted(t.read().column("id").to_pylist()) == [0, 1]
 
 

@@ -1,0 +1,80 @@
+"""A round written task by task (as the executors write it) and committed once on the driver."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+from fluss_spark.tiering.apply import apply_pk
+from fluss_spark.tiering.lake import LakeTable
+from fluss_spark.tiering.round_files import RoundFiles, RoundWriter, SplitOverlap
+from fluss_spark.tiering.round_files import _RESULT as RESULT
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), False), ("v", pa.string())])
+
+
+def rows(items, ct="+I", start=0):
+    return pa.table({"id": pa.array([i for i, _ in items], pa.int64()),
+                     "v": [v for _, v in items], "_change_type": [ct] * len(items),
+                     "_log_offset": pa.array(range(start, start + len(items)), pa.int64())})
+
+
+def table(root, pk=True):
+    t = LakeTable.open(root, "db.pk" if pk else "db.log")
+    t.create(table=t.name, table_id=5, schema=SCHEMA, primary_key=["id"] if pk else [])
+    return t
+
+
+def run_tasks(writer: RoundWriter, parts: list[pa.Table]) -> pa.Table:
+    """What ``mapInArrow`` collects: each task's result rows, the writer shipped by pickle."""
+    shipped = pickle.loads(pickle.dumps(writer))
+    out = [b for part in parts for b in shipped(iter(part.to_batches()))]
+    return pa.Table.from_batches(out, schema=RESULT)
+
+
+def test_a_pk_round_written_by_several_tasks_equals_the_round_applied_at_once(tmp_path):
+    t = table(tmp_path)
+    t.commit_round(rows([(i, f"v{i}") for i in range(10)], start=-1), query_id="q", batch_id=0)
+    # Two tasks, key-disjoint (two buckets): upserts, a delete, a key touched twice in one task.
+    a = pa.concat_tables([rows([(1, "a1"), (3, "a3")], "+U", 10), rows([(1, "a1b")], "+U", 12),
+                          rows([(11, "new")], "+I", 13)])
+    b = pa.concat_tables([rows([(2, "x")], "-D", 20), rows([(4, "b4")], "+U", 21)])
+    writer = t.writer()
+    written = RoundFiles.merge(run_tasks(writer, [a, b, a.slice(0, 0)]), writer.primary_key)
+    assert written.rows_in == a.num_rows + b.num_rows
+    assert sorted(written.touched.column("id").to_pylist()) == [1, 2, 3, 4, 11]
+    st = t.commit_files(written, query_id="q", batch_id=1, fluss_offsets={"log": {"0": 22}})
+    expected = apply_pk(None, pa.concat_tables(
+        [rows([(i, f"v{i}") for i in range(10)], start=-1), a, b]), ["id"])
+    assert t.read().sort_by("id").to_pylist() == expected.to_pylist()
+    assert st.rows == 10 and st.commit.batch_id == 1 and st.fluss_offsets == {"log": {"0": 22}}
+    assert int(t.iceberg().current_snapshot().summary["fluss.rows-in"]) == a.num_rows + b.num_rows
+
+
+def test_a_log_round_of_several_tasks_is_appended_once(tmp_path):
+    t = table(tmp_path, pk=False)
+    writer = t.writer()
+    parts = [rows([(i, str(i)) for i in range(k * 5, k * 5 + 5)], "+A", k * 5) for k in range(3)]
+    written = RoundFiles.merge(run_tasks(writer, parts), ())
+    assert written.touched is None and len(written.files) == 3 and written.rows_in == 15
+    assert t.commit_files(written, query_id="q", batch_id=0).rows == 15
+    assert t.commit_files(written, query_id="q", batch_id=0) is None     # replayed: skipped
+    assert sorted(t.read().column("id").to_pylist()) == list(range(15))
+
+
+def test_a_key_touched_by_two_tasks_is_refused_so_the_round_is_folded_elsewhere(tmp_path):
+    t = table(tmp_path)
+    writer = t.writer()
+    results = run_tasks(writer, [rows([(1, "a")], "+I", 0), rows([(1, "b")], "+U", 1)])
+    with pytest.raises(SplitOverlap, match="1 key"):
+        RoundFiles.merge(results, writer.primary_key)
+
+
+def test_an_empty_round_still_commits_its_position(tmp_path):
+    t = table(tmp_path)
+    written = RoundFiles.merge(run_tasks(t.writer(), []), ("id",))
+    assert written.files == () and written.rows_in == 0
+    st = t.commit_files(written, query_id="q", batch_id=0, fluss_offsets={"log": {"0": 3}})
+    assert st.commit.batch_id == 0 and st.rows == 0 and st.fluss_offsets == {"log": {"0": 3}}
