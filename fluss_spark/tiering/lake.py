@@ -31,10 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from fluss_spark.tiering.apply import conform
 from fluss_spark.tiering.lake_catalog import (CATALOG_NAME, LAKE_FILE, TIERING_DIR, CommitConflict,
@@ -61,6 +58,10 @@ P = "fluss."
 (T_TABLE, T_TABLE_ID, T_KIND, T_PK, T_BUCKET_KEY, T_NUM_BUCKETS, T_SCHEMA, T_FORMAT) = (
     P + "table", P + "table-id", P + "kind", P + "primary-key", P + "bucket-key",
     P + "num-buckets", P + "arrow-schema", P + "format-version")
+
+#: Runs a picklable function over items, wherever (in process, or one Spark task per item),
+#: and returns the results in order.
+MapTasks = Callable[[Callable[[Any], Any], list], list]
 
 #: Commits lost to a maintenance commit (compaction) of the same table are tried again.
 COMMIT_ATTEMPTS = 4
@@ -325,7 +326,8 @@ class LakeTable:
 
     def commit_files(self, written: RoundFiles, *, query_id: str, batch_id: int,
                      fluss_offsets: dict | None = None, snapshot_complete: bool = True,
-                     lease_id: str | None = None) -> LakeState | None:
+                     lease_id: str | None = None, run: MapTasks | None = None
+                     ) -> LakeState | None:
         """Commit one round whose data files are written (``RoundWriter``) in ONE Iceberg commit
         whose summary holds the round's Fluss offsets and lease id.
 
@@ -334,7 +336,8 @@ class LakeTable:
         swept by ``expire``). A table another query wrote is refused (its checkpoint was lost or
         replaced: a fresh query re-reads everything). A commit that loses the race to another
         committer is retried when that commit was maintenance of this query's rounds
-        (compaction), refused otherwise.
+        (compaction), refused otherwise. ``run`` runs the copy-on-write of a PK round's touched
+        data files (default: in this process).
         """
         from pyiceberg.exceptions import CommitFailedException
         for attempt in range(COMMIT_ATTEMPTS):
@@ -360,7 +363,7 @@ class LakeTable:
                      K_COMMITTED_MS: str(int(self.clock() * 1000))}
             tx = tbl.transaction()
             if base.is_pk:
-                _pk_round(tbl, tx, base, written, props)
+                _pk_round(tbl, tx, base, written, props, run or in_process)
             else:
                 with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
                     for f in written.files:
@@ -474,22 +477,12 @@ class LakeTable:
                 "removed_files": len(removed), "snapshots": len(tbl.metadata.snapshots)}
 
 
-def _pk_round(tbl: Any, tx: Any, base: LakeState, written: RoundFiles,
-              props: dict[str, str]) -> None:
+def _pk_round(tbl: Any, tx: Any, base: LakeState, written: RoundFiles, props: dict[str, str],
+              run: "MapTasks") -> None:
     """Stage a PK round in ``tx`` as ONE overwrite snapshot: every data file holding a touched
-    key is replaced by a copy without those keys (copy-on-write), and the round's data files
-    (each touched key's last row, where it was not deleted) are added.
-
-    Which files hold a touched key is found with Arrow (the key columns of each file, joined with
-    the touched keys), not with an Iceberg ``In`` filter: pyiceberg binds such a filter, literal
-    by literal, several times per delete (2.8 s of a 3.8 s round of 50k keys; docs/tiering.md).
-    Files are written by pyiceberg's own data-file writer (the version is pinned in setup.cfg).
-    """
-    import itertools
-
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-    key = list(base.primary_key)
-    storage = tbl.schema().as_arrow()
+    key is replaced by a copy without those keys (copy-on-write, one ``KeyRemover`` task per
+    data file, run by ``run``), and the round's data files (each touched key's last row, where
+    it was not deleted) are added."""
     touched = written.touched
     snap = tbl.current_snapshot()
     tasks = list(tbl.scan(snapshot_id=snap.snapshot_id).plan_files()) \
@@ -501,44 +494,23 @@ def _pk_round(tbl: Any, tx: Any, base: LakeState, written: RoundFiles,
             for f in written.files:
                 fa.append_data_file(f)
         return
-    hits = []
+    replaced = []
     if tasks and touched is not None:
-        wanted = touched.cast(pa.schema([storage.field(k) for k in key]).remove_metadata(),
-                              safe=False)
-        for task in tasks:
-            with tbl.io.new_input(task.file.file_path).open() as fh:
-                keys = pq.read_table(fh, columns=key)
-            hit = _rows_with_keys(keys, wanted, key)
-            if len(hit):
-                hits.append((task.file, hit))
-    counter = itertools.count(0)
+        remover = RoundWriter.of(tbl, tbl.properties[T_SCHEMA], base.primary_key) \
+            .without_keys(touched)
+        replaced = [r for r in run(remover, [t.file for t in tasks]) if r is not None]
     with tx.update_snapshot(snapshot_properties=props).overwrite() as ow:
-        for data_file, hit in hits:
-            with tbl.io.new_input(data_file.file_path).open() as fh:
-                rows = pq.read_table(fh)
-            keep = np.ones(rows.num_rows, dtype=bool)
-            keep[hit] = False
-            ow.delete_data_file(data_file)
-            kept = rows.filter(pa.array(keep))
-            if kept.num_rows:
-                for f in _dataframe_to_data_files(tx.table_metadata, kept.cast(storage), tbl.io,
-                                                  ow.commit_uuid, counter):
-                    ow.append_data_file(f)
+        for old, copies in replaced:
+            ow.delete_data_file(old)
+            for f in copies:
+                ow.append_data_file(f)
         for f in written.files:
             ow.append_data_file(f)
 
 
-def _rows_with_keys(keys: pa.Table, wanted: pa.Table, key: list[str]) -> np.ndarray:
-    """Row numbers of ``keys`` whose key is in ``wanted``."""
-    if not wanted.num_rows or not keys.num_rows:
-        return np.empty(0, dtype=np.int64)
-    if len(key) == 1:
-        return np.flatnonzero(pc.is_in(keys.column(0), value_set=wanted.column(0))
-                              .to_numpy(zero_copy_only=False))
-    numbered = pa.table([*keys.columns, pa.array(np.arange(keys.num_rows))],
-                        names=[*key, "__row"])
-    return np.sort(numbered.join(wanted, keys=key, join_type="inner")
-                   .column("__row").to_numpy())
+def in_process(fn: Callable[[Any], Any], items: list) -> list:
+    """``MapTasks`` on the calling thread."""
+    return [fn(x) for x in items]
 
 
 def _ancestry(tbl: Any) -> Iterable[Any]:

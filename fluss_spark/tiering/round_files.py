@@ -70,6 +70,21 @@ class RoundFiles:
         return cls(files, touched, rows_in)
 
 
+def _table_io(metadata_json: str, io_properties: dict) -> tuple[Any, Any]:
+    from pyiceberg.io import load_file_io
+    from pyiceberg.table.metadata import TableMetadataUtil
+    md = TableMetadataUtil.parse_raw(metadata_json)
+    return md, load_file_io(io_properties, md.location)
+
+
+def _write_files(md: Any, io: Any, data: pa.Table) -> tuple[Any, ...]:
+    """``data`` as new data files of the table (a fresh uuid per call: names never collide
+    between tasks or attempts)."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    return tuple(_dataframe_to_data_files(md, to_storage(data, md.schema().as_arrow()), io,
+                                          uuid.uuid4(), itertools.count(0)))
+
+
 @dataclass(frozen=True)
 class RoundWriter:
     """Writes rows of a round (table columns + ``_change_type`` + ``_log_offset``) as data files
@@ -103,25 +118,19 @@ class RoundWriter:
 
     def write(self, changes: pa.Table) -> RoundFiles:
         """Write ``changes`` as data files (PK: folded by key, each key's last row, sorted)."""
-        from pyiceberg.io import load_file_io
-        from pyiceberg.io.pyarrow import _dataframe_to_data_files
-        from pyiceberg.table.metadata import TableMetadataUtil
-        md = TableMetadataUtil.parse_raw(self.metadata_json)
+        md, io = _table_io(self.metadata_json, self.io_properties)
         rows = conform(changes, decode_schema(self.fluss_schema), keep=(CHANGE_TYPE, LOG_OFFSET))
         touched = None
         if self.primary_key:
-            data, touched = fold_changes(rows, self.primary_key)
-            if data.num_rows > 1:
-                data = data.sort_by([(k, "ascending") for k in self.primary_key])
+            data, touched = fold_changes(rows, self.primary_key)     # sorted by key
         else:
             data = append_rows(rows)
-        files: tuple[Any, ...] = ()
-        if data.num_rows:
-            io = load_file_io(self.io_properties, md.location)
-            # A fresh uuid per call: file names never collide between tasks or attempts.
-            files = tuple(_dataframe_to_data_files(md, to_storage(data, md.schema().as_arrow()),
-                                                   io, uuid.uuid4(), itertools.count(0)))
+        files = _write_files(md, io, data) if data.num_rows else ()
         return RoundFiles(files, touched, changes.num_rows)
+
+    def without_keys(self, touched: pa.Table) -> "KeyRemover":
+        """What rewrites the table's data files holding any of ``touched`` (copy-on-write)."""
+        return KeyRemover(self.metadata_json, self.io_properties, self.primary_key, touched)
 
     @staticmethod
     def results(written: RoundFiles) -> Iterable[pa.RecordBatch]:
@@ -142,4 +151,56 @@ class RoundWriter:
                                           pa.array(counts, pa.int64())], schema=_RESULT)
 
 
-__all__ = ["RESULT_SCHEMA", "RoundFiles", "RoundWriter", "SplitOverlap"]
+@dataclass(frozen=True)
+class KeyRemover:
+    """Copy-on-write of one data file: a copy without the touched keys' rows (picklable: runs
+    wherever the file is read, e.g. one Spark task per data file)."""
+
+    metadata_json: str
+    io_properties: dict
+    primary_key: tuple[str, ...]
+    touched: pa.Table
+
+    def __call__(self, data_file: Any) -> tuple[Any, tuple[Any, ...]] | None:
+        """None when ``data_file`` holds no touched key; else (the file, its replacement
+        files: its other rows, none when every row was touched)."""
+        import numpy as np
+        import pyarrow.parquet as pq
+        md, io = _table_io(self.metadata_json, self.io_properties)
+        key = list(self.primary_key)
+        storage = md.schema().as_arrow()
+        with io.new_input(data_file.file_path).open() as fh:
+            keys = pq.read_table(fh, columns=key)
+        wanted = self.touched.cast(pa.schema([storage.field(k) for k in key]).remove_metadata(),
+                                   safe=False)
+        hit = rows_with_keys(keys, wanted, key)
+        if not len(hit):
+            return None
+        with io.new_input(data_file.file_path).open() as fh:
+            rows = pq.read_table(fh)
+        keep = np.ones(rows.num_rows, dtype=bool)
+        keep[hit] = False
+        kept = rows.filter(pa.array(keep))
+        return data_file, (_write_files(md, io, kept.cast(storage)) if kept.num_rows else ())
+
+
+def rows_with_keys(keys: pa.Table, wanted: pa.Table, key: list[str]) -> Any:
+    """Row numbers (numpy) of ``keys`` whose key is in ``wanted``.
+
+    Arrow, not an Iceberg ``In`` filter: pyiceberg binds such a filter literal by literal,
+    several times per delete (2.8 s of a 3.8 s round of 50k keys; docs/tiering.md)."""
+    import numpy as np
+    import pyarrow.compute as pc
+    if not wanted.num_rows or not keys.num_rows:
+        return np.empty(0, dtype=np.int64)
+    if len(key) == 1:
+        return np.flatnonzero(pc.is_in(keys.column(0), value_set=wanted.column(0))
+                              .to_numpy(zero_copy_only=False))
+    numbered = pa.table([*keys.columns, pa.array(np.arange(keys.num_rows))],
+                        names=[*key, "__row"])
+    return np.sort(numbered.join(wanted, keys=key, join_type="inner")
+                   .column("__row").to_numpy())
+
+
+__all__ = ["KeyRemover", "RESULT_SCHEMA", "RoundFiles", "RoundWriter", "SplitOverlap",
+           "rows_with_keys"]

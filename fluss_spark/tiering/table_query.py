@@ -25,7 +25,7 @@ from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET, TableInfo
 from fluss_spark.connector.offsets import OffsetError, SourceOffset, decode
 from fluss_spark.connector.startup import await_sources
 from fluss_spark.tiering.config import TieringConfig, TieringError
-from fluss_spark.tiering.lake import LakeError, LakeTable
+from fluss_spark.tiering.lake import LakeError, LakeTable, MapTasks
 from fluss_spark.tiering.round_files import RESULT_SCHEMA, RoundFiles, SplitOverlap
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class TableSink:
         _maybe_pause("before-commit")
         m = self.lake.commit_files(written, query_id=query_id, batch_id=batch_id,
                                    fluss_offsets=offsets, snapshot_complete=done,
-                                   lease_id=self.lease_id)
+                                   lease_id=self.lease_id, run=self._on_executors(df))
         _maybe_pause("after-commit")
         if m is not None:
             self.rounds.append((batch_id, written.rows_in, t1 - t0, time.perf_counter() - t1))
@@ -138,6 +138,16 @@ class TableSink:
             log.warning("table %s: %s; the round is folded on the driver", self.table, e)
             with self.collect_lock:
                 return writer.write(rows.toArrow())
+
+    def _on_executors(self, df: Any) -> MapTasks:
+        """Runs a round's copy-on-write as Spark tasks, one per data file to check."""
+        def run(fn: Any, items: list) -> list:
+            if not items:
+                return []
+            with self.collect_lock:
+                return df.sparkSession.sparkContext.parallelize(items, len(items)).map(fn) \
+                    .collect()
+        return run
 
     def _check_start(self, query_id: str, batch_id: int) -> None:
         """A batch must start at the lake's offsets: the previous batch is the lake's last round."""

@@ -78,3 +78,26 @@ def test_an_empty_round_still_commits_its_position(tmp_path):
     assert written.files == () and written.rows_in == 0
     st = t.commit_files(written, query_id="q", batch_id=0, fluss_offsets={"log": {"0": 3}})
     assert st.commit.batch_id == 0 and st.rows == 0 and st.fluss_offsets == {"log": {"0": 3}}
+
+
+def test_the_copy_on_write_of_a_pk_round_runs_as_one_shipped_task_per_data_file(tmp_path):
+    t = table(tmp_path)
+    for b in range(3):     # three data files, keys b*10 .. b*10+9
+        t.commit_round(rows([(b * 10 + i, "old") for i in range(10)], start=-1), query_id="q",
+                       batch_id=b)
+    calls = []
+
+    def shipped(fn, items):
+        """Like Spark: the function and each item travel pickled, results come back pickled."""
+        calls.append(len(items))
+        fn = pickle.loads(pickle.dumps(fn))
+        return [pickle.loads(pickle.dumps(fn(pickle.loads(pickle.dumps(x))))) for x in items]
+
+    # Touch keys of the first two files only: the third is checked but not rewritten.
+    change = pa.concat_tables([rows([(3, "new")], "+U", 0), rows([(12, "x")], "-D", 1)])
+    st = t.commit_files(t.writer().write(change), query_id="q", batch_id=3, run=shipped)
+    assert calls == [3] and st.rows == 29
+    got = dict(zip(t.read().column("id").to_pylist(), t.read().column("v").to_pylist()))
+    assert got[3] == "new" and 12 not in got and sorted(got) == sorted(set(range(30)) - {12})
+    files = {task.file.file_path for task in t.iceberg().scan().plan_files()}
+    assert len(files) == 4      # the untouched file, two copies, the round's new row
