@@ -24,6 +24,9 @@ class TieringError(FlussError):
     """The tiering job cannot start or one of its table queries failed."""
 
 
+COPY_ON_WRITE = ("auto", "tasks", "driver")
+
+
 @dataclass(frozen=True)
 class TieringConfig:
     """What a tiering job tiers, where to, and how often."""
@@ -44,6 +47,11 @@ class TieringConfig:
     snapshot_retention_s: float | None = 86_400.0
     #: A table with more data files than this is rewritten into few (every 10 rounds).
     compact_max_files: int = 32
+    #: Where a PK round rewrites the data files holding its keys (copy-on-write): ``tasks``
+    #: (Spark tasks, one per data file), ``driver`` (threads of the job's process), or ``auto``:
+    #: the driver's threads on a ``local`` master (the same machine, without Spark's per-task
+    #: cost: docs/tiering.md), Spark tasks otherwise.
+    copy_on_write: str = "auto"
     #: pyiceberg catalog properties (``load_catalog``); None: the lake's recorded catalog, or
     #: the embedded SQLite catalog in ``<lake>/_tiering/catalog.db``.
     catalog: dict | None = field(default=None, hash=False)
@@ -62,6 +70,9 @@ class TieringConfig:
         except re.error as e:
             raise ConfigError(f"table pattern {self.table_pattern!r} is not a valid regex: {e}"
                               ) from None
+        if self.copy_on_write not in COPY_ON_WRITE:
+            raise ConfigError(f"copy_on_write is {self.copy_on_write!r}; use one of "
+                              f"{', '.join(COPY_ON_WRITE)}")
         if self.max_restarts < 0 or self.restart_backoff_s < 0:
             raise ConfigError(f"max_restarts ({self.max_restarts}) and restart_backoff_s "
                               f"({self.restart_backoff_s}) cannot be negative")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -511,6 +512,15 @@ def _pk_round(tbl: Any, tx: Any, base: LakeState, written: RoundFiles, props: di
 def in_process(fn: Callable[[Any], Any], items: list) -> list:
     """``MapTasks`` on the calling thread."""
     return [fn(x) for x in items]
+
+
+def on_threads(fn: Callable[[Any], Any], items: list) -> list:
+    """``MapTasks`` on a thread per core (Parquet reads and writes release the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+    if len(items) <= 1:
+        return in_process(fn, items)
+    with ThreadPoolExecutor(max_workers=min(len(items), os.cpu_count() or 1)) as pool:
+        return list(pool.map(fn, items))
 
 
 def _ancestry(tbl: Any) -> Iterable[Any]:

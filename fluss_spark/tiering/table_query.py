@@ -25,7 +25,7 @@ from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET, TableInfo
 from fluss_spark.connector.offsets import OffsetError, SourceOffset, decode
 from fluss_spark.connector.startup import await_sources
 from fluss_spark.tiering.config import TieringConfig, TieringError
-from fluss_spark.tiering.lake import LakeError, LakeTable, MapTasks
+from fluss_spark.tiering.lake import LakeError, LakeTable, MapTasks, on_threads
 from fluss_spark.tiering.round_files import RESULT_SCHEMA, RoundFiles, SplitOverlap
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,9 @@ class TableSink:
     def __init__(self, table: str, lake: LakeTable, checkpoint: Path, columns: list[str],
                  retain_versions: int = 20, compact_max_files: int = 32,
                  collect_lock: Any = None, lease_id: str | None = None,
-                 snapshot_retention_s: float | None = 86_400.0):
+                 snapshot_retention_s: float | None = 86_400.0, copy_on_write: str = "auto"):
         self.table, self.lake, self.checkpoint = table, lake, checkpoint
+        self.copy_on_write = copy_on_write
         self.lake.before_commit = lambda: _maybe_pause("mid-commit")
         self.lease_id = lease_id
         self.snapshot_retention_s = snapshot_retention_s
@@ -113,7 +114,7 @@ class TableSink:
         _maybe_pause("before-commit")
         m = self.lake.commit_files(written, query_id=query_id, batch_id=batch_id,
                                    fluss_offsets=offsets, snapshot_complete=done,
-                                   lease_id=self.lease_id, run=self._on_executors(df))
+                                   lease_id=self.lease_id, run=self._rewriter(df))
         _maybe_pause("after-commit")
         if m is not None:
             self.rounds.append((batch_id, written.rows_in, t1 - t0, time.perf_counter() - t1))
@@ -139,14 +140,20 @@ class TableSink:
             with self.collect_lock:
                 return writer.write(rows.toArrow())
 
-    def _on_executors(self, df: Any) -> MapTasks:
-        """Runs a round's copy-on-write as Spark tasks, one per data file to check."""
+    def _rewriter(self, df: Any) -> MapTasks:
+        """Where a PK round's copy-on-write runs (``TieringConfig.copy_on_write``)."""
+        sc = df.sparkSession.sparkContext
+        where = self.copy_on_write
+        if where == "auto":
+            where = "driver" if sc.master.startswith("local") else "tasks"
+        if where == "driver":
+            return on_threads
+
         def run(fn: Any, items: list) -> list:
             if not items:
                 return []
             with self.collect_lock:
-                return df.sparkSession.sparkContext.parallelize(items, len(items)).map(fn) \
-                    .collect()
+                return sc.parallelize(items, len(items)).map(fn).collect()
         return run
 
     def _check_start(self, query_id: str, batch_id: int) -> None:
@@ -213,7 +220,7 @@ def start_table_query(spark: Any, config: TieringConfig, lease_id: str, info: Ta
         reader = reader.option(k, str(v))
     sink = TableSink(info.name, lake, checkpoint, list(info.schema.names), config.retain_versions,
                      config.compact_max_files, spark_lock, lease_id,
-                     config.snapshot_retention_s)
+                     config.snapshot_retention_s, config.copy_on_write)
     writer = (reader.load().writeStream.queryName(f"tier_{info.name.replace('.', '_')}")
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = (writer.trigger(availableNow=True) if config.available_now

@@ -126,7 +126,8 @@ def test_tiering_keeps_pk_and_log_lake_copies_equal_under_concurrent_writes(
     config = TieringConfig(lake=lake_root, bootstrap_servers=cluster.bootstrap_servers,
                            table_pattern=re.escape(table_name) + "_(pk|log|new)",
                            trigger_interval="300 milliseconds", max_offsets_per_trigger=2_500,
-                           poll_interval_s=0.3, discover_interval_s=1.0)
+                           poll_interval_s=0.3, discover_interval_s=1.0,
+                           copy_on_write="tasks")   # as on a cluster (local masters: "driver")
     job = TieringJob(spark, config).start()
     stop = threading.Event()
     writer = threading.Thread(target=churn, args=(pw, lw, stop))

@@ -56,6 +56,9 @@ def test_job_record_is_created_once_and_reused(tmp_path):
     assert a == b and a.lease_id == f"tier-{a.job_id}"
     with pytest.raises(ConfigError, match="not a valid regex"):
         TieringConfig(lake=tmp_path, bootstrap_servers="h:1", table_pattern="(")
+    with pytest.raises(ConfigError, match="copy_on_write is 'executor'; use one of auto, tasks"):
+        TieringConfig(lake=tmp_path, bootstrap_servers="h:1", table_pattern=".*",
+                      copy_on_write="executor")
 
 
 def test_one_job_per_lake(tmp_path):

@@ -7,6 +7,7 @@ import pickle
 import pyarrow as pa
 import pytest
 
+from fluss_spark.tiering import lake as lake_mod
 from fluss_spark.tiering.apply import apply_pk
 from fluss_spark.tiering.lake import LakeTable
 from fluss_spark.tiering.round_files import RoundFiles, RoundWriter, SplitOverlap
@@ -101,3 +102,17 @@ def test_the_copy_on_write_of_a_pk_round_runs_as_one_shipped_task_per_data_file(
     assert got[3] == "new" and 12 not in got and sorted(got) == sorted(set(range(30)) - {12})
     files = {task.file.file_path for task in t.iceberg().scan().plan_files()}
     assert len(files) == 4      # the untouched file, two copies, the round's new row
+
+
+def test_the_copy_on_write_on_threads_equals_it_in_process(tmp_path):
+    results = {}
+    for run in (lake_mod.in_process, lake_mod.on_threads):
+        t = table(tmp_path / run.__name__)
+        for b in range(4):
+            t.commit_round(rows([(b * 100 + i, "old") for i in range(100)], start=-1),
+                           query_id="q", batch_id=b)
+        change = rows([(k, "new") for k in range(0, 400, 7)], "+U", 0)
+        t.commit_files(t.writer().write(change), query_id="q", batch_id=4, run=run)
+        results[run.__name__] = t.read().sort_by("id").to_pylist()
+    assert results["in_process"] == results["on_threads"]
+    assert sum(r["v"] == "new" for r in results["on_threads"]) == len(range(0, 400, 7))
