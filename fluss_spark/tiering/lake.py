@@ -479,7 +479,7 @@ class LakeTable:
 
 
 def _pk_round(tbl: Any, tx: Any, base: LakeState, written: RoundFiles, props: dict[str, str],
-              run: "MapTasks") -> None:
+              run: MapTasks) -> None:
     """Stage a PK round in ``tx`` as ONE overwrite snapshot: every data file holding a touched
     key is replaced by a copy without those keys (copy-on-write, one ``KeyRemover`` task per
     data file, run by ``run``), and the round's data files (each touched key's last row, where

@@ -76,7 +76,7 @@ class TableSink:
 
     def __init__(self, table: str, lake: LakeTable, checkpoint: Path, columns: list[str],
                  retain_versions: int = 20, compact_max_files: int = 32,
-                 collect_lock: Any = None, lease_id: str | None = None,
+                 spark_lock: Any = None, lease_id: str | None = None,
                  snapshot_retention_s: float | None = 86_400.0, copy_on_write: str = "auto"):
         self.table, self.lake, self.checkpoint = table, lake, checkpoint
         self.copy_on_write = copy_on_write
@@ -86,7 +86,7 @@ class TableSink:
         self.columns = columns
         #: Shared by the sinks of one job (see ``TieringJob.spark_lock``): rounds are written
         #: one at a time, never while another query's source is initializing.
-        self.collect_lock = collect_lock or threading.Lock()
+        self.spark_lock = spark_lock or threading.Lock()
         self.retain_versions, self.compact_max_files = retain_versions, compact_max_files
         #: (batch id, rows in, seconds reading and writing the round, seconds committing it).
         self.rounds: list[tuple[int, int, float, float]] = []
@@ -130,14 +130,14 @@ class TableSink:
         comes to the driver; see ``round_files``)."""
         rows = df.select(*[f"`{c}`" for c in self.columns], CHANGE_TYPE, LOG_OFFSET)
         writer = self.lake.writer()
-        with self.collect_lock:
+        with self.spark_lock:
             results = rows.mapInArrow(writer, RESULT_SCHEMA).toArrow()
         try:
             return RoundFiles.merge(results, writer.primary_key)
         except SplitOverlap as e:
             # Not expected from the fluss source (see round_files); fold the round on the driver.
             log.warning("table %s: %s; the round is folded on the driver", self.table, e)
-            with self.collect_lock:
+            with self.spark_lock:
                 return writer.write(rows.toArrow())
 
     def _rewriter(self, df: Any) -> MapTasks:
@@ -152,7 +152,7 @@ class TableSink:
         def run(fn: Any, items: list) -> list:
             if not items:
                 return []
-            with self.collect_lock:
+            with self.spark_lock:
                 return sc.parallelize(items, len(items)).map(fn).collect()
         return run
 
