@@ -66,6 +66,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceStreamReader,  # noqa:
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa: E402
 
+from bench_scan import loopback_s  # noqa: E402  (bench/ is the script's directory)
+
 from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
 from fluss_spark.connector.schema import with_snapshot_metadata  # noqa: E402
@@ -227,22 +229,25 @@ def load_table(conn, table: str, rows: int, buckets: int) -> None:
 
 
 def export_snapshot(conn, table: str, target: pa.Schema, arrow_dir: Path, parquet_dir: Path,
-                    batch_bytes: int) -> int:
-    """The same rows as the fluss source yields, as IPC files (ceiling) and Parquet files."""
+                    batch_bytes: int) -> tuple[int, int]:
+    """The same rows as the fluss source yields, as IPC files (ceiling) and Parquet files;
+    returns (rows, bytes of the snapshot pages the scan sessions move)."""
     info = conn.admin().get_table(table)
     arrow_dir.mkdir(parents=True)
     parquet_dir.mkdir(parents=True)
-    total = 0
+    total = moved = 0
     for b in range(info.num_buckets):
+        pages = list(conn.kv_scanner(table).scan(b, batch_size_bytes=batch_bytes))
+        moved += sum(x.nbytes for x in pages)
         batches = [pa.RecordBatch.from_arrays(with_snapshot_metadata(x).columns, schema=target)
-                   for x in conn.kv_scanner(table).scan(b, batch_size_bytes=batch_bytes)]
+                   for x in pages]
         total += sum(x.num_rows for x in batches)
         with ipc.new_file(str(arrow_dir / f"bucket-{b}.arrow"), target) as w:
             for x in batches:
                 w.write_batch(x)
         pq.write_table(pa.Table.from_batches(batches, schema=target),
                        str(parquet_dir / f"bucket-{b}.parquet"))
-    return total
+    return total, moved
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,8 +455,8 @@ def main(argv=None) -> int:
             fluss_df = fluss_reader().load()
             schema = fluss_df.schema
             target = to_arrow_schema(schema, timezone="UTC")
-            rows = export_snapshot(conn, table, target, work / "arrow", work / "pq",
-                                   args.batch_bytes)
+            rows, moved = export_snapshot(conn, table, target, work / "arrow", work / "pq",
+                                          args.batch_bytes)
         if rows != args.rows:
             raise RowCountError(f"the snapshot holds {rows} rows, expected {args.rows}")
         parquet_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in (work / "pq").iterdir())
@@ -528,6 +533,14 @@ def main(argv=None) -> int:
               for f, c in zip(runs[("fluss", "noop")], runs[("fluss-cols", "noop")])]
         print(f"{'fluss-cols speed-up vs fluss, exec':<36}{'noop':<9}{fmt3(xs):>22}   "
               f"{' '.join(f'{x:.2f}' for x in xs)}")
+
+        # The physical bound of a networked source on this machine: the snapshot pages' bytes
+        # cross a loopback socket, copied by the kernel on both sides, on the same 2 cores.
+        loop = [loopback_s(moved) for _ in range(3)]
+        gap = [f["exec"] - c["exec"]
+               for f, c in zip(runs[("fluss", "noop")], runs[("ceiling", "noop")])]
+        print(f"\nloopback socket moving the {moved / 1e6:.0f} MB of snapshot pages from one "
+              f"process to another: {fmt3(loop)} s; fluss - ceiling, exec, noop: {fmt3(gap)} s")
 
         if args.breakdown:
             print_breakdown(runs, args.repeat)
