@@ -12,7 +12,7 @@ from typing import Any
 
 from fluss_spark.config import bounded
 from fluss_spark.errors import ConfigError, FlussError
-from fluss_spark.tiering.config import TieringConfig
+from fluss_spark.tiering.config import COPY_ON_WRITE, TieringConfig
 from fluss_spark.tiering.job import TieringJob
 from fluss_spark.tiering.restarts import error_summary
 
@@ -50,6 +50,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-restarts", type=bounded(int, 0, 1000), default=3,
                    help="restarts of a table's query after a transient failure within 10 "
                         "minutes before the job fails (0: fail at once)")
+    p.add_argument("--copy-on-write", choices=COPY_ON_WRITE, default="auto",
+                   help="where a PK round rewrites the data files holding its keys: Spark "
+                        "tasks, the driver's threads, or auto (the driver on a local master)")
 
 
 def config_from_args(args: argparse.Namespace, bootstrap_servers: str | None = None) -> TieringConfig:
@@ -66,6 +69,7 @@ def config_from_args(args: argparse.Namespace, bootstrap_servers: str | None = N
                                                              "--lease-duration"),
                          discover_interval_s=args.discover_interval,
                          max_restarts=args.max_restarts,
+                         copy_on_write=getattr(args, "copy_on_write", "auto"),
                          catalog=_catalog(getattr(args, "catalog", None)),
                          source_options=_sasl_options())
 

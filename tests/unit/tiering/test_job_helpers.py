@@ -162,3 +162,15 @@ def test_the_catalog_option_and_a_lake_of_another_catalog_are_checked(tmp_path):
                           catalog={"type": "rest", "uri": "http://elsewhere:1"})
     with pytest.raises(TieringError, match="uses catalog"):
         TieringJob(None, other)._check_lake()
+
+
+def test_the_copy_on_write_option_reaches_the_config_and_bad_values_are_refused(tmp_path, capsys):
+    from fluss_spark.tiering.run import build_arg_parser, config_from_args
+    p = build_arg_parser()
+    base = ["--lake", str(tmp_path), "--pattern", ".*", "--bootstrap-servers", "h:1"]
+    assert config_from_args(p.parse_args(base)).copy_on_write == "auto"
+    assert config_from_args(p.parse_args(base + ["--copy-on-write", "tasks"])).copy_on_write \
+        == "tasks"
+    with pytest.raises(SystemExit):
+        p.parse_args(base + ["--copy-on-write", "executors"])
+    assert "invalid choice: 'executors'" in capsys.readouterr().err
