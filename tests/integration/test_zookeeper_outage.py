@@ -3,6 +3,8 @@ processes, embedded ZooKeeper restarted on its port and data)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -94,3 +96,17 @@ def _serves(admin) -> bool:
         return True
     except FlussError:
         return False
+
+
+def test_servers_exit_at_once_on_sigterm_while_zookeeper_is_down(local):
+    """A supervisor stopping a cluster whose ZooKeeper died does not wait out ZooKeeper's session
+    timeout: each server closes its ZooKeeper client first, so loops blocked on it return."""
+    local.connection().admin().create_table("zk.t", "k BIGINT", num_buckets=2)
+    servers = list(local.servers.values())
+    assert {s.role for s in servers} == {"coordinator", "tablet"}
+    local.kill("zookeeper")
+    for s in servers:
+        os.kill(s.pid, signal.SIGTERM)
+    wait_until(lambda: not any(s.alive for s in servers), 5,
+               "the servers to exit after SIGTERM with ZooKeeper down")
+    assert [s.proc.returncode for s in servers] == [0] * len(servers)

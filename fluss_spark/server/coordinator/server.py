@@ -99,11 +99,13 @@ class CoordinatorServer:
         self._wake.set()
         if self._election is not None:
             self._election.cancel()
+        self._rpc.stop()
+        # ZooKeeper first: a thread waiting on an unreachable ZooKeeper fails at once instead
+        # of holding the exit for its session timeout.
+        self._store.close()
         if self._election_thread is not None:
             self._election_thread.join(timeout=10)
         self.leases.stop_expiry()
-        self._rpc.stop()
-        self._store.close()
 
     @property
     def is_leader(self) -> bool:

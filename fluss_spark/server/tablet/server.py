@@ -131,6 +131,9 @@ class TabletServer:
         self.stopping.set()
         self.scanners.close_all()
         self.rpc.stop()
+        # ZooKeeper first: a loop waiting on an unreachable ZooKeeper fails at once instead of
+        # holding the exit for its session timeout.
+        self.store.close()
         for t in self._threads:
             t.join(timeout=10)
         with self._sync_lock:
@@ -138,7 +141,6 @@ class TabletServer:
                 bucket.close()
             self._buckets.clear()
         self.snapshotter.close()
-        self.store.close()
 
     # -- assignment --------------------------------------------------------------------------------
     def sync(self, *, remove_unknown_dirs: bool = False, requested_at: float | None = None) -> None:
@@ -235,8 +237,9 @@ class TabletServer:
                 self._ensure_registered()
                 self.sync()
             except Exception as e:  # noqa: BLE001 - ZooKeeper hiccups must not end the loop
-                log.warning("refreshing the assignment from ZooKeeper failed: %s: %s",
-                            type(e).__name__, e)
+                if not self.stopping.is_set():
+                    log.warning("refreshing the assignment from ZooKeeper failed: %s: %s",
+                                type(e).__name__, e)
 
     def _retention_loop(self) -> None:
         interval = self.options.get(LOG_RETENTION_CHECK_INTERVAL.key,
