@@ -148,7 +148,8 @@ class CoordinatorServer:
             try:
                 election.run(self._lead)
             except Exception:  # noqa: BLE001 - a lost session must not end the election loop
-                log.exception("coordinator election failed; retrying")
+                if not self._stopping.is_set():    # (stopping closes the session under it)
+                    log.exception("coordinator election failed; retrying")
             if not self._stopping.is_set():
                 time.sleep(0.5)
 
