@@ -277,20 +277,20 @@ def test_kill_9_after_a_one_bucket_change_of_a_lease_in_part_znodes_keeps_both(
     assert reply["unavailable"] == {}
     children = meta.zk.get_children(layout.lease_path("wide"))
     assert children == [layout.lease_part_name(table_id, 0, 1)]
-    coordinator.kill()
-    coordinator.start(timeout_s=60)
-    conn = coordinator.connection()
-    info = call_until_leader(conn, ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "wide"},
-                             timeout_s=60)
+
+    def kill_9_and_describe():
+        """kill -9, restart: (a connection to the new coordinator, its view of the lease)."""
+        coordinator.kill()
+        coordinator.start(timeout_s=60)
+        c = coordinator.connection()
+        return c, call_until_leader(c, ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "wide"},
+                                    timeout_s=60)
+    conn, info = kill_9_and_describe()
     assert info["tables"] == {table_id: ids}
     moved = {**ids, 5: ids[5] + 1}
     conn.call_raw(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {
         "lease_id": "wide", "duration_ms": HOUR, "tables": {table_id: {5: ids[5] + 1}}})
-    coordinator.kill()
-    coordinator.start(timeout_s=60)
-    conn = coordinator.connection()
-    info = call_until_leader(conn, ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "wide"},
-                             timeout_s=60)
+    conn, info = kill_9_and_describe()
     assert info["tables"] == {table_id: moved}
     assert meta.load_lease("wide").tables == {table_id: moved}
     assert meta.zk.get_children(layout.lease_path("wide")) == [
