@@ -9,25 +9,29 @@ happens. Spark calls (see docs/spark_source.md, "How the source meets Spark"):
   snapshots of every PK table (``full`` mode) and names a lease id and a holder id, but acquires
   NOTHING: on a restart before batch 0 committed Spark calls it again, and the checkpoint's batch
   0 offset, not this new plan, names the query's lease.
-- ``latest_offset(start, limit)``: the next end offset under the read limit (a ``start`` that
-  is not this run's own unlogged initial offset first binds the run, renews the lease and
-  releases the tables ``start`` shows done, see ``commit``).
+- ``latest_offset(start, limit)``: the next end offset under the read limit. No end offset names a
+  snapshot the lease does not pin: a new query's first call pins every snapshot of its initial
+  offset BEFORE it plans the end (a snapshot retention removed since the listing is listed again
+  and its newer one pinned, which loses nothing: no row was read). Spark has not logged the
+  lease id yet, so the lease is provisional: acquired for ``scan.kv.snapshot.lease.grace`` only,
+  renewed while the driver lives. A ``start`` that is not this run's own unlogged initial offset
+  first binds the run, renews the lease and releases the tables ``start`` shows done (see
+  ``commit``).
 - ``partitions(start, end)``: splits of a batch whose ``end`` Spark has already written to its
   offset log. The first offset of a run that Spark read from its checkpoint (``end`` here, or a
   ``start`` that is not this run's own initial offset) binds the run to the checkpoint: its
-  identity is checked against the query's options, its lease id and holder are adopted, and the
-  snapshots the batch and later batches read are acquired, all before any split is returned. So
-  a lease exists only once its id is in the offset log: whatever the point a driver dies at, its
-  checkpoint names the one lease it ever had, and a restart re-acquires that lease.
+  identity is checked against the query's options, its lease id and holder are adopted (a
+  provisional lease of this run becomes the full-duration one), and the snapshots the batch and
+  later batches read are acquired, all before any split is returned. So a replayed batch reads
+  exactly the snapshots the killed run pinned, and a lease outlives a dead driver by more than
+  the grace only once its checkpoint names it. A start that fails for a reason a retry cannot
+  mend (a needed snapshot is gone) releases what it pinned.
 - ``commit(end)``: runs one batch late; once ``end`` shows a table's snapshot rows all consumed,
   that table's buckets are released (one call per table). ``latest_offset(start)`` does the same
   for ``start``: Spark asks for the next batch only after the batch ending at ``start`` is in
   its commit log, and the last batch of ``Trigger.AvailableNow`` is never followed by a
   ``commit``. The coordinator removes a lease with no pins left, so the lease is gone when the
   last table is released.
-
-A snapshot listed by ``initial_offset`` may be removed by retention before the first batch leases
-it. Nothing of it was read yet, so the bucket continues from its newest snapshot with no loss.
 
 Nothing here depends on ``stop()`` (Spark often kills the process instead of calling it): it only
 stops the renewal thread and closes connections. The lease is deliberately NOT dropped there:
@@ -92,6 +96,8 @@ class Enumerator:
         self._live_starts: dict[tuple[int, int, int], LiveScanStart] = {}
         self._initial: dict | None = None
         self.identity: QueryIdentity | None = None
+        #: The run is bound to its checkpoint (an offset Spark logged); see ``_bind``.
+        self.checkpointed = False
         # Offsets this run returned before it was bound to a checkpoint (JSON text): an offset
         # among them that comes back from Spark was never read by an earlier run.
         self._produced: set[str] = set()
@@ -174,7 +180,7 @@ class Enumerator:
         offset log): check it is this query's, adopt its lease id and holder, and lease the
         snapshots still to be read (``batch_start``: those the batch ending at ``logged`` reads
         too). Runs once per run, before the first split is planned."""
-        if self.lease.bound:
+        if self.checkpointed:
             return
         fresh = self._is_own(logged)  # written by this run: nobody read any of it yet
         if not fresh:
@@ -182,9 +188,46 @@ class Enumerator:
         if self.options.lease_id and self.options.lease_id != logged.lease_id:
             log.warning("option scan.kv.snapshot.lease.id is %r but the checkpoint's lease is %r; "
                         "the checkpoint's lease is used", self.options.lease_id, logged.lease_id)
+        if self.lease.bound and (self.lease.lease_id, self.lease.holder) != (logged.lease_id,
+                                                                             logged.holder):
+            # A provisional lease of this run that the checkpoint does not name: nothing reads it.
+            self.lease.release_all(self._names(logged))
         self.lease.bind(logged.lease_id, logged.holder)
+        self.checkpointed = True
         self.identity = logged.query or self._identity(logged.holder)
-        self._pin(logged, batch_start, lossless=fresh)
+        self.lease.confirm()
+        self._starting(logged, lambda: self._pin(logged, batch_start, lossless=fresh))
+
+    def _pin_first_batch(self, start: SourceOffset) -> SourceOffset:
+        """A new query's own initial offset, with every snapshot it names pinned under a
+        provisional lease (snapshots gone since the listing replaced by pinned newer ones)."""
+        if not self.lease.bound:
+            self.lease.bind(start.lease_id, start.holder, provisional=self.lease.is_new(
+                start.lease_id, generated=self.options.lease_id is None))
+            self.identity = start.query
+            self._starting(start, lambda: self._pin(start, None, lossless=True))
+        else:
+            self.lease.tick()
+            if self.lease.lost:
+                self._starting(start, lambda: self._pin(self._apply_replacements(start), None,
+                                                        lossless=True))
+        return self._apply_replacements(start)
+
+    def _starting(self, offset: SourceOffset, pin: Callable[[], None]) -> None:
+        """Run ``pin`` for a run that is starting; if it fails for a reason a retry cannot mend,
+        release what the run pinned, so a query that cannot start leaves no pins behind (a
+        retriable failure keeps them: the checkpoint is still good once the cluster answers)."""
+        try:
+            pin()
+        except Exception as e:
+            if not getattr(e, "retriable", False):
+                try:
+                    self.lease.release_all(self._names(offset))
+                except Exception as cleanup:  # noqa: BLE001 - the start's own error wins
+                    log.warning("could not release the pins of lease %r after a failed start "
+                                "(fluss-spark lease drop %s removes them): %s", self.lease_id,
+                                self.lease_id, cleanup)
+            raise
 
     def _check_identity(self, logged: SourceOffset) -> None:
         """Refuse a checkpoint made for other tables, another startup mode or layout."""
@@ -258,9 +301,11 @@ class Enumerator:
                 f"query (lease {self.lease_id!r}) no longer exists")
         if not lossless and self.options.fail_on_data_loss:
             raise KvSnapshotNotExist(
-                f"{what}; its unread rows are lost. Restart the query with a new "
-                f"checkpointLocation, or set failOnDataLoss=false to continue from the latest "
-                f"snapshot")
+                f"{what}; its unread rows are lost, so this checkpoint cannot be restarted as "
+                f"it is. Start the query with a new checkpointLocation, or set "
+                f"failOnDataLoss=false to continue from the latest snapshot. This start released "
+                f"the snapshots it pinned; `fluss-spark lease drop {self.lease_id}` removes "
+                f"whatever the lease may still hold")
         attempts = self.options.lease_acquire_retries + 1
         for _ in range(attempts):
             latest = self.cluster.latest_kv_snapshots(t.name).get(bucket)
@@ -317,7 +362,7 @@ class Enumerator:
     def latest_offset(self, start_json: dict, limit: ReadLimit | None = None) -> dict:
         start = decode(start_json)
         # Any start but this run's own unlogged initial offset is logged, its batch committed.
-        if self.lease.bound or not self._is_own(start):
+        if self.checkpointed or not self._is_own(start):
             self._bind(start)
             self.lease.tick()
             if self.lease.lost:
@@ -327,6 +372,8 @@ class Enumerator:
             # commit log, so a table whose snapshot ``start`` shows consumed can be released now.
             # This also covers the last batch of Trigger.AvailableNow, which never sees a commit().
             self._release_finished(start)
+        elif any(not s.complete for t in start.tables.values() for s in t.snapshot.values()):
+            start = self._pin_first_batch(start)
         step = self.planner.next_end(start, limit, self.identity)
         if step is None:
             return start_json
@@ -334,7 +381,7 @@ class Enumerator:
             step.end.to_json()
         if not step.reads:
             return start_json if end == start_json else end
-        if not self.lease.bound:
+        if not self.checkpointed:
             self._produced.add(json.dumps(end))
         return end
 

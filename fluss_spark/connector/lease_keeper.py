@@ -38,6 +38,7 @@ class LeaseKeeper:
         self.cluster = cluster
         self.lease_id = lease_id
         self.duration_ms = duration_ms
+        self._fixed_interval = interval_ms is not None
         self.interval_ms = interval_ms or max(1, duration_ms // 3)
         self.clock = clock
         self.reacquire = cluster.capabilities().lease_renewal == "reacquire"
@@ -53,6 +54,13 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._lock = lock or threading.RLock()
         self._thread: threading.Thread | None = None
+
+    def set_duration(self, duration_ms: int) -> None:
+        """Renew for ``duration_ms`` from now on (at a third of it, unless an interval was set)."""
+        with self._lock:
+            self.duration_ms = duration_ms
+            if not self._fixed_interval:
+                self.interval_ms = max(1, duration_ms // 3)
 
     def acquired(self) -> None:
         """The enumerator just (re)acquired pins, which also extends the lease: reset the timer."""

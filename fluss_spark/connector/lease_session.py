@@ -19,7 +19,11 @@ class LeaseSession:
     """Acquires, renews and releases ONE lease under ONE holder for a query run.
 
     The id and the holder are bound once per run (``bind``), from the checkpoint's offset, before
-    anything is acquired, so a run never creates a lease its checkpoint does not name. Calls that
+    anything is acquired. One exception: a new query's first batch pins its snapshots before
+    Spark logs the offset that names the lease (``provisional``), so that no logged offset names
+    an unpinned snapshot. Until the checkpoint names it the lease is held for
+    ``scan.kv.snapshot.lease.grace`` only (renewed while the driver lives), so a driver killed in
+    that window leaves nothing for longer; ``confirm`` extends it to the full duration. Calls that
     fail with a retriable error (a coordinator that lost ZooKeeper for a moment, a dropped
     connection) are retried by the client within ``client.request.timeout``; acquire and release
     are idempotent, so a retry after a lost answer is harmless.
@@ -41,6 +45,8 @@ class LeaseSession:
         self.renew_in_thread = renew_in_thread
         self.lease_id: str | None = None
         self.holder: str | None = None
+        #: Bound before the checkpoint names the lease: held for the grace only.
+        self.provisional = False
         self.keeper: LeaseKeeper | None = None
         self._keeper_cluster: Cluster | None = None
         self._supported: bool | None = None
@@ -53,8 +59,45 @@ class LeaseSession:
     def bound(self) -> bool:
         return self.lease_id is not None
 
-    def bind(self, lease_id: str, holder: str) -> None:
-        self.lease_id, self.holder = lease_id, holder
+    def bind(self, lease_id: str, holder: str, *, provisional: bool = False) -> None:
+        """Use this lease id and holder; ``provisional``: the checkpoint does not name them yet."""
+        self.lease_id, self.holder, self.provisional = lease_id, holder, provisional
+
+    def is_new(self, lease_id: str, *, generated: bool) -> bool:
+        """Whether no lease ``lease_id`` exists, so a short first life cuts nobody's protection
+        short (an acquire sets the WHOLE lease's expiry, and an id given by option may be shared:
+        the tiering job's is). An id this run generated is new; another is asked about where
+        the cluster can describe leases, and taken as existing where it cannot."""
+        if generated:
+            return True
+        try:
+            self._cluster().describe_kv_snapshot_lease(lease_id)
+        except LeaseNotFound:
+            return True
+        except FlussError:      # UnsupportedVersion (Apache Fluss 0.9.1) or unreachable
+            return False
+        return False
+
+    @property
+    def duration_ms(self) -> int:
+        """How long an acquire or renewal keeps the lease: the grace until the checkpoint names
+        it (never longer than the full duration), then ``scan.kv.snapshot.lease.duration``."""
+        full = self.options.lease_duration_ms
+        return min(self.options.lease_grace_ms, full) if self.provisional else full
+
+    def confirm(self) -> None:
+        """The checkpoint names the lease now: acquires and renewals use the full duration (the
+        enumerator's acquire at binding extends it at once)."""
+        self.provisional = False
+        if self.keeper is not None:
+            self.keeper.set_duration(self.duration_ms)
+
+    def release_all(self, names: Mapping[int, str]) -> None:
+        """Unpin everything this run pinned (a start that failed, or a provisional lease the
+        checkpoint does not name): a run that cannot start leaves no pins behind."""
+        for table_id, buckets in sorted(self.held().items()):
+            self.release(table_id, sorted(buckets), names.get(table_id, str(table_id)),
+                         why="is not read by this run")
 
     def _bound_id(self) -> str:
         if self.lease_id is None:
@@ -87,7 +130,7 @@ class LeaseSession:
         with self._lock:
             try:
                 unavailable = self._cluster().acquire_kv_snapshot_lease(
-                    lease_id, self.options.lease_duration_ms, pins, holder=self.holder)
+                    lease_id, self.duration_ms, pins, holder=self.holder)
             except LeaseHeldByOther as e:
                 tables = ", ".join(repr(names.get(t, t)) for t in sorted(pins))
                 raise LeaseHeldByOther(
@@ -111,7 +154,8 @@ class LeaseSession:
             self._start_keeper()
         return missing
 
-    def release(self, table_id: int, buckets: list[int], name: str) -> bool:
+    def release(self, table_id: int, buckets: list[int], name: str,
+                why: str = "finished its snapshot phase") -> bool:
         """Unpin a table's buckets; True when they are gone (also when the lease already is)."""
         lease_id = self._bound_id()
         with self._lock:
@@ -125,8 +169,7 @@ class LeaseSession:
                             "next commit; the lease expires anyway): %s", name, lease_id, e)
                 return False
             self._forget(table_id, buckets)
-        log.info("table %r finished its snapshot phase; released it from lease %r",
-                 name, lease_id)
+        log.info("table %r %s; released it from lease %r", name, why, lease_id)
         return True
 
     def _forget(self, table_id: int, buckets: list[int]) -> None:
@@ -145,7 +188,7 @@ class LeaseSession:
             else:
                 keeper_cluster = self._cluster()
             self.keeper = LeaseKeeper(keeper_cluster, self._bound_id(),
-                                      self.options.lease_duration_ms, clock=self.clock,
+                                      self.duration_ms, clock=self.clock,
                                       pins=self.held, holder=self.holder, lock=self._lock)
             if self.renew_in_thread:
                 self.keeper.start()

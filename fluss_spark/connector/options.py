@@ -83,6 +83,12 @@ LEASE_ID = _string("scan.kv.snapshot.lease.id",
 LEASE_DURATION = duration("scan.kv.snapshot.lease.duration", "1d",
                           "Lease expiry after the last renewal (1s..365d); the driver renews at "
                           "a third of it.", minimum=1000, maximum=MAX_LEASE_DURATION_MS)
+LEASE_GRACE = duration("scan.kv.snapshot.lease.grace", "2min",
+                       "How long the lease a new query acquires for its first batch outlives a "
+                       "driver killed before Spark logged that batch's offset (the lease is "
+                       "renewed while the driver lives and extended to "
+                       "scan.kv.snapshot.lease.duration once the checkpoint names it).",
+                       minimum=1000, maximum=MAX_LEASE_DURATION_MS)
 MAX_OFFSETS_PER_TRIGGER = integer("maxOffsetsPerTrigger", None,
                                   "Most snapshot rows + changelog records per micro-batch.",
                                   minimum=1)
@@ -126,7 +132,8 @@ LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
 
 SOURCE_OPTIONS: list[Option] = [
     BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
-    LEASE_DURATION, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY,
+    LEASE_DURATION, LEASE_GRACE, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
+    MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, KV_READ, LIVE_MAX_BUCKETS, ENGINE,
     REQUEST_TIMEOUT,
     LEASE_ACQUIRE_RETRIES,
@@ -150,6 +157,7 @@ class SourceOptions:
     startup_timestamp_ms: int | None = None
     lease_id: str | None = None
     lease_duration_ms: int = 86_400_000
+    lease_grace_ms: int = 120_000
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 900_000
@@ -277,6 +285,7 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         startup_timestamp_ms=ts,
         lease_id=lease_id,
         lease_duration_ms=LEASE_DURATION.get(values),
+        lease_grace_ms=LEASE_GRACE.get(values),
         max_offsets_per_trigger=max_rows,
         min_offsets_per_trigger=min_rows,
         max_trigger_delay_ms=MAX_TRIGGER_DELAY.get(values),

@@ -15,6 +15,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from fluss_spark.client.fluss_cluster import FlussCluster
 from fluss_spark.connector.progress import table_lag
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on, source_offsets,
@@ -204,7 +205,7 @@ def test_log_table_startup_modes_and_available_now(spark, cluster, fluss_stream,
 
 
 def test_batch_read_equals_table_state(spark, cluster, conn, table_name):
-    writer, _ = create_pk(conn, table_name, 5_000, buckets=3)
+    writer, snaps = create_pk(conn, table_name, 5_000, buckets=3)
     writer.upsert([{"id": i, "v": f"changed{i}"} for i in range(0, 5_000, 7)])
     writer.delete([{"id": i} for i in range(1, 5_000, 11)])
     writer.upsert([{"id": 10_000 + i, "v": "fresh"} for i in range(25)])
@@ -215,6 +216,33 @@ def test_batch_read_equals_table_state(spark, cluster, conn, table_name):
     assert_df_equality(df.select("id", "v"), expected, ignore_row_order=True,
                        ignore_nullable=True)
     assert leases_on(conn.admin(), table_name) == []
+    # The metadata columns, as docs/spark_source.md says: a key written after its bucket's
+    # snapshot carries its last write's; a key served from the snapshot carries +I, the
+    # snapshot's log_offset - 1 and no commit time (a KV snapshot keeps neither per row).
+    meta = {r.id: (r._change_type, r._log_offset, r._commit_timestamp) for r in df.collect()}
+    assert meta == expected_metadata(conn, table_name, snaps)
+    assert {m[0] for m in meta.values()} == {"+I", "+U"} and any(m[2] for m in meta.values())
+
+
+def expected_metadata(conn, table: str, snaps) -> dict:
+    """Per live key: (change type, log offset, commit time) of its last changelog record after
+    its bucket's snapshot, read independently with the log scanner, else the snapshot's."""
+    cluster = FlussCluster(conn)
+    latest = cluster.list_offsets(table)
+    out: dict = {}
+    for b, snap in snaps.items():
+        for row in cluster.read_snapshot(table, b, snap.snapshot_id, projection=["id"]):
+            for key in row.column("id").to_pylist():
+                out[key] = ("+I", snap.log_offset - 1, None)
+        for batch in cluster.read_log(table, b, snap.log_offset, latest[b]):
+            for r in batch.to_pylist():
+                if r["_change_type"] == "-D":
+                    out.pop(r["id"], None)
+                elif r["_change_type"] != "-U":
+                    # Spark gives naive timestamps in the session's time zone (UTC here).
+                    out[r["id"]] = (r["_change_type"], r["_log_offset"],
+                                    r["_commit_timestamp"].replace(tzinfo=None))
+    return out
 
 
 def test_several_tables_in_one_query(spark, cluster, conn, table_name, tmp_path):

@@ -35,10 +35,11 @@ def make(cluster, clock, tables=("db.pk",), **opts):
     return Enumerator(options, list(tables), lambda: cluster, clock=clock, renew_in_thread=False)
 
 
-def test_full_mode_leases_the_snapshots_before_the_first_split(pk, clock):
+def test_full_mode_pins_the_snapshots_before_an_offset_names_them(pk, clock):
     e = make(pk, clock)
     first = e.initial_offset()
     assert e.initial_offset() == first  # Spark calls it twice on a fresh start
+    assert pk.calls_of("acquire") == []  # a restart before commits/0 plans this again: no lease
     tid = pk.tables["db.pk"].info.table_id
     t = first["tables"][str(tid)]
     assert t["name"] == "db.pk"
@@ -46,12 +47,40 @@ def test_full_mode_leases_the_snapshots_before_the_first_split(pk, clock):
     assert t["log"] == {"0": 12, "1": 0}  # no snapshot: bucket 1 reads its log from earliest
     assert first["query"]["startup_mode"] == "full" and first["query"]["layout"] == "single"
     end = e.latest_offset(first, ReadAllAvailable())
-    assert pk.calls_of("acquire") == []  # nothing is leased before its id is in the offset log
-    e.partitions(first, end)
     lease_id = first["lease_id"]
+    # Pinned before Spark logs an offset naming it, for the grace only (the id is not logged).
     assert [c[1] for c in pk.calls_of("acquire")] == [lease_id]
+    assert pk.leases[lease_id]["pins"] == {tid: {0: 3}}
+    assert pk.leases[lease_id]["expires"] == clock() + 120_000
+    e.partitions(first, end)   # ``end`` is in the offset log: the full duration from now on
     assert list(pk.leases) == [lease_id]
     assert pk.leases[lease_id]["pins"] == {tid: {0: 3}}
+    assert pk.leases[lease_id]["expires"] == clock() + 86_400_000
+
+
+def test_an_existing_lease_is_never_shortened_by_the_grace(pk, clock):
+    # An id given by option may be shared (the tiering job's is): a short first life would cut
+    # the others' protection short. A new one gets the grace like a generated id.
+    pk.add_table("db.other", buckets=1)
+    pk.add_snapshot("db.other", 0, 1, rows(3), 0)
+    other = make(pk, clock, tables=("db.other",), **{"scan.kv.snapshot.lease.id": "job"})
+    other.latest_offset(other.initial_offset(), ReadAllAvailable())
+    assert pk.leases["job"]["expires"] == clock() + 120_000
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.id": "job", "scan.kv.snapshot.lease.grace": "5s"})
+    clock.advance(1000)
+    e.latest_offset(e.initial_offset(), ReadAllAvailable())
+    assert pk.leases["job"]["expires"] == clock() + 86_400_000
+
+
+def test_the_grace_is_renewed_while_the_driver_lives(pk, clock):
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.grace": "30s"})
+    first = e.initial_offset()
+    e.latest_offset(first, ReadAllAvailable())
+    for _ in range(5):          # e.g. minOffsetsPerTrigger keeps batch 0 waiting
+        clock.advance(10_001)
+        e.keeper.tick()
+    assert pk.leases[first["lease_id"]]["expires"] > clock()
+    assert pk.leases[first["lease_id"]]["expires"] <= clock() + 30_000
 
 
 def test_configured_lease_id_is_used(pk, clock):
@@ -96,7 +125,8 @@ def test_commit_releases_each_table_once_and_lease_goes(cluster, clock):
         total = sum(rows_between(decode(offsets[-1]), decode(nxt)).values())
         assert total <= 30
         e.partitions(offsets[-1], nxt)
-        assert len(cluster.calls_of("acquire")) == 1  # one lease, both tables, at the first batch
+        # One lease, both tables: pinned before batch 0 is logged, extended once it is.
+        assert len(cluster.calls_of("acquire")) == 2
         if len(offsets) == 1:
             assert set(cluster.leases[lease_id]["pins"]) == {a, b}
         e.commit(nxt)
@@ -137,12 +167,13 @@ def test_unavailable_snapshot_is_listed_again_and_reacquired(pk, clock):
     start = e.initial_offset()
     end = e.latest_offset(start, ReadAllAvailable())
     tid = pk.tables["db.pk"].info.table_id
-    # Nothing of snapshot 3 was read: the bucket skips it in this batch and reads snapshot 5 next.
-    assert not [s for s in e.partitions(start, end) if isinstance(s, SnapshotSplit)]
     assert state["n"] == 2
-    end2 = e.latest_offset(end, ReadAllAvailable())
-    assert end2["tables"][str(tid)]["snapshot"]["0"] == [5, 11, 11, 14]
-    assert SnapshotSplit(tid, "db.pk", 0, 5, 0, 11, start["lease_id"], 14) in e.partitions(end, end2)
+    # Nothing of snapshot 3 was read: the first offset Spark logs names the pinned snapshot 5.
+    assert end["tables"][str(tid)]["snapshot"]["0"] == [5, 11, 11, 14]
+    assert end["tables"][str(tid)]["log"]["0"] == 14
+    assert pk.leases[start["lease_id"]]["pins"] == {tid: {0: 5}}
+    assert SnapshotSplit(tid, "db.pk", 0, 5, 0, 11, start["lease_id"], 14) in e.partitions(start,
+                                                                                           end)
 
 
 def test_acquire_retries_are_bounded(pk, clock):
@@ -158,11 +189,11 @@ def test_acquire_retries_are_bounded(pk, clock):
     pk.acquire_kv_snapshot_lease = always_gone
     e = make(pk, clock, **{"scan.kv.snapshot.lease.acquire-retries": "2"})
     start = e.initial_offset()
-    end = e.latest_offset(start, ReadAllAvailable())
     with pytest.raises(KvSnapshotNotExist) as err:
-        e.partitions(start, end)
+        e.latest_offset(start, ReadAllAvailable())
     msg = str(err.value)
     assert "after 3 attempts" in msg and "'db.pk' bucket 0" in msg and "kv.snapshot.num-retained" in msg
+    assert not pk.leases.get(start["lease_id"], {}).get("pins")   # a failed start pins nothing
 
 
 def test_log_only_modes_take_no_lease(pk, clock):
@@ -213,7 +244,7 @@ def test_restart_reuses_lease_and_reasserts_pins(pk, clock):
     e2 = make(pk, clock, maxOffsetsPerTrigger="4")
     nxt = e2.latest_offset(mid, ReadMaxRows(4))  # first call of the new run
     acquires = pk.calls_of("acquire")
-    assert acquires[-1][1] == lease_id and len(acquires) == 2
+    assert acquires[-1][1] == lease_id and len(acquires) == 3
     assert list(pk.leases) == [lease_id]
     assert nxt["lease_id"] == lease_id
 
@@ -318,7 +349,7 @@ def test_expired_lease_is_reacquired(pk, clock):
     pk._expire()
     assert start["lease_id"] not in pk.leases
     e.latest_offset(end, ReadMaxRows(1))  # the renewal finds it gone and re-pins at once
-    assert len(pk.calls_of("renew")) == 1 and len(pk.calls_of("acquire")) == 2
+    assert len(pk.calls_of("renew")) == 1 and len(pk.calls_of("acquire")) == 3
     assert start["lease_id"] in pk.leases and not e.keeper.lost
 
 
@@ -359,7 +390,7 @@ def test_a_cluster_without_renew_is_renewed_by_acquiring_the_same_pins(pk, clock
     clock.advance(31_000)
     e.latest_offset(end, ReadMaxRows(1))
     tid = pk.tables["db.pk"].info.table_id
-    first, renewal = pk.calls_of("acquire")
-    assert renewal == first and first[2] == {tid: {0: 3}}   # same id, pins and holder
+    provisional, first, renewal = pk.calls_of("acquire")
+    assert renewal == first == provisional and first[2] == {tid: {0: 3}}  # same id, pins, holder
     assert pk.calls_of("renew") == [] and not e.lease.lost
     assert pk.leases[start["lease_id"]]["expires"] == clock() + 90_000

@@ -118,36 +118,65 @@ def pk(cluster):
     return cluster
 
 
-def assert_exact(loop, cluster):
-    """Every snapshot row once, every changelog record after the snapshot once, one lease id."""
+def assert_exact(loop, cluster, dead: frozenset = frozenset()):
+    """Every snapshot row once, every changelog record after the snapshot once, one lease id
+    (besides the ``dead`` ones of runs killed before any offset named them)."""
     assert sorted(loop.snapshot_rows()) == ([(0, 3, r) for r in range(12)]
                                             + [(1, 4, r) for r in range(7)])
     assert sorted(loop.log_records()) == [(0, o) for o in range(2, 5)] + [(1, o) for o in (1, 2)]
     assert len(loop.lease_ids_in_offsets()) == 1
-    assert acquired_ids(cluster) == loop.lease_ids_in_offsets()
+    assert acquired_ids(cluster) - dead == loop.lease_ids_in_offsets()
     assert cluster.leases == {}  # released after the snapshot phase
 
 
-def test_fresh_query_takes_its_lease_only_once_the_first_offset_is_logged(pk, clock):
+def retention(cluster) -> None:
+    """Retention at its harshest: every snapshot no lease pins is replaced by a newer one."""
+    pinned = {(t, b, s) for lease in cluster.leases.values()
+              for t, bs in lease["pins"].items() for b, s in bs.items()}
+    for name, table in cluster.tables.items():
+        tid = table.info.table_id
+        for b, snaps in table.snapshots.items():
+            newest = max(snaps)
+            if (tid, b, newest) not in pinned:
+                cluster.add_snapshot(name, b, newest + 1, *snaps[newest])
+            for sid in [s for s in snaps if (tid, b, s) not in pinned and s != max(snaps)]:
+                cluster.remove_snapshot(name, b, sid)
+
+
+def test_no_logged_offset_names_a_snapshot_its_lease_does_not_pin(pk, clock):
     loop = SparkLoop(pk, clock).run()
     assert pk.calls_of("acquire") == []            # initialOffset plans, acquires nothing
+    retention(pk)                                  # between the listing and the first batch
     assert loop.plan()
-    assert pk.calls_of("acquire") == []            # nor does planning batch 0
-    loop.execute()                                 # batch 0 is in the offset log: lease it
     lease_id = loop.offsets[0]["lease_id"]
     tid = pk.tables["db.pk"].info.table_id
-    assert pk.leases[lease_id]["pins"] == {tid: {0: 3, 1: 4}}
-    loop.finish()
+    # Pinned before Spark logs the offset: the newer snapshots, for the grace only.
+    named = {int(b): p[0] for b, p in loop.offsets[0]["tables"][str(tid)]["snapshot"].items()}
+    assert named == {0: 4, 1: 5} and pk.leases[lease_id]["pins"] == {tid: named}
+    assert pk.leases[lease_id]["expires"] == clock() + 120_000
+    loop.execute()                                 # batch 0 is in the offset log
+    assert pk.leases[lease_id]["expires"] == clock() + 86_400_000
+    retention(pk)
+    loop.run()                                     # killed inside batch 0: replayed as logged
+    retention(pk)
     loop.drain()
-    assert_exact(loop, pk)
+    assert sorted(loop.snapshot_rows()) == ([(0, 4, r) for r in range(12)]
+                                            + [(1, 5, r) for r in range(7)])
+    assert sorted(loop.log_records()) == [(0, o) for o in range(2, 5)] + [(1, o) for o in (1, 2)]
+    assert loop.lease_ids_in_offsets() == acquired_ids(pk) == {lease_id}
+    assert pk.leases == {}
 
 
-def test_killed_before_the_first_offset_leaves_no_lease(pk, clock):
-    loop = SparkLoop(pk, clock).run()
+def test_killed_before_the_first_offset_leaves_a_lease_for_the_grace_only(pk, clock):
+    loop = SparkLoop(pk, clock, **{"scan.kv.snapshot.lease.grace": "30s"}).run()
+    dead = loop.start["lease_id"]
     loop.enum.latest_offset(loop.start, ReadMaxRows(5))   # planned, never written: driver dies
+    assert pk.leases[dead]["expires"] == clock() + 30_000
+    clock.advance(30_000)
+    pk._expire()
     assert pk.leases == {}
     loop.run().drain()
-    assert_exact(loop, pk)
+    assert_exact(loop, pk, dead=frozenset({dead}))
 
 
 def test_killed_after_offsets_0_before_commits_0_reuses_the_checkpoints_lease(pk, clock):
@@ -213,6 +242,46 @@ def test_a_snapshot_lost_after_rows_were_read_is_data_loss(pk, clock):
         loop.drain()
 
 
+@pytest.mark.parametrize("point", ["inside batch 0", "mid-snapshot"])
+def test_a_start_that_cannot_succeed_leaves_no_new_pins(pk, clock, point):
+    loop = SparkLoop(pk, clock).run()
+    loop.plan()
+    loop.execute()
+    if point == "mid-snapshot":
+        loop.finish()
+        loop.batch()
+    lease_id = loop.offsets[0]["lease_id"]
+    pk.leases.clear()                              # the lease expired while the query was down
+    pk.remove_snapshot("db.pk", 0, 3)              # and retention took a snapshot it needs
+    for _ in range(3):                             # every restart fails, none leaves pins
+        with pytest.raises(KvSnapshotNotExist) as err:
+            loop.run()
+            loop.drain()
+        assert not pk.leases.get(lease_id, {}).get("pins")
+    text = str(err.value)
+    assert "new checkpointLocation" in text and f"fluss-spark lease drop {lease_id}" in text
+
+
+def test_a_start_that_fails_for_a_passing_reason_keeps_the_checkpoints_pins(pk, clock):
+    from fluss_spark.errors import NetworkError
+    loop = SparkLoop(pk, clock).run()
+    loop.batch()
+    lease_id = loop.offsets[0]["lease_id"]
+    tid = pk.tables["db.pk"].info.table_id
+    real = pk.latest_kv_snapshots
+
+    def down(name):
+        raise NetworkError("the coordinator is restarting")
+    pk.remove_snapshot("db.pk", 1, 4)   # a replacement must be listed: the listing fails
+    pk.add_snapshot("db.pk", 1, 6, rows(7, 100), 1)
+    pk.latest_kv_snapshots = down
+    with pytest.raises(NetworkError):
+        loop.run(**{"failOnDataLoss": "false"})
+        loop.drain()
+    assert pk.leases[lease_id]["pins"][tid][0] == 3   # the checkpoint is still protected
+    pk.latest_kv_snapshots = real
+
+
 MISMATCHES = [
     ({"table": "db.other"}, r"it reads table\(s\) \['db.pk'\], this query reads \['db.other'\]"),
     ({"scan.startup.mode": "earliest"}, "scan.startup.mode='full', this query has 'earliest'"),
@@ -270,9 +339,8 @@ def test_a_second_query_cannot_take_the_first_ones_pins(pk, clock):
     first = SparkLoop(pk, clock, **{"scan.kv.snapshot.lease.id": "shared"}).run()
     first.batch()
     second = SparkLoop(pk, clock, **{"scan.kv.snapshot.lease.id": "shared"})
-    second.run().plan()
     with pytest.raises(LeaseHeldByOther) as err:
-        second.execute()
+        second.run().plan()
     assert "'db.pk'" in str(err.value) and "fluss-spark lease drop shared" in str(err.value)
     first.drain()   # the first query is unharmed
     assert_exact(first, pk)
