@@ -360,8 +360,9 @@ class Enumerator:
                                                else self._resolve())
 
     def latest_offset(self, start_json: dict, limit: ReadLimit | None = None) -> dict:
-        start = decode(start_json)
-        # Any start but this run's own unlogged initial offset is logged, its batch committed.
+        given = start = decode(start_json)
+        first_batch = not self.checkpointed and start_json == self._initial
+        # Any start but this run's own unlogged offsets is logged, its batch committed.
         if self.checkpointed or not self._is_own(start):
             self._bind(start)
             self.lease.tick()
@@ -372,18 +373,21 @@ class Enumerator:
             # commit log, so a table whose snapshot ``start`` shows consumed can be released now.
             # This also covers the last batch of Trigger.AvailableNow, which never sees a commit().
             self._release_finished(start)
-        elif any(not s.complete for t in start.tables.values() for s in t.snapshot.values()):
+        elif first_batch and any(not s.complete for t in start.tables.values()
+                                 for s in t.snapshot.values()):
             start = self._pin_first_batch(start)
         step = self.planner.next_end(start, limit, self.identity)
         if step is None:
             return start_json
-        end = self._open_live_scans(start, step.end).to_json() if step.reads else \
-            step.end.to_json()
-        if not step.reads:
-            return start_json if end == start_json else end
+        end = self._open_live_scans(start, step.end) if step.reads else step.end
+        if not step.reads and replace(end, origin=given.origin).to_json() == start_json:
+            return start_json
+        if first_batch:
+            # Spark never logs the first batch's start: its end carries it (offsets.py, v4).
+            end = end.with_origin(start)
         if not self.checkpointed:
-            self._produced.add(json.dumps(end))
-        return end
+            self._produced.add(end.dumps())
+        return end.to_json()
 
     def _open_live_scans(self, start: SourceOffset, end: SourceOffset) -> SourceOffset:
         """Open a live scan for every bucket whose snapshot phase the batch ``start -> end``
@@ -411,7 +415,10 @@ class Enumerator:
         return latest.to_json() if latest is not None else None
 
     def partitions(self, start_json: dict, end_json: dict) -> list:
-        start, end = decode(start_json), decode(end_json)
+        end = decode(end_json)
+        # A run restarted inside the first batch passes its own new initial offset: the batch's
+        # true start is the one its logged end carries.
+        start = end.first_batch_start() or decode(start_json)
         # ``end`` is in the offset log already: bind to it and lease what the batch reads
         # before any split exists.
         self._bind(end, batch_start=start)

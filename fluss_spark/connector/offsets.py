@@ -15,6 +15,11 @@ Version evolution (every version listed here must keep decoding):
   was read through a live scan session reflecting changelog offsets ``< log_offset`` (read in
   the batch whose end offset first shows the entry; its changelog continues at that offset). An
   offset without live entries is written as version 2, as before.
+- **4** version 2 or 3 plus ``"origin": {"<table_id>": {"<bucket>": log_offset}}``: where each
+  bucket's changelog stood when a new query started. Only the end offset of a new query's first
+  batch carries it: Spark never logs that batch's start, and a run restarted inside it plans
+  another initial offset, so the replay takes its start from ``origin`` (and the snapshots the
+  end offset names) and reads exactly the rows of the killed run.
 
 A bucket with a ``snapshot`` entry first reads rows ``[0, row_count)`` of that KV snapshot; while
 ``next_row < row_count`` its ``log`` entry stays at the snapshot's ``log_offset`` (the first
@@ -28,13 +33,13 @@ same (numeric) order.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from fluss_spark.errors import ConfigError
 
-VERSION = 3
-SUPPORTED_VERSIONS = (1, 2, 3)
+VERSION = 4
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
 LAYOUTS = ("single", "multi")
 
 _WHAT_TO_DO = ("The checkpoint (checkpointLocation) belongs to another source or is corrupt; "
@@ -97,11 +102,14 @@ class SourceOffset:
     """The whole source position; ``tables`` is keyed by table id.
 
     ``query`` is None only for an offset decoded from version 1 (it is then written as version 1).
+    ``origin`` (table id -> bucket -> changelog offset) is set only on the end offset of a new
+    query's first batch: that batch's start, which Spark does not log.
     """
 
     lease_id: str
     tables: Mapping[int, TablePos]
     query: QueryIdentity | None = None
+    origin: Mapping[int, Mapping[int, int]] | None = None
 
     @property
     def holder(self) -> str:
@@ -109,7 +117,22 @@ class SourceOffset:
         return self.query.holder if self.query is not None else self.lease_id
 
     def with_tables(self, tables: Mapping[int, TablePos]) -> "SourceOffset":
-        return SourceOffset(self.lease_id, tables, self.query)
+        return SourceOffset(self.lease_id, tables, self.query, self.origin)
+
+    def with_origin(self, start: "SourceOffset") -> "SourceOffset":
+        """This offset as the end of a new query's first batch, which starts at ``start``."""
+        return SourceOffset(self.lease_id, self.tables, self.query,
+                            {tid: dict(t.log) for tid, t in start.tables.items()})
+
+    def first_batch_start(self) -> "SourceOffset | None":
+        """The start of the first batch this offset ends (None unless it carries ``origin``):
+        each snapshot it names from its first row, each changelog from ``origin``."""
+        if self.origin is None:
+            return None
+        return SourceOffset(self.lease_id, {
+            tid: TablePos(t.name, {b: replace(p, next_row=0) for b, p in t.snapshot.items()},
+                          dict(self.origin.get(tid, t.log)))
+            for tid, t in self.tables.items()}, self.query)
 
     def to_json(self) -> dict:
         """The JSON-ready dict Spark checkpoints (string keys, numeric key order)."""
@@ -127,8 +150,12 @@ class SourceOffset:
         if self.query is None:
             return {"version": 1, "lease_id": self.lease_id, "tables": tables}
         live = any(t.live for t in self.tables.values())
-        return {"version": VERSION if live else 2, "lease_id": self.lease_id,
-                "query": self.query.to_json(), "tables": tables}
+        out = {"version": VERSION if self.origin is not None else 3 if live else 2,
+               "lease_id": self.lease_id, "query": self.query.to_json(), "tables": tables}
+        if self.origin is not None:
+            out["origin"] = {str(tid): {str(b): int(o) for b, o in sorted(logs.items())}
+                             for tid, logs in sorted(self.origin.items())}
+        return out
 
     def dumps(self) -> str:
         return json.dumps(self.to_json())
@@ -160,8 +187,17 @@ def decode(value: Any) -> SourceOffset:
                           f"with a new checkpointLocation")
     offset = _decode_v1(value)
     if version >= 2:
-        offset = SourceOffset(offset.lease_id, offset.tables, _decode_query(value.get("query")))
+        offset = SourceOffset(offset.lease_id, offset.tables, _decode_query(value.get("query")),
+                              _decode_origin(value["origin"]) if "origin" in value else None)
     return offset
+
+
+def _decode_origin(raw: Any) -> dict[int, dict[int, int]]:
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise OffsetError(f"the fluss source offset's 'origin' is not a map of tables to bucket "
+                          f"offsets. {_WHAT_TO_DO}")
+    return dict(sorted((_int_key(tid, "table id"), _offsets(f"id {tid}", logs, "origin offset"))
+                       for tid, logs in raw.items()))
 
 
 def _decode_query(raw: Any) -> QueryIdentity:

@@ -192,6 +192,29 @@ def test_killed_after_offsets_0_before_commits_0_reuses_the_checkpoints_lease(pk
     assert_exact(loop, pk)
 
 
+@pytest.mark.parametrize("mode", ["full", "latest", "earliest"])
+def test_a_replayed_first_batch_reads_exactly_what_the_killed_run_read(cluster, clock, mode):
+    cluster.add_table("db.pk", buckets=2)
+    cluster.add_snapshot("db.pk", 0, 3, rows(6), 2)     # bucket 1 has no snapshot yet
+    for b in (0, 1):
+        cluster.append_log("db.pk", b, [("+I", {"id": 10 * b + i, "v": "x"}) for i in range(4)])
+    loop = SparkLoop(cluster, clock, **{"scan.startup.mode": mode}).run()
+    for b in (0, 1):
+        cluster.append_log("db.pk", b, [("+I", {"id": 50 + b, "v": "y"})])
+    loop.plan(max_rows=100)
+    loop.execute()                                  # killed inside batch 0
+    killed = loop.output[0]
+    assert killed
+    # Meanwhile the table moves on: a new initial offset would start elsewhere.
+    cluster.add_snapshot("db.pk", 1, 7, rows(3, 200), 3)
+    for b in (0, 1):
+        cluster.append_log("db.pk", b, [("+I", {"id": 60 + b, "v": "z"})] * 2)
+    if mode == "earliest":                          # and log retention moved the start
+        cluster.tables["db.pk"].log_start.update({0: 1, 1: 1})
+    loop.run()                                      # initialOffset again, batch 0 replayed
+    assert loop.output[0] == killed
+
+
 @pytest.mark.parametrize("batches", [1, 2])
 def test_killed_mid_snapshot_and_after_it_reuses_the_lease(pk, clock, batches):
     loop = SparkLoop(pk, clock).run()

@@ -45,6 +45,23 @@ def test_version_2_carries_the_query_identity():
     assert json.dumps(back.to_json()) == json.dumps(d)
 
 
+def test_version_4_carries_the_first_batchs_start():
+    query = QueryIdentity("h1", "full", None, "single")
+    first = SourceOffset(OFFSET.lease_id, OFFSET.tables, query).with_origin(
+        SourceOffset(OFFSET.lease_id, {3: TablePos("db.a", {}, {2: 20, 10: 55}),
+                                       12: TablePos("db.b", {}, {0: 1, 1: 0})}, query))
+    d = first.to_json()
+    assert d["version"] == 4 and d["origin"] == {"3": {"2": 20, "10": 55}, "12": {"0": 1, "1": 0}}
+    back = decode(json.dumps(d))
+    assert back == first and json.dumps(back.to_json()) == json.dumps(d)
+    start = back.first_batch_start()
+    assert start.tables[3].snapshot == {2: SnapshotPos(9, 10, 0, 20), 10: SnapshotPos(4, 100, 0, 55)}
+    assert start.tables[3].log == {2: 20, 10: 55} and start.tables[12].log == {0: 1, 1: 0}
+    assert start.origin is None and decode(SourceOffset("l", {}, query).to_json()).origin is None
+    with pytest.raises(OffsetError, match="'origin'"):
+        decode({**d, "origin": [1]})
+
+
 def test_version_1_still_decodes_and_its_lease_id_stands_in_for_the_holder():
     v1 = {"version": 1, "lease_id": "lease-1",
           "tables": {"3": {"name": "db.a", "snapshot": {"2": [9, 10, 10, 20]}, "log": {"2": 25}}}}
@@ -72,7 +89,7 @@ def test_malformed_query_identity_rejected(query, needle):
     ({"topic": {"0": 5}}, "not a fluss source offset"),
     ([1, 2], "not a fluss source offset"),
     ({"version": "1", "lease_id": "x", "tables": {}}, "not a number"),
-    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2, 3]"),
+    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2, 3, 4]"),
     ({"version": 1, "tables": {}}, "lease_id"),
     ({"version": 1, "lease_id": "x"}, "'tables'"),
     ({"version": 1, "lease_id": "x", "tables": {"a": {"name": "t"}}}, "table id key 'a'"),
