@@ -210,6 +210,18 @@ RPC_MAX_REQUEST_SIZE = size("rpc.max-request-size", "32mb",
                             "Largest request frame a server reads; a larger announced length "
                             "closes the connection before anything is allocated (at most 1gb).",
                             maximum=1 << 30)
+RPC_ARROW_MAX_BATCH_BYTES = size(
+    "rpc.arrow.max-decoded-batch-size", "64mb",
+    "Largest decoded (uncompressed) size of one Arrow record batch in a request; a larger one "
+    "is refused (RECORD_TOO_LARGE) from its header, before anything is decompressed.")
+RPC_ARROW_MAX_REQUEST_BYTES = size(
+    "rpc.arrow.max-decoded-request-size", "256mb",
+    "Largest decoded (uncompressed) size of all Arrow record batches of one request; checked "
+    "from the headers, before anything is decompressed.")
+RPC_ARROW_MAX_REQUEST_ROWS = integer(
+    "rpc.arrow.max-request-rows", 8_000_000,
+    "Most rows the Arrow record batches of one request may hold (and most values of any one "
+    "column); checked from the headers, before anything is decoded.", minimum=1)
 RPC_MAX_CONNECTIONS = integer("rpc.max-connections", 1000,
                               "Open client connections a server accepts; more are closed at once.",
                               minimum=1)
@@ -246,7 +258,8 @@ INTERNAL_USERNAME = string("security.internal.username", "internal",
 SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL,
                   SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
-                  RPC_MAX_REQUEST_SIZE, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
+                  RPC_MAX_REQUEST_SIZE, RPC_ARROW_MAX_BATCH_BYTES, RPC_ARROW_MAX_REQUEST_BYTES,
+                  RPC_ARROW_MAX_REQUEST_ROWS, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
                   RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, SECURITY_PROTOCOL,
                   SASL_MECHANISM, SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME,
                   ZOOKEEPER_DIGEST_FILE]

@@ -8,6 +8,7 @@
     │   ├── UnsupportedVersion      (2) the server does not offer that API
     │   ├── TableNotExist           (7)
     │   ├── NotLeaderOrFollower     (12, retriable, refresh metadata)
+    │   ├── RecordTooLarge          (13) an Arrow payload decodes past a size or row limit
     │   ├── KvSnapshotNotExist      (41)
     │   ├── ScannerExpired          (66) ... and the other scan-session errors
     │   ├── LeaseNotFound           (1001, project code) ...
@@ -135,7 +136,8 @@ class NotLeaderOrFollower(ApiError):
 
 
 class RecordTooLarge(ApiError):
-    """A batch is larger than the server accepts."""
+    """A batch or a request is larger than the receiver accepts: bytes, decoded bytes or rows
+    (Fluss's RECORD_TOO_LARGE_EXCEPTION)."""
 
     code = 13
     retriable = False

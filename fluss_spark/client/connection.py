@@ -9,6 +9,8 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from fluss_spark.client.metadata import MetadataCache
 from fluss_spark.errors import ConfigError, NetworkError, NotCoordinatorLeader, TableNotExist
+from fluss_spark.protocol.framing import MAX_FRAME_BYTES
+from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.protocol.messages import GetMetadataRequest, Message, Request, TableInfo
 from fluss_spark.retry import retry
 from fluss_spark.transport.client import RpcConnection, parse_address
@@ -38,21 +40,32 @@ class FlussConnection:
         How long a call keeps retrying retriable errors (and waits for one response).
     username, password:
         SASL PLAIN credentials, for a cluster with ``security.protocol=SASL``.
+    ipc_limits:
+        What the Arrow IPC payload of one response may make this client decode (rows, decoded
+        bytes per batch and per response); more is refused with RecordTooLarge from the
+        headers, before anything is decompressed. Defaults: the servers' defaults.
+    max_response_bytes:
+        Largest response frame accepted (256 MB); a frame is read as its bytes arrive, never
+        allocated from its announced length.
     """
 
     def __init__(self, bootstrap_servers: str | Iterable[str], request_timeout_s: float = 60.0,
                  *, rpc_factory: Callable[[str, int, float], Any] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 username: str | None = None, password: str | None = None):
+                 username: str | None = None, password: str | None = None,
+                 ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
+                 max_response_bytes: int = MAX_FRAME_BYTES):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.request_timeout_s = float(request_timeout_s)
         if (username is None) != (password is None):
             raise ConfigError("give both a username and a password, or neither")
         credentials = (username, password) if username is not None and password is not None \
             else None
+        self.ipc_limits = ipc_limits
         self._rpc_factory = rpc_factory or (
-            lambda h, p, t: RpcConnection(h, p, timeout_s=t, credentials=credentials))
+            lambda h, p, t: RpcConnection(h, p, timeout_s=t, credentials=credentials,
+                                          max_response_bytes=max_response_bytes))
         self._clock, self._sleep = clock, sleep
         self._meta = MetadataCache()
         self._lock = threading.Lock()

@@ -23,6 +23,7 @@ from fluss_spark.errors import (ApiError, ConfigError, FlussError, KvSnapshotNot
                                 LiveScanLost, NetworkError, ScannerExpired, TooManyScanners,
                                 UnknownScannerId)
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
+from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.protocol.messages import (CloseScan, ContinueScan, ListKvSnapshotsRequest,
                                            OpenScan, ScanKvResponse, SnapshotInfo)
 from fluss_spark.retry import Backoff
@@ -132,6 +133,9 @@ class KvScanner:
                  clock: Callable[[], float] = time.monotonic, prefetch: bool = True):
         self._conn = conn
         self.table = table_info
+        # What a server's response may make this client decode (a test's stand-in for the
+        # connection may carry no limits of its own).
+        self.ipc_limits: IpcLimits = getattr(conn, "ipc_limits", CLIENT_IPC_LIMITS)
         self.prefetch = prefetch
         self.continue_retries = continue_retries
         self.open_timeout_s = open_timeout_s
@@ -281,7 +285,7 @@ class KvScanner:
                 if scanner_id is not None and self.prefetch:
                     ahead = _prefetcher().submit(fetch, scanner_id, seq + 1)
                 if records:
-                    for batch in bytes_to_table(records).to_batches():
+                    for batch in self._decode(records, scan.bucket).to_batches():
                         if batch.num_rows:
                             batch = batch.select(projection) if projection else batch
                             scan.rows += batch.num_rows
@@ -351,13 +355,17 @@ class KvScanner:
                  scan.rows, type(error).__name__)
         return None
 
+    def _decode(self, records: bytes | memoryview, bucket: int) -> pa.Table:
+        return bytes_to_table(records, limits=self.ipc_limits,
+                              what=f"SCAN_KV response for table {self.table.name} bucket {bucket}")
+
     def _batches(self, scan: KvScan, resp: ScanKvResponse,
                  expected: int) -> Iterator[pa.RecordBatch]:
         """The response's record batches, trimmed so the scan stays gapless and duplicate-free."""
         records = resp.records
         if not records:
             return
-        table = bytes_to_table(records)
+        table = self._decode(records, scan.bucket)
         if scan.schema is None:
             scan.schema = table.schema
         row_start = resp.row_start if resp.row_start is not None else expected

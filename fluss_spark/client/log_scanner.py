@@ -12,6 +12,7 @@ from fluss_spark.client.model import LogBatch
 from fluss_spark.errors import ConfigError, LogOffsetOutOfRange
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.changelog import CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET
+from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.protocol.messages import FetchLogRequest, TableInfo
 
 _TS_TYPE = pa.timestamp("ms", tz="UTC")
@@ -23,6 +24,9 @@ class LogScanner:
     def __init__(self, conn, table: TableInfo, projection: list[str] | None = None):
         self._conn = conn
         self.table = table
+        # What a server's response may make this client decode (a test's stand-in for the
+        # connection may carry no limits of its own).
+        self.ipc_limits: IpcLimits = getattr(conn, "ipc_limits", CLIENT_IPC_LIMITS)
         if projection is not None:
             projection = list(projection)
             unknown = [c for c in projection if c not in table.schema.names]
@@ -45,7 +49,7 @@ class LogScanner:
             max_bytes=int(max_bytes), max_wait_ms=int(max_wait_ms),
             projection=tuple(self.projection) if self.projection is not None else None)
         resp = self._conn.call_bucket(self.table, bucket, request)
-        records = self._decode(resp.records, resp.base_offset)
+        records = self._decode(resp.records, resp.base_offset, bucket)
         return LogBatch(records=records, next_offset=resp.next_offset,
                         high_watermark=resp.high_watermark,
                         log_start_offset=resp.log_start_offset)
@@ -85,10 +89,11 @@ class LogScanner:
                     f"cannot read offsets [{offset}, {end}) of {self.table.name} bucket {bucket}: "
                     f"the high watermark is {lb.high_watermark}")
 
-    def _decode(self, data: bytes | None, base_offset: int) -> pa.Table:
+    def _decode(self, data: bytes | None, base_offset: int, bucket: int) -> pa.Table:
         if not data:
             return self.schema.empty_table()
-        raw = bytes_to_table(data)
+        raw = bytes_to_table(data, limits=self.ipc_limits,
+                             what=f"FETCH_LOG response for table {self.table.name} bucket {bucket}")
         n = raw.num_rows
         names = self.projection or self.table.schema.names
         columns = [raw.column(c) for c in names]

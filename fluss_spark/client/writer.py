@@ -17,6 +17,9 @@ from fluss_spark.protocol.types import cast_columns
 
 #: Largest Arrow payload sent in one PRODUCE request; bigger batches go in several.
 MAX_REQUEST_BYTES = 8 << 20
+#: Most rows sent in one PRODUCE request: half a server's default ``rpc.arrow.max-request-rows``,
+#: which only a table of under 2 bytes a row reaches before ``MAX_REQUEST_BYTES``.
+MAX_REQUEST_ROWS = 4_000_000
 
 Data: TypeAlias = pa.Table | pa.RecordBatch | Sequence[dict] | Sequence[tuple]
 
@@ -113,14 +116,16 @@ def check_not_null(table: pa.Table, columns: Sequence[str], what: str) -> None:
             raise ConfigError(f"{what}: column {name!r} must not be null")
 
 
-def chunks(table: pa.Table, max_bytes: int = MAX_REQUEST_BYTES) -> list[pa.Table]:
-    """Slices of ``table`` of at most about ``max_bytes`` each (at least one row each)."""
+def chunks(table: pa.Table, max_bytes: int = MAX_REQUEST_BYTES,
+           max_rows: int = MAX_REQUEST_ROWS) -> list[pa.Table]:
+    """Slices of ``table`` of at most about ``max_bytes`` and at most ``max_rows`` each (at
+    least one row each)."""
     if table.num_rows == 0:
         return []
     size = table.nbytes
-    if size <= max_bytes:
+    if size <= max_bytes and table.num_rows <= max_rows:
         return [table]
-    per = max(1, int(table.num_rows * max_bytes / size))
+    per = max(1, min(max_rows, int(table.num_rows * max_bytes / size) if size else max_rows))
     return [table.slice(i, per) for i in range(0, table.num_rows, per)]
 
 

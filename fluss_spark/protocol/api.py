@@ -9,9 +9,10 @@ naming the field; nothing is clamped unless its message says so.
 
 Frame bounds (before any message is decoded): at most ``rpc.max-request-size`` (32 MB by
 default) announced; decoded, at most 2,097,152 entries per array or map and 16x the frame +
-16 MB of memory. On a server with ``security.protocol=SASL``, AUTHENTICATE and API_VERSIONS are
-the only requests an unauthenticated connection may send; a failed AUTHENTICATE closes the
-connection.
+16 MB of memory. Arrow IPC payloads are decoded under ``protocol.ipc_limits`` (rows and
+decoded bytes, checked from their headers before anything is decompressed). On a server with
+``security.protocol=SASL``, AUTHENTICATE and API_VERSIONS are the only requests an
+unauthenticated connection may send; a failed AUTHENTICATE closes the connection.
 """
 
 from __future__ import annotations

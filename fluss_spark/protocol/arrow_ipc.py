@@ -7,6 +7,7 @@ from typing import Iterable
 import pyarrow as pa
 
 from fluss_spark.errors import CorruptMessage
+from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits, read_stream
 
 
 def serialize_schema(schema: pa.Schema) -> bytes:
@@ -45,17 +46,14 @@ def table_to_bytes(table: pa.Table | pa.RecordBatch) -> bytes:
     return batches_to_bytes(table.schema, table.to_batches())
 
 
-def bytes_to_table(data: bytes | bytearray | memoryview, *, validate: bool = False) -> pa.Table:
-    """Read an Arrow IPC stream; garbage raises CorruptMessage.
+def bytes_to_table(data: bytes | bytearray | memoryview, *, limits: IpcLimits = CLIENT_IPC_LIMITS,
+                   what: str = "", validate: bool = False) -> pa.Table:
+    """Read an Arrow IPC stream within ``limits`` (checked from the message headers before
+    anything is decompressed: ``protocol.ipc_limits``); garbage raises CorruptMessage, a
+    payload over a limit RecordTooLarge. ``what`` names the payload in errors.
 
     ``validate`` (servers reading what a client sent) checks every buffer too: the IPC reader
     checks the message layout only, and a string column whose offsets point outside its data
     would crash the process at its first use, not raise.
     """
-    try:
-        table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-        if validate:
-            table.validate(full=True)
-        return table
-    except (pa.ArrowInvalid, OSError, ValueError) as e:
-        raise CorruptMessage(f"undecodable Arrow IPC payload: {e}") from None
+    return read_stream(data, limits, what=what, validate=validate)

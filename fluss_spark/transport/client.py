@@ -6,7 +6,7 @@ import itertools
 import socket
 from typing import Any, TypeVar
 
-from fluss_spark.errors import ConfigError, NetworkError, UnsupportedVersion
+from fluss_spark.errors import ConfigError, CorruptMessage, NetworkError, UnsupportedVersion
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
 from fluss_spark.protocol.messages import (ApiVersionsRequest, AuthenticateRequest, Message,
@@ -24,10 +24,14 @@ class RpcConnection(SocketChannel):
     """
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
-                 connect_timeout_s: float = 5.0, credentials: tuple[str, str] | None = None):
+                 connect_timeout_s: float = 5.0, credentials: tuple[str, str] | None = None,
+                 max_response_bytes: int = framing.MAX_FRAME_BYTES):
         """``credentials``: (username, password) for a server with SASL (PLAIN) authentication;
-        every new socket authenticates before its first request."""
+        every new socket authenticates before its first request. ``max_response_bytes``: a
+        response frame announcing more is refused (CorruptMessage) and the socket closed; a
+        smaller one is read as its bytes arrive (``transport.frames``)."""
         super().__init__(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
+        self.max_response_bytes = max_response_bytes
         self._credentials = credentials
         self._ids = itertools.count(1)
         self._api_keys: frozenset[int] | None = None
@@ -48,7 +52,7 @@ class RpcConnection(SocketChannel):
         frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body,
                                                           segments=True))
         with self._lock:
-            payload = self._round_trip(frame, framing.decode_length,
+            payload = self._round_trip(frame, self._decode_length,
                                        f"request {_api_name(api_key)}", timeout_s)
         resp = codec.decode_response(payload)
         if resp.correlation_id != cid:
@@ -81,7 +85,16 @@ class RpcConnection(SocketChannel):
         sock.sendall(framing.encode_frame(codec.encode_request(
             request.API_KEY, CURRENT_VERSION, next(self._ids), request.to_wire())))
         header = recv_or_eof(sock, framing.HEADER.size)
-        codec.decode_response(recv_or_eof(sock, framing.decode_length(header))).raise_for_error()
+        codec.decode_response(recv_or_eof(sock, self._decode_length(header))).raise_for_error()
+
+    def _decode_length(self, header: bytes | bytearray) -> int:
+        (length,) = framing.HEADER.unpack(header)
+        if length > self.max_response_bytes:
+            raise CorruptMessage(
+                f"{self.address} announced a response frame of {length:,} bytes, over this "
+                f"client's limit of {self.max_response_bytes:,} (max_response_bytes): not a "
+                "fluss_spark server, or a corrupt stream")
+        return length
 
 
 def parse_address(address: str) -> tuple[str, int]:

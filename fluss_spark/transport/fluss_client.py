@@ -37,8 +37,12 @@ class FlussRpcConnection(SocketChannel):
     """
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
-                 connect_timeout_s: float = 5.0):
+                 connect_timeout_s: float = 5.0,
+                 max_response_bytes: int = framing.MAX_RESPONSE_BYTES):
+        """``max_response_bytes``: a response frame announcing more is refused (CorruptMessage)
+        and the socket closed; a smaller one is read as its bytes arrive."""
         super().__init__(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
+        self.max_response_bytes = max_response_bytes
         self._ids = itertools.count(1)
         self._api_versions: dict[int, tuple[int, int]] | None = None
         self.server_type: int | None = None
@@ -59,7 +63,7 @@ class FlussRpcConnection(SocketChannel):
         request_id = next(self._ids) & 0x7FFFFFFF
         frame = framing.encode_request(api_key, api_version, request_id, body)
         with self._lock:
-            payload = self._round_trip(frame, framing.decode_length, api_name(api_key),
+            payload = self._round_trip(frame, self._decode_length, api_name(api_key),
                                        timeout_s)
             try:
                 header = framing.decode_response_header(payload)
@@ -77,6 +81,13 @@ class FlussRpcConnection(SocketChannel):
         if header.response_type == framing.SUCCESS_RESPONSE:
             return body_view
         raise _error(body_view, api_key, self.address)
+
+    def _decode_length(self, prefix: bytes | bytearray) -> int:
+        try:
+            return framing.decode_length(prefix, self.max_response_bytes)
+        except CorruptMessage as e:
+            raise CorruptMessage(f"{self.address}: {e} (this client's max_response_bytes "
+                                 "bounds it)") from None
 
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """API key -> (min, max) version this server offers (asked once per object)."""

@@ -33,6 +33,7 @@ from fluss_spark.protocol.fluss.messages import (
     PbKvSnapshotLeaseForBucket, PbKvSnapshotLeaseForTable, PbTableBucket,
     ReleaseKvSnapshotLeaseRequest)
 from fluss_spark.protocol.fluss.table_json import parse_table_json, table_json
+from fluss_spark.protocol.ipc_limits import IpcBudget
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
 
@@ -301,6 +302,9 @@ class ApacheFlussWireCluster:
                                          "remote storage; reading tiered log segments is not "
                                          "supported yet")
             progressed = False
+            # One budget per response: its batches together stay within the client's limits.
+            budget = IpcBudget(self.conn.ipc_limits,
+                               f"FETCH_LOG response for {table} bucket {bucket} at offset {offset}")
             for batch in iter_batches(records, check_crc=projection is None):
                 if batch.next_offset <= offset:
                     continue
@@ -309,7 +313,7 @@ class ApacheFlussWireCluster:
                     _, wire = self.conn.schema(meta, batch.schema_id)
                     if projection is not None:
                         wire = pa.schema([wire.field(i) for i in indexes])
-                    rows = batch.to_changelog(wire, output)
+                    rows = batch.to_changelog(wire, output, budget)
                     lo = max(0, offset - batch.base_offset)
                     hi = min(rows.num_rows, end - batch.base_offset)
                     if hi > lo:

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from fluss_spark.errors import (ApiError, ConfigError, LeaderNotAvailable, NetworkError,
                                 TableNotExist, UnknownServerError)
+from fluss_spark.protocol.fluss.framing import MAX_RESPONSE_BYTES
 from fluss_spark.protocol.fluss.messages import (FlussRequest, GetTableInfoRequest,
                                                  GetTableSchemaRequest,
                                                  MetadataRequest, MetadataResponse,
@@ -18,6 +19,7 @@ from fluss_spark.protocol.fluss.messages import (FlussRequest, GetTableInfoReque
 from fluss_spark.protocol.fluss.proto import ProtoMessage
 from fluss_spark.protocol.fluss.table_json import (FlussTableDescriptor, parse_schema_json,
                                                    parse_table_json)
+from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.retry import retry
 from fluss_spark.transport.fluss_client import FlussRpcConnection
 
@@ -61,11 +63,20 @@ class TableMetadata:
 class FlussWireConnection:
     """Connections to one Apache Fluss cluster: the coordinator, the tablet servers (by id) and
     a metadata cache (tables by name, bucket -> leader tablet), refreshed on stale-metadata
-    errors. Thread-safe."""
+    errors. Thread-safe.
 
-    def __init__(self, bootstrap_servers: str, *, request_timeout_s: float = 60.0):
+    ``ipc_limits``: what the Arrow record batches of one FETCH_LOG response may make this
+    client decode (refused with RecordTooLarge from their headers, before decompression);
+    ``max_response_bytes``: largest response frame accepted (512 MB), read as its bytes arrive.
+    """
+
+    def __init__(self, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
+                 ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES):
         self.bootstrap = parse_servers(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
+        self.ipc_limits = ipc_limits
+        self.max_response_bytes = max_response_bytes
         self._lock = threading.RLock()
         self._conns: dict[tuple[str, int], FlussRpcConnection] = {}
         self._coordinator: tuple[str, int] | None = None
@@ -78,7 +89,8 @@ class FlussWireConnection:
         with self._lock:
             conn = self._conns.get((host, port))
             if conn is None:
-                conn = FlussRpcConnection(host, port, timeout_s=self.request_timeout_s)
+                conn = FlussRpcConnection(host, port, timeout_s=self.request_timeout_s,
+                                          max_response_bytes=self.max_response_bytes)
                 self._conns[(host, port)] = conn
             return conn
 

@@ -395,8 +395,11 @@ def decode_value_batch(records: bytes | memoryview, schema_of: Callable[[int], p
     if magic != _VALUE_BATCH_MAGIC:
         raise UnsupportedVersion(f"value record batch magic {magic} is not supported (this "
                                  f"client reads magic {_VALUE_BATCH_MAGIC})")
-    if count < 0:
-        raise CorruptMessage(f"a value record batch says it has {count} records")
+    # Every record takes at least its length and schema id: a count the bytes cannot hold is
+    # refused before it sizes any array.
+    if count < 0 or count > (len(data) - _VALUE_BATCH_HEADER) // (4 + SCHEMA_ID_SIZE):
+        raise CorruptMessage(f"a value record batch of {len(data)} bytes says it has {count} "
+                             "records")
     begins = np.empty(count, dtype=np.int64)
     ends = np.empty(count, dtype=np.int64)
     pos, size = _VALUE_BATCH_HEADER, len(data)

@@ -32,6 +32,7 @@ import pyarrow as pa
 from fluss_spark.errors import CorruptMessage
 from fluss_spark.protocol.changelog import (APPEND, CHANGELOG_FIELDS, DELETE, INSERT,
                                             UPDATE_AFTER, UPDATE_BEFORE)
+from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcBudget, read_batch_message
 
 _crc32c_native: Callable[[bytes | bytearray | memoryview], int] | None
 try:
@@ -134,13 +135,17 @@ class LogRecordBatch:
         start = HEADER_SIZE[self.magic]
         return np.frombuffer(self.data[start:start + self.record_count], dtype=np.int8)
 
-    def arrow(self, schema: pa.Schema) -> pa.RecordBatch:
+    def arrow(self, schema: pa.Schema, budget: IpcBudget | None = None) -> pa.RecordBatch:
         """The batch's records as Arrow, decoded with ``schema``: the table's (projected)
-        columns in table order, typed as Fluss writes them (``arrow_wire_schema``)."""
+        columns in table order, typed as Fluss writes them (``arrow_wire_schema``).
+
+        ``budget``: the response's limits (by default one of its own with the client's limits);
+        a batch over them is refused (RecordTooLarge) from its header, before decompression."""
         start = HEADER_SIZE[self.magic] + (0 if self.append_only else self.record_count)
+        if budget is None:
+            budget = IpcBudget(CLIENT_IPC_LIMITS, f"record batch at offset {self.base_offset}")
         try:
-            message = pa.ipc.read_message(pa.py_buffer(self.data[start:]))
-            batch = pa.ipc.read_record_batch(message, schema)
+            batch = read_batch_message(self.data[start:], schema, budget)
         except (pa.ArrowInvalid, OSError) as e:
             raise CorruptMessage(f"record batch at offset {self.base_offset}: Arrow payload "
                                  f"does not decode with schema {schema}: {e}") from None
@@ -149,11 +154,12 @@ class LogRecordBatch:
                                  f"{self.record_count} records but holds {batch.num_rows}")
         return batch
 
-    def to_changelog(self, wire_schema: pa.Schema, output: pa.Schema) -> pa.RecordBatch:
+    def to_changelog(self, wire_schema: pa.Schema, output: pa.Schema,
+                     budget: IpcBudget | None = None) -> pa.RecordBatch:
         """Records as ``output``: its table columns (taken by name from the payload decoded
-        with ``wire_schema``, cast to the output type), then ``_change_type``, ``_log_offset``
-        and ``_commit_timestamp``."""
-        raw = self.arrow(wire_schema)
+        with ``wire_schema`` within ``budget``, cast to the output type), then
+        ``_change_type``, ``_log_offset`` and ``_commit_timestamp``."""
+        raw = self.arrow(wire_schema, budget)
         n = raw.num_rows
         table_fields = list(output)[:len(output) - len(CHANGELOG_FIELDS)]
         columns = []

@@ -16,6 +16,7 @@ from fluss_spark.metadata.layout import SnapshotRecord, TableRecord, TabletRecor
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
+from fluss_spark.protocol.ipc_limits import IpcLimits
 from fluss_spark.server.metadata_view import build_metadata, snapshot_info
 from fluss_spark.server.security import Security
 from fluss_spark.server.settings import ServerSettings
@@ -52,6 +53,7 @@ class TabletServer:
                                    session_timeout_s=settings.zk_session_timeout_s,
                                    digest=settings.zk_digest)
         self.security = Security.from_options(settings.options)
+        self.ipc_limits = IpcLimits.from_options(settings.options)
         self.rpc = RpcServer(settings.host, settings.port, role="tablet",
                              server_id=settings.server_id, disabled=settings.disabled_apis,
                              limits=RpcLimits.from_options(settings.options),
@@ -274,7 +276,11 @@ class TabletServer:
 
     def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
         bucket = self.bucket(req.table_id, req.bucket)
-        base, end = bucket.write(req.op, bytes_to_table(req.records, validate=True))
+        # Bounded before anything is decompressed: a refused request writes nothing.
+        rows = bytes_to_table(req.records, limits=self.ipc_limits, validate=True,
+                              what=f"PRODUCE to table {bucket.table.name} bucket {req.bucket} "
+                                   "refused, nothing written")
+        base, end = bucket.write(req.op, rows)
         return m.ProduceResponse(base, end)
 
     def _list_offsets(self, req: m.ListOffsetsRequest) -> m.ListOffsetsResponse:

@@ -175,6 +175,15 @@ def test_large_batches_are_chunked_and_offsets_span_all_chunks():
     assert result == {0: (0, 1000)}
 
 
+def test_narrow_tables_are_chunked_by_rows_too():
+    # A boolean column is 1 bit a row: 10 million rows fit 8 MB, but a request carries at most
+    # MAX_REQUEST_ROWS (4 million), within the servers' rpc.arrow.max-request-rows.
+    table = pa.table({"flag": pa.array([False] * 10_000_000)})
+    parts = chunks(table)
+    assert [p.num_rows for p in parts] == [4_000_000, 4_000_000, 2_000_000]
+    assert [p.num_rows for p in chunks(pa.table({"n": pa.nulls(5)}), max_rows=2)] == [2, 2, 1]
+
+
 def test_a_failing_bucket_fails_the_call_after_the_others_finish():
     conn = FakeConn(fail_bucket=1)
     with pytest.raises(RecordTooLarge, match="bucket 1"):
