@@ -25,6 +25,10 @@ R = TypeVar("R", bound="Message")
 #: can send it exactly (the largest integer a double holds), and it is how hostile or corrupt
 #: requests usually look.
 MAX_SANE_INT = 2**53
+#: A map key sent as a string of decimal digits (ASCII only: ``str.isdigit`` also accepts
+#: digits ``int()`` refuses, such as superscripts); more than 20 digits never fit 64 bits.
+_DIGITS = re.compile(r"-?[0-9]+")
+_MAX_DIGITS = 20
 
 
 class Kind(abc.ABC):
@@ -46,8 +50,14 @@ class Int(Kind):
         self.lo, self.hi, self.digits_ok = lo, hi, digits_ok
 
     def decode(self, value, name, error):
-        if self.digits_ok and isinstance(value, str) and value.lstrip("-").isdigit():
-            value = int(value)      # map keys from loosely typed clients (JSON has no int keys)
+        if self.digits_ok and isinstance(value, str) and _DIGITS.fullmatch(value):
+            # Map keys from loosely typed clients (JSON has no int keys). At most 20 ASCII
+            # digits: more cannot be a valid id, and int() of thousands of digits raises
+            # ValueError (Python's digit limit) instead of a named error.
+            if len(value.lstrip("-")) > _MAX_DIGITS:
+                raise error(f"field {name!r} is too large ({len(value)} characters of digits; "
+                            f"integers on the wire fit in 64 bits)")
+            value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
             raise error(f"field {name!r} must be an integer, got {type(value).__name__}")
         if self.lo is not None and value < self.lo:

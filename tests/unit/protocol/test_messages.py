@@ -138,3 +138,20 @@ def test_absent_and_nil_fields_decode_to_defaults_and_none_is_sent_as_nil():
 def test_a_malformed_response_is_a_corrupt_message():
     with pytest.raises(CorruptMessage, match="PRODUCE response: missing field 'end_offset'"):
         m.ProduceRequest(1, 0, "append", b"").decode_response({"base_offset": 0})
+
+
+@pytest.mark.parametrize("key", ["9" * 5000, "-" + "9" * 5000, "1" * 21, "\u00b2", "1\u0663"])
+def test_an_integer_map_key_out_of_range_or_not_ascii_digits_is_an_invalid_request(key):
+    # 5000 digits made int() raise ValueError (Python's digit limit): the server answered
+    # UNKNOWN_SERVER_ERROR (-1) and logged a traceback.
+    body = {"lease_id": "L", "duration_ms": 1, "tables": {key: {}}}
+    with pytest.raises(InvalidRequest, match="'tables key'"):
+        m.AcquireLeaseRequest.decode(body)
+    with pytest.raises(InvalidRequest, match="'offsets key'"):
+        m.ListOffsetsResponse.decode({"offsets": {key: 1}}, error=InvalidRequest)
+
+
+def test_a_twenty_digit_map_key_still_decodes_and_is_range_checked():
+    assert m.ListOffsetsResponse.decode({"offsets": {"12": 1}}).offsets == {12: 1}
+    with pytest.raises(InvalidRequest, match="too large"):
+        m.ListOffsetsResponse.decode({"offsets": {"9" * 20: 1}}, error=InvalidRequest)
