@@ -97,10 +97,10 @@ APACHE_FLUSS_TEST_OPTIONS = {
 }
 
 
-def _start_apache_fluss(zookeeper, base_dir):
+def _start_apache_fluss(zookeeper, base_dir, options: dict[str, str] | None = None):
     """A started Apache Fluss cluster (1 coordinator + 2 tablet servers) on ``zookeeper`` under
-    a root of its own. Skips when Java or Maven is missing, except under CI (``CI=true``), where
-    it fails."""
+    a root of its own, with ``APACHE_FLUSS_TEST_OPTIONS`` updated by ``options``. Skips when Java
+    or Maven is missing, except under CI (``CI=true``), where it fails."""
     import shutil
     from fluss_spark.local.apache_fluss import ApacheFlussCluster
     from fluss_spark.local.apache_fluss_jars import cached_jars
@@ -115,7 +115,7 @@ def _start_apache_fluss(zookeeper, base_dir):
         pytest.skip(why)
     local = ApacheFlussCluster(
         base_dir, tablets=2, zookeeper=zookeeper.address,
-        options={**APACHE_FLUSS_TEST_OPTIONS,
+        options={**APACHE_FLUSS_TEST_OPTIONS, **(options or {}),
                  "zookeeper.path.root": f"/apache-fluss-{uuid.uuid4().hex[:12]}"})
     try:
         local.start()
@@ -146,6 +146,23 @@ def apache_fluss_for_faults(zookeeper, tmp_path_factory):
     local = _start_apache_fluss(zookeeper, tmp_path_factory.mktemp("apache-fluss-faults"))
     yield local
     local.stop()
+
+
+@pytest.fixture(scope="session")
+def start_apache_fluss(zookeeper, tmp_path_factory):
+    """``start_apache_fluss(options)``: a new Apache Fluss cluster with
+    ``APACHE_FLUSS_TEST_OPTIONS`` updated by ``options`` (server settings, such as
+    ``kv.snapshot.num-retained``), for a module that needs other settings; the caller stops it
+    (one left running stops with the session)."""
+    started = []
+
+    def start(options: dict[str, str]):
+        started.append(_start_apache_fluss(zookeeper, tmp_path_factory.mktemp("apache-fluss"),
+                                           options))
+        return started[-1]
+    yield start
+    for local in started:
+        local.stop()
 
 
 @pytest.fixture

@@ -199,26 +199,46 @@ class PyFluss:
         return self._run(self._read_log(name, timeout_s))
 
     async def _read_log(self, name: str, timeout_s: float) -> list[tuple[str, dict[str, Any]]]:
-        f = self._fluss
-        end = {b: o for b, o in (await self._latest_offsets(name)).items() if o > 0}
-        if not end:
-            return []
+        end = await self._latest_offsets(name)
+        got = await self._read_ranges(name, {b: (None, o) for b, o in end.items()}, timeout_s)
+        return [(kind, row) for b in sorted(got) for _, kind, row in got[b]]
+
+    def read_log_ranges(self, name: str, ranges: dict[int, tuple[int | None, int]],
+                        timeout_s: float = 60.0) -> dict[int, list[tuple[int, str, dict]]]:
+        """The changes of offsets ``[start, end)`` of each bucket of ``ranges`` (``{bucket:
+        (start, end)}``; start None: the earliest retained offset), as ``{bucket: [(offset,
+        change type, row), ...]}`` in offset order; TimeoutError when a bucket's records up to
+        ``end`` do not all arrive in time."""
+        return self._run(self._read_ranges(name, ranges, timeout_s))
+
+    async def _read_ranges(self, name: str, ranges: dict[int, tuple[int | None, int]],
+                           timeout_s: float) -> dict[int, list[tuple[int, str, dict]]]:
+        got: dict[int, list[tuple[int, str, dict[str, Any]]]] = {b: [] for b in ranges}
+        todo = {b: (s or 0, e) for b, (s, e) in ranges.items() if e > (s or 0)}
+        if not todo:
+            return got
         table = await self.conn.get_table(self.path(name))
         scanner = await table.new_scan().create_log_scanner()
-        scanner.subscribe_buckets({b: f.EARLIEST_OFFSET for b in end})
-        got: dict[int, list[tuple[int, str, dict[str, Any]]]] = {b: [] for b in end}
+        scanner.subscribe_buckets({b: self._fluss.EARLIEST_OFFSET if ranges[b][0] is None
+                                   else ranges[b][0] for b in todo})
         deadline = time.monotonic() + timeout_s
-        while any(not got[b] or got[b][-1][0] + 1 < end[b] for b in end):
+
+        def reached(b: int) -> int:
+            return got[b][-1][0] + 1 if got[b] else todo[b][0]
+        while any(reached(b) < e for b, (_, e) in todo.items()):
             if time.monotonic() > deadline:
-                have = {b: (rows[-1][0] + 1 if rows else 0) for b, rows in got.items()}
-                raise TimeoutError(f"reading {name}: reached offsets {have} of {end} "
-                                   f"within {timeout_s:.0f}s")
+                have = {b: reached(b) for b in todo}
+                raise TimeoutError(f"reading {name}: reached offsets {have} of "
+                                   f"{ {b: e for b, (_, e) in todo.items()} } within "
+                                   f"{timeout_s:.0f}s")
             for bucket, records in (await scanner.poll(500)).items():
+                b = bucket.bucket_id
+                if b not in todo:
+                    continue
                 for r in records:
-                    if r.offset < end.get(bucket.bucket_id, 0):
-                        got[bucket.bucket_id].append(
-                            (r.offset, r.change_type.short_string(), r.row))
-        return [(kind, row) for b in sorted(got) for _, kind, row in got[b]]
+                    if todo[b][0] <= r.offset < todo[b][1]:
+                        got[b].append((r.offset, r.change_type.short_string(), r.row))
+        return got
 
     def rows(self, name: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
         """The rows of a log table, or the current rows of a primary-key table (its changelog

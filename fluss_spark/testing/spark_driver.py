@@ -2,7 +2,7 @@
 
 The driver streams one table of a cluster into ``out/batch=<id>`` parquet directories through
 ``foreachBatch``, with ``maxOffsetsPerTrigger`` and any other source options; its stdout lines
-(``LOADED``, ``TRIGGERED``, ``IN_BATCH <id>``) tell the test where it is.
+(``LOADED``, ``TRIGGERED``, ``IN_BATCH <id>``, ``BEFORE_READ <id>``) tell the test where it is.
 """
 
 from __future__ import annotations
@@ -21,11 +21,16 @@ DRIVER = """
 import json, os, sys, time
 os.environ["PYSPARK_PYTHON"] = sys.executable
 from pyspark.sql import SparkSession
-servers, table, out, ckpt, block_at, hold, options = sys.argv[1:8]
+servers, table, out, ckpt, block_at, hold, options, before_read = sys.argv[1:9]
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2").getOrCreate())
 
 def sink(df, batch_id):
+    if batch_id == int(block_at) and before_read == "1":
+        # Blocks before the DataFrame is touched: the batch is planned (its offset logged, its
+        # lease acquired) but no split of it is read.
+        print(f"BEFORE_READ {batch_id}", flush=True)
+        time.sleep(3600)
     df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
     if batch_id == int(block_at):      # a sink that never returns: batch stays uncommitted
         print(f"IN_BATCH {batch_id}", flush=True)
@@ -53,15 +58,20 @@ class Driver:
 
     ``args``: bootstrap servers, table, output dir, checkpoint dir, the batch id whose sink never
     returns (-1: none), and "1" to wait for a line on stdin before starting the query;
-    ``options``: more source options (e.g. maxOffsetsPerTrigger)."""
+    ``options``: more source options (e.g. maxOffsetsPerTrigger); ``before_read``: that batch's
+    sink prints ``BEFORE_READ <id>`` and blocks before reading the batch (else it writes the batch,
+    prints ``IN_BATCH <id>`` and blocks)."""
 
-    def __init__(self, tmp_path: Path, *args: str, options: dict[str, str] | None = None):
+    def __init__(self, tmp_path: Path, *args: str, options: dict[str, str] | None = None,
+                 before_read: bool = False):
         script = tmp_path / "driver.py"
         script.write_text(DRIVER)
+        self.log_path = tmp_path / "driver.log"
         self.proc = subprocess.Popen([sys.executable, str(script), *args,
-                                      json.dumps(options or {})], start_new_session=True,
+                                      json.dumps(options or {}), "1" if before_read else "0"],
+                                     start_new_session=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
+                                     stderr=self.log_path.open("w"), text=True)
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -72,7 +82,15 @@ class Driver:
 
     def wait_for(self, line: str, what: str, timeout_s: float = 180) -> None:
         wait_until(lambda: line in self.lines or self.proc.poll() is not None, timeout_s, what)
-        assert line in self.lines, f"the first driver exited ({self.proc.returncode}) before {what}"
+        assert line in self.lines, (f"the first driver exited ({self.proc.returncode}) before "
+                                    f"{what}; its log ends:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the driver's stderr (Spark's log and any Python traceback)."""
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
 
     def go(self) -> None:
         assert self.proc.stdin is not None

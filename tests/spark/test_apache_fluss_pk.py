@@ -15,12 +15,12 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.errors import KvSnapshotNotExist
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.apache_fluss import PyFluss
+from fluss_spark.testing.leases import FlussLeases
 from fluss_spark.testing.spark_driver import Driver
 from fluss_spark.testing.streams import fold, source_offsets
 from fluss_spark.tiering.config import TieringConfig
@@ -49,36 +49,6 @@ def wire(apache_fluss):
 @pytest.fixture
 def name():
     return f"pk.t_{uuid.uuid4().hex[:10]}"
-
-
-class FlussLeases:
-    """Lease ids in Fluss's ZooKeeper (``<root>/leases/kv_snapshot``), also polled in the
-    background: every id that appeared while the test ran is in ``seen``."""
-
-    def __init__(self, apache_fluss):
-        root = apache_fluss.options["zookeeper.path.root"].rstrip("/")
-        self.path = f"{root}/leases/kv_snapshot"
-        self.zk = KazooClient(hosts=apache_fluss.zookeeper_address)
-        self.zk.start(30)
-        self.before = self.now()
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def now(self) -> set[str]:
-        return set(self.zk.get_children(self.path)) if self.zk.exists(self.path) else set()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self.seen |= self.now() - self.before
-            self._stop.wait(0.05)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.zk.stop()
-        self.zk.close()
 
 
 @pytest.fixture
