@@ -142,6 +142,16 @@ def cmd_lease_renew(args) -> int:
 def cmd_lease_release(args) -> int:
     with connect_cluster(args) as cluster:
         info = cluster.get_table(args.table)
+        # The server treats releasing an unknown lease as a no-op (as Apache Fluss does), so
+        # the command asks first: reporting success for a lease that is not there would hide a
+        # typo or an expired lease.
+        try:
+            cluster.describe_kv_snapshot_lease(args.lease_id)
+        except LeaseNotFound:
+            raise LeaseNotFound(f"KV snapshot lease {args.lease_id!r} does not exist (expired, "
+                                f"released or never acquired); nothing was released") from None
+        except UnsupportedVersion:
+            pass        # Apache Fluss cannot describe a lease: release as asked
         remaining = cluster.release_kv_snapshot_lease(args.lease_id,
                                                       {info.table_id: info.buckets})
     if _json(args):

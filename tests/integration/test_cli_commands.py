@@ -127,6 +127,10 @@ def test_lease_commands(cli, table_name):
     assert rel["remaining_pins"] == 0
     code, _, err = cli("lease", "describe", lease_id)
     assert code == 1 and lease_id in err and err.count("\n") == 1
+    # Releasing a lease that no longer exists fails, naming it (it used to report success).
+    code, out, err = cli("lease", "release", lease_id, table_name)
+    assert code != 0 and out == "" and lease_id in err and "does not exist" in err
+    assert err.count("\n") == 1
     run_json(cli, "lease", "acquire", lease_id, table_name)
     assert run_json(cli, "lease", "drop", lease_id) == {"lease_id": lease_id, "dropped": True}
     assert lease_id not in {l["lease_id"] for l in run_json(cli, "lease", "list")}
