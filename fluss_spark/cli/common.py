@@ -148,9 +148,12 @@ def credentials(args, servers: str) -> tuple[str, str] | None:
 def _columns_arg(text: str | None) -> list[str] | None:
     if text is None:
         return None
-    cols = [c.strip() for c in text.split(",") if c.strip()]
-    if not cols:
-        raise ConfigError("--columns is empty")
+    cols = [c.strip() for c in text.split(",")]
+    if not any(cols):
+        raise ConfigError(f"the column list {text!r} is empty")
+    if not all(cols):
+        raise ConfigError(f"the column list {text!r} has an empty column name (a comma too "
+                          f"many?)")
     return cols
 
 

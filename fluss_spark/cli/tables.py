@@ -70,10 +70,10 @@ def cmd_table_create(args) -> int:
     pk = _columns_arg(args.primary_key) or []
     bk = _columns_arg(args.bucket_key)
     properties = _pairs(args.property, "--property")
+    from fluss_spark.protocol.types import parse_schema, validate_table_schema
+    schema = parse_schema(args.schema)          # a bad schema fails before connecting
+    validate_table_schema(schema, pk, bk or [])
     if on_apache_fluss(args):
-        from fluss_spark.protocol.types import parse_schema, validate_table_schema
-        schema = parse_schema(args.schema)
-        validate_table_schema(schema, pk, bk or [])
         with connect_apache_fluss(args) as cluster:
             cluster.create_database(args.table.partition(".")[0], ignore_if_exists=True)
             cluster.create_table(args.table, schema, primary_key=pk, bucket_key=bk,
@@ -82,7 +82,7 @@ def cmd_table_create(args) -> int:
             info = cluster.get_table(args.table)
     else:
         with connect(args) as conn:
-            info = conn.admin().create_table(args.table, args.schema, primary_key=pk,
+            info = conn.admin().create_table(args.table, schema, primary_key=pk,
                                              bucket_key=bk, num_buckets=args.buckets,
                                              properties=properties,
                                              ignore_if_exists=args.if_not_exists)

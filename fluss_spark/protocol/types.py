@@ -121,7 +121,12 @@ def cast_columns(data: pa.Table, fields: list[pa.Field],
 
 
 def _split_columns(text: str) -> list[str]:
-    """Split on commas that are not inside parentheses (DECIMAL(10, 2))."""
+    """Split on commas that are not inside parentheses (DECIMAL(10, 2)).
+
+    An empty definition (``"id BIGINT,,"``, a leading or trailing comma) is refused, as are
+    unbalanced parentheses; an empty or blank text has no columns (the caller says so)."""
+    if not text.strip():
+        return []
     parts: list[str] = []
     cur: list[str] = []
     depth = 0
@@ -130,11 +135,18 @@ def _split_columns(text: str) -> list[str]:
             depth += 1
         elif ch == ")":
             depth -= 1
+            if depth < 0:
+                raise ConfigError(f"unbalanced ')' in the schema {text.strip()!r}")
         if ch == "," and depth == 0:
             parts.append("".join(cur))
             cur = []
         else:
             cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur))
-    return [p for p in parts if p.strip()]
+    if depth:
+        raise ConfigError(f"unbalanced '(' in the schema {text.strip()!r}")
+    parts.append("".join(cur))
+    for n, part in enumerate(parts, 1):
+        if not part.strip():
+            raise ConfigError(f"column {n} of {len(parts)} in the schema {text.strip()!r} is "
+                              f"empty (a comma too many?); expected 'name TYPE, ...'")
+    return parts

@@ -223,3 +223,19 @@ def test_cluster_start_refuses_another_engine_in_the_same_dir(capsys, tmp_path):
     code, _, err = run(capsys, "cluster", "start", "--engine", "apache-fluss",
                        "--dir", str(tmp_path))
     assert code == 1 and "holds a cluster of engine embedded" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--schema", "id BIGINT,,"], "column 2 of 3 in the schema 'id BIGINT,,' is empty"),
+    (["--schema", "id BIGINT, ,v STRING"], "is empty"),
+    (["--schema", "id BIGINT,"], "is empty"),
+    (["--schema", "id BIGINT", "--primary-key", "id,,"], "has an empty column name"),
+    (["--schema", "id BIGINT", "--bucket-key", ",id"], "has an empty column name"),
+])
+def test_table_create_refuses_empty_column_definitions_before_connecting(capsys, argv, needle):
+    # "id BIGINT,," used to create a table (empty definitions were skipped silently).
+    code, out, err = run(capsys, "--bootstrap-servers", "127.0.0.1:1", "table", "create",
+                         "db.t", *argv)
+    assert code == 1 and out == ""
+    assert needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -23,6 +23,14 @@ def test_all_types_round_trip():
     ("", "no columns"),
     ("x DECIMAL(50, 2)", "out of range"),
     ("just-a-word", "cannot parse column"),
+    # Empty column definitions used to be skipped silently.
+    ("id BIGINT,,", r"column 2 of 3 .* is empty"),
+    ("id BIGINT,", r"column 2 of 2 .* is empty"),
+    (", id BIGINT", r"column 1 of 2 .* is empty"),
+    ("id BIGINT, , v STRING", r"column 2 of 3 .* is empty"),
+    (" , ", "is empty"),
+    ("x DECIMAL(10, 2", "unbalanced"),
+    ("x DECIMAL)10, 2(", "unbalanced"),
 ])
 def test_bad_schemas(text, message):
     with pytest.raises(ConfigError, match=message):
