@@ -254,15 +254,31 @@ class LeaseManager:
                 self._remove_lease(lease_id)
             return expired
 
-    def start_expiry(self, interval_ms: int) -> None:
-        """Run ``expire_once`` every ``interval_ms`` on a daemon thread until ``stop_expiry``."""
+    def start_expiry(self, interval_ms: int, active: Callable[[], bool] | None = None) -> None:
+        """Run ``expire_once`` every ``interval_ms`` on a daemon thread until ``stop_expiry``.
+
+        ``active`` (the coordinator: "I lead and my ZooKeeper session is live") is asked before
+        every pass; while it says no, passes are skipped: a coordinator that lost its session
+        or its leadership must not expire leases (and collect the snapshots they pinned) from
+        a state another coordinator may have changed. Passes resume when it says yes again."""
         self.stop_expiry()
         self._expiry_stop = threading.Event()
         stop = self._expiry_stop
 
         def loop():
+            paused = False
             while not stop.wait(interval_ms / 1000.0):
                 try:
+                    if active is not None and not active():
+                        if not paused:
+                            log.warning("KV snapshot lease expiry paused: this coordinator is "
+                                        "not the confirmed leader or has no live ZooKeeper "
+                                        "session")
+                        paused = True
+                        continue
+                    if paused:
+                        log.info("KV snapshot lease expiry resumed")
+                        paused = False
                     self.expire_once()
                 except Exception:  # noqa: BLE001 - ZooKeeper hiccups must not end the loop
                     log.exception("KV snapshot lease expiry pass failed; retrying next interval")

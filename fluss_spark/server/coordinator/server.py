@@ -60,6 +60,9 @@ class CoordinatorServer:
                               security=self.security)
         self.host, self.port = self._rpc.host, self._rpc.port
         self._leader = threading.Event()
+        #: The ZooKeeper connection is up (cleared while it is SUSPENDED or LOST): background
+        #: passes that change state (lease expiry) pause meanwhile.
+        self._zk_connected = threading.Event()
         #: Leader requests are served only before this (monotonic) time, which each confirmed
         #: look at the coordinator epoch moves on; a coordinator paused past its session finds
         #: it passed when it wakes, before it could serve anything from a stale state.
@@ -80,6 +83,7 @@ class CoordinatorServer:
         recovered and leads, so a lone coordinator is fully serving when ``start`` returns.
         """
         self._store.start()
+        self._zk_connected.set()
         self._store.zk.add_listener(self._on_session_state)
         self._rpc.start()
         identifier = f"{self.host}:{self.port}"
@@ -116,6 +120,10 @@ class CoordinatorServer:
 
     def _on_session_state(self, state) -> None:
         # kazoo states compare equal to their names; LOST means our election node is gone.
+        if state == "CONNECTED":
+            self._zk_connected.set()
+        else:       # SUSPENDED (connection lost, session maybe alive) or LOST
+            self._zk_connected.clear()
         if state == "LOST" and not self._stopping.is_set():
             log.warning("ZooKeeper session lost; stepping down as coordinator")
             self._leader.clear()
@@ -142,6 +150,17 @@ class CoordinatorServer:
             self._valid_until = asked + 0.8 * self._session_s
         else:
             self._on_fenced()
+
+    def _may_act(self) -> bool:
+        """Whether background passes may change state now: this coordinator leads, its
+        ZooKeeper connection is up, and its leadership is confirmed (confirming it first when
+        the last confirmation is too old, as a leader request would)."""
+        if self._stopping.is_set() or not self._leader.is_set() \
+                or not self._zk_connected.is_set():
+            return False
+        if time.monotonic() >= self._valid_until:
+            self._confirm_leadership()
+        return self._leader.is_set() and time.monotonic() < self._valid_until
 
     def _election_loop(self, election: Election) -> None:
         while not self._stopping.is_set():
@@ -184,7 +203,7 @@ class CoordinatorServer:
                  n_tables, n_snaps, n_leases)
         interval = self.settings.options.get(config.LEASE_EXPIRATION_CHECK_INTERVAL.key,
                                              config.LEASE_EXPIRATION_CHECK_INTERVAL.default)
-        self.leases.start_expiry(int(interval))
+        self.leases.start_expiry(int(interval), active=self._may_act)
 
     # -- handlers ----------------------------------------------------------------------------
     def _register_handlers(self) -> None:

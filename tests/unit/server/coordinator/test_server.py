@@ -1,5 +1,7 @@
 """CoordinatorServer in-process: recovery order and cleanup after an interrupted table drop."""
 
+import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from fluss_spark.server.settings import ServerSettings
 from fluss_spark.transport.client import RpcConnection
 from fluss_spark.clock import FakeClock
 from fluss_spark.testing.coordinator import place_snapshot_file
+from fluss_spark.local.ports import wait_until
 
 HOUR = 3_600_000
 
@@ -82,3 +85,46 @@ def test_leader_only_requests_before_leadership_are_retriable(settings, meta):
             standby.stop()
     finally:
         first.stop()
+
+
+def _expiring_lease_server(settings, clock):
+    settings = dataclasses.replace(settings, options=parse_server_options(
+        ["kv.snapshot.lease.expiration-check-interval=30ms"]))
+    server, _ = start(settings, clock)
+    with server._lock:
+        server.leases.acquire("short", 1000, {})
+    clock.advance(5000)                  # the lease has expired
+    return server
+
+
+def test_lease_expiry_pauses_while_the_zookeeper_connection_is_suspended(settings, meta):
+    # A coordinator that lost its ZooKeeper connection kept expiring leases from its stale
+    # state; expiry now pauses until the connection is back, then catches up.
+    clock = FakeClock()
+    server = _expiring_lease_server(settings, clock)
+    try:
+        server._on_session_state("SUSPENDED")
+        time.sleep(0.4)                  # more than ten expiry intervals
+        assert meta.lease_ids() == ["short"], "expiry ran while suspended"
+        server._on_session_state("CONNECTED")
+        wait_until(lambda: meta.lease_ids() == [], 5, "expiry to resume", interval_s=0.02)
+    finally:
+        server.stop()
+
+
+def test_lease_expiry_pauses_while_leadership_cannot_be_confirmed(settings, meta, monkeypatch):
+    # A leader paused past its session wakes with its validity lapsed: until ZooKeeper confirms
+    # the epoch is still its own, it expires nothing.
+    clock = FakeClock()
+    server = _expiring_lease_server(settings, clock)
+    try:
+        def unreachable():
+            raise ConnectionError("ZooKeeper does not answer")
+        monkeypatch.setattr(server._store, "still_writer", unreachable)
+        server._valid_until = 0.0
+        time.sleep(0.4)
+        assert meta.lease_ids() == ["short"], "expiry ran with leadership unconfirmed"
+        monkeypatch.undo()
+        wait_until(lambda: meta.lease_ids() == [], 5, "expiry to resume", interval_s=0.02)
+    finally:
+        server.stop()
