@@ -29,6 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from fluss_spark.errors import LogStorageError
+from fluss_spark.server.tablet import disk_full
 from fluss_spark.server.tablet.files import fsync_path
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,13 @@ class Changelog:
         timestamp_ms = max(timestamp_ms, self._last_timestamp)
         active = self._segments[-1]
         if active.entries and active.size >= self.segment_bytes:
-            active = self._roll(base)
+            try:
+                active = self._roll(base)
+            except OSError as e:
+                disk_full.report(self.label, self.dir / segment_name(base),
+                                 "creating the changelog segment", e)
+                raise LogStorageError(f"{self.label}: starting a changelog segment at offset "
+                                      f"{base} failed: {e}") from None
         crc = zlib.crc32(_CRC_PART.pack(base, count, timestamp_ms))
         crc = zlib.crc32(payload, crc)
         header = ENTRY_HEADER.pack(payload.size, crc, base, count, timestamp_ms)
@@ -155,6 +162,7 @@ class Changelog:
             f.flush()
             os.fsync(f.fileno())
         except OSError as e:
+            disk_full.report(self.label, active.path, "appending to the changelog segment", e)
             # Leave no half-written entry behind for the next append to build on.
             self._truncate_active(position)
             raise LogStorageError(f"{self.label}: writing offsets {base}..{base + count} failed: "

@@ -26,6 +26,7 @@ import pyarrow as pa
 from rocksdict import AccessType, Checkpoint, Options, Rdict, WriteBatch
 
 from fluss_spark.errors import KvStorageError
+from fluss_spark.server.tablet import disk_full
 from fluss_spark.protocol.rows import from_physical
 
 APPLIED_OFFSET = b"\x00applied_offset"
@@ -92,6 +93,7 @@ class KvStore:
         try:
             self.db.write(wb)
         except Exception as e:
+            disk_full.report(self.label, self.dir, "writing the KV state in", e)
             raise KvStorageError(f"{self.label}: RocksDB write failed: {e}") from None
 
     # -- views ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 
 from fluss_spark.errors import KvSnapshotNotExist, StorageError
 from fluss_spark.server.snapshot_store import resolve
+from fluss_spark.server.tablet import disk_full
 from fluss_spark.server.tablet.files import fsync_path
 
 FORMAT_VERSION = 1
@@ -76,6 +77,8 @@ def write_snapshot(batches, schema: pa.Schema, row_count: int, location: str, *,
         except (OSError, pa.ArrowException):
             pass
         if isinstance(e, (OSError, pa.ArrowException)):
+            disk_full.report(f"table {table_id} bucket {bucket}", location,
+                             f"writing KV snapshot {snapshot_id} to", e)
             raise StorageError(f"writing snapshot {location} failed: {e}") from None
         raise
     return WrittenSnapshot(location, written, size or 0)
