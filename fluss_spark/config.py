@@ -255,6 +255,14 @@ SUPER_USERS = string("super.users", "",
 INTERNAL_USERNAME = string("security.internal.username", "internal",
                            "The principal servers use to call each other (its password is in "
                            "the users file); only it may commit KV snapshots.")
+SERVER_LOG_MAX_FILE_SIZE = size(
+    "server.log.max-file-size", "100mb",
+    "Size at which a server's log file (fluss-spark cluster start: DIR/logs/ROLE-ID.log) is "
+    "rotated.", maximum=1 << 40)
+SERVER_LOG_MAX_BACKUPS = integer(
+    "server.log.max-backups", 5,
+    "Rotated log files a server keeps (ROLE-ID.log.1 .. .N); older ones are deleted.",
+    minimum=1)
 SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL,
                   SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
@@ -262,7 +270,7 @@ SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SC
                   RPC_ARROW_MAX_REQUEST_ROWS, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
                   RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, SECURITY_PROTOCOL,
                   SASL_MECHANISM, SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME,
-                  ZOOKEEPER_DIGEST_FILE]
+                  ZOOKEEPER_DIGEST_FILE, SERVER_LOG_MAX_FILE_SIZE, SERVER_LOG_MAX_BACKUPS]
 
 
 def parse_server_options(pairs: list[str]) -> dict[str, Any]:

@@ -153,9 +153,9 @@ class LocalCluster(ProcessCluster[ServerProcess]):
     def start(self) -> "LocalCluster":
         """Start whatever is not running (ZooKeeper, coordinator, tablets) and wait until the
         coordinator sees every tablet registered."""
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        (self.base_dir / "logs").mkdir(exist_ok=True)
-        self.snapshot_dir.mkdir(exist_ok=True)
+        self.base_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (self.base_dir / "logs").mkdir(exist_ok=True, mode=0o700)
+        self.snapshot_dir.mkdir(exist_ok=True, mode=0o700)
         self._ensure_zookeeper()
         self._ensure_users()
         self._save_state()

@@ -50,7 +50,8 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "fluss_spark.server", self.role, "--id", str(self.server_id),
                "--zookeeper", str(self.zk_address), "--host", self.host,
                "--port", str(self.port or 0), "--data-dir", str(self.data_dir),
-               "--remote-data-dir", self.remote_data_dir, "--ready-file", str(self.ready_file)]
+               "--remote-data-dir", self.remote_data_dir, "--ready-file", str(self.ready_file),
+               "--log-file", str(self.log_path)]
         for opt in self.options:
             cmd += ["--option", opt]
         for api in self.disabled_apis:
@@ -60,14 +61,18 @@ class ServerProcess:
     # -- lifecycle ------------------------------------------------------------------------------
     def spawn(self) -> None:
         """Start the process without waiting for it to serve (see ``ready``)."""
-        self.ready_file.parent.mkdir(parents=True, exist_ok=True)
+        # The server rotates its log and keeps what it writes private (umask 077); what is made
+        # here before it starts is private too.
+        self.ready_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.ready_file.unlink(missing_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         env = dict(os.environ)
         # Servers import the same package as this process, installed or not.
         src = str(Path(fluss_spark.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        with open(self.log_path, "ab") as log:
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "ab") as log:
             log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name} on "
                       f"port {self.port or 'any'} ===\n".encode())
             log.flush()

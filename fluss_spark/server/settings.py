@@ -24,6 +24,7 @@ class ServerSettings:
     options: dict[str, Any] = field(default_factory=dict)   # parsed SERVER_OPTIONS
     disabled_apis: frozenset[int] = frozenset()
     ready_file: Path | None = None
+    log_file: Path | None = None    # rotated log (stdout and stderr too); None: stderr
 
     @property
     def zk_session_timeout_s(self) -> float:
