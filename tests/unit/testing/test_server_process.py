@@ -24,6 +24,7 @@ def test_command_line_names_every_setting(tmp_path):
                      "--port": "5001", "--data-dir": str(tmp_path / "tablet-3"),
                      "--remote-data-dir": str(tmp_path / "remote"),
                      "--ready-file": str(tmp_path / "t.ready"),
+                     "--log-file": str(tmp_path / "t.log"),
                      "--option": "kv.scanner.ttl=2s", "--disable-api": "kv_snapshot_lease"}
 
 
