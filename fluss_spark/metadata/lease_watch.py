@@ -1,4 +1,4 @@
-"""KV snapshot lease ids as ZooKeeper holds them, polled in the background while a test runs.
+"""KV snapshot lease ids as a ZooKeeper holds them, watched from outside either engine.
 
 Both engines keep one znode per lease under a ``leases/kv_snapshot`` path: this project's
 coordinator under its chroot (``/fluss/leases/kv_snapshot``), Apache Fluss under its
@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 
 from kazoo.client import KazooClient
+
+from fluss_spark.metadata.layout import LEASES
 
 
 class ZooKeeperLeases:
@@ -70,5 +72,4 @@ class EmbeddedLeases(ZooKeeperLeases):
     chroot."""
 
     def __init__(self, cluster, interval_s: float = 0.05):
-        from fluss_spark.metadata.layout import LEASES
         super().__init__(cluster.zookeeper_address, LEASES, interval_s)

@@ -20,7 +20,7 @@ from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.errors import KvSnapshotNotExist
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.apache_fluss import PyFluss
-from fluss_spark.testing.leases import FlussLeases
+from fluss_spark.metadata.lease_watch import FlussLeases
 from fluss_spark.testing.spark_driver import Driver
 from fluss_spark.testing.streams import fold, source_offsets
 from fluss_spark.tiering.config import TieringConfig

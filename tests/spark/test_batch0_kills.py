@@ -34,7 +34,7 @@ import pytest
 
 from fluss_spark.client.backends import open_cluster
 from fluss_spark.local.ports import wait_until
-from fluss_spark.testing.leases import EmbeddedLeases, FlussLeases, ZooKeeperLeases
+from fluss_spark.metadata.lease_watch import EmbeddedLeases, FlussLeases, ZooKeeperLeases
 from fluss_spark.testing.spark_driver import Driver
 from fluss_spark.testing.streams import table_state
 
