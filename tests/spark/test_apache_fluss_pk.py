@@ -186,43 +186,35 @@ def test_full_mode_under_one_lease_with_concurrent_writes_and_retention(
         assert (row["v"] if row else None) == got.get(key)
 
 
-# "Before the first offset" (tests/spark/test_restart_points.py) needs the coordinator stopped
-# while the query plans, longer than this cluster's ZooKeeper session (6 s) may allow Fluss's.
-POINTS = ["before the first commit", "mid-snapshot", "after the snapshot phase"]
-
-
 def count_files(d: Path) -> int:
     return len([f for f in d.iterdir() if f.name.isdigit()]) if d.exists() else 0
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_driver_killed_restarts_with_the_same_lease(spark, apache_fluss, fluss, wire, leases,
-                                                     name, tmp_path, point):
+# Kills inside batch 0 and mid-snapshot run in tests/spark/test_batch0_kills.py (one retained
+# snapshot a second, a concurrent writer); "before the first offset"
+# (tests/spark/test_restart_points.py) needs the coordinator stopped while the query plans,
+# longer than this cluster's ZooKeeper session (6 s) may allow Fluss's.
+def test_driver_killed_after_the_snapshot_phase_restarts_without_a_lease(
+        spark, apache_fluss, fluss, wire, leases, name, tmp_path):
     servers = apache_fluss.bootstrap_servers
     load(fluss, name, 20_000)
     wait_for_snapshots(wire, name)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     options = {"maxOffsetsPerTrigger": "4000"}
-    block_at = {"before the first commit": 0, "mid-snapshot": 2}.get(point, -1)
-    driver = Driver(tmp_path, servers, name, str(out), str(ckpt), str(block_at), "0",
-                    options=options)
+    driver = Driver(tmp_path, servers, name, str(out), str(ckpt), "-1", "0", options=options)
     try:
-        if block_at >= 0:
-            driver.wait_for(f"IN_BATCH {block_at}", f"the first driver in batch {block_at}")
-        else:
-            driver.wait_for("TRIGGERED", "the query's first trigger")
-            wait_until(lambda: count_files(ckpt / "commits") >= 5 and source_offsets(ckpt)
-                       and source_offsets(ckpt)[0]["lease_id"] not in leases.now(), 180,
-                       "the first driver to finish the snapshot phase and release its lease")
-            fluss.upsert(name, [(5, "changelog-before-kill")])
-            n = count_files(ckpt / "offsets")
-            wait_until(lambda: count_files(ckpt / "commits") > n, 60,
-                       "a changelog batch of the first driver")
+        driver.wait_for("TRIGGERED", "the query's first trigger")
+        wait_until(lambda: count_files(ckpt / "commits") >= 5 and source_offsets(ckpt)
+                   and source_offsets(ckpt)[0]["lease_id"] not in leases.now(), 180,
+                   "the first driver to finish the snapshot phase and release its lease")
+        fluss.upsert(name, [(5, "changelog-before-kill")])
+        n = count_files(ckpt / "offsets")
+        wait_until(lambda: count_files(ckpt / "commits") > n, 60,
+                   "a changelog batch of the first driver")
     finally:
         driver.kill()
     lease = source_offsets(ckpt)[0]["lease_id"]
-    # The killed driver's lease outlives it until the snapshot phase is over.
-    assert (lease in leases.now()) == (point != "after the snapshot phase")
+    assert lease not in leases.now()     # released once the snapshot phase was over
 
     def sink(df, batch_id):
         df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
