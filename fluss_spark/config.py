@@ -255,6 +255,28 @@ SUPER_USERS = string("super.users", "",
 INTERNAL_USERNAME = string("security.internal.username", "internal",
                            "The principal servers use to call each other (its password is in "
                            "the users file); only it may commit KV snapshots.")
+SECURITY_LOGIN_MAX_FAILURES_PER_ADDRESS = integer(
+    "security.login.max-failures-per-address", 10,
+    "With SASL: failed logins from one client address within security.login.failure-window "
+    "after which its logins are refused for security.login.lockout.", minimum=1)
+SECURITY_LOGIN_MAX_FAILURES_PER_USER = integer(
+    "security.login.max-failures-per-user", 20,
+    "With SASL: failed logins as one username (from any address) within "
+    "security.login.failure-window after which its logins are refused for "
+    "security.login.lockout.", minimum=1)
+SECURITY_LOGIN_FAILURE_WINDOW = duration(
+    "security.login.failure-window", "1min",
+    "With SASL: how long a failed login counts against its address and username.",
+    minimum=1000)
+SECURITY_LOGIN_LOCKOUT = duration(
+    "security.login.lockout", "1min",
+    "With SASL: how long logins from an address or as a username are refused (at once, "
+    "without checking the password) after too many failures; a successful login before "
+    "resets the count.", minimum=1000)
+SECURITY_LOGIN_LOG_INTERVAL = duration(
+    "security.login.log-interval", "1min",
+    "With SASL: at most one log line per client address this often about its failed or "
+    "refused logins (a summary with counts).", minimum=1000)
 SERVER_LOG_MAX_FILE_SIZE = size(
     "server.log.max-file-size", "100mb",
     "Size at which a server's log file (fluss-spark cluster start: DIR/logs/ROLE-ID.log) is "
@@ -270,7 +292,10 @@ SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SC
                   RPC_ARROW_MAX_REQUEST_ROWS, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
                   RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, SECURITY_PROTOCOL,
                   SASL_MECHANISM, SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME,
-                  ZOOKEEPER_DIGEST_FILE, SERVER_LOG_MAX_FILE_SIZE, SERVER_LOG_MAX_BACKUPS]
+                  ZOOKEEPER_DIGEST_FILE, SECURITY_LOGIN_MAX_FAILURES_PER_ADDRESS,
+                  SECURITY_LOGIN_MAX_FAILURES_PER_USER, SECURITY_LOGIN_FAILURE_WINDOW,
+                  SECURITY_LOGIN_LOCKOUT, SECURITY_LOGIN_LOG_INTERVAL, SERVER_LOG_MAX_FILE_SIZE,
+                  SERVER_LOG_MAX_BACKUPS]
 
 
 def parse_server_options(pairs: list[str]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from fluss_spark import config
 from fluss_spark.errors import AuthenticationFailed, AuthorizationFailed, ConfigError
+from fluss_spark.server.login_throttle import LoginThrottle
 from fluss_spark.transport.server import current_principal
 
 def read_users_file(path: str | Path) -> dict[str, str]:
@@ -50,6 +51,8 @@ class Security:
     users: Mapping[str, str] = field(default_factory=dict, repr=False)
     super_users: frozenset[str] = frozenset()
     internal_user: str = "internal"
+    #: Failed logins per address and username (None: no throttling, e.g. PLAINTEXT).
+    throttle: LoginThrottle | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "Security":
@@ -66,16 +69,32 @@ class Security:
             raise ConfigError(f"the internal principal {internal!r} (security.internal.username) "
                               f"has no password in {users_file}")
         supers = frozenset(u.strip() for u in get(config.SUPER_USERS).split(",") if u.strip())
-        return cls(True, users, supers, internal)
+        return cls(True, users, supers, internal, LoginThrottle.from_options(options))
 
     @property
     def internal_credentials(self) -> tuple[str, str] | None:
         """What this server presents when it calls another server (None: PLAINTEXT)."""
         return (self.internal_user, self.users[self.internal_user]) if self.sasl else None
 
-    def authenticate(self, mechanism: Any, token: Any) -> str:
+    def authenticate(self, mechanism: Any, token: Any, peer: str | None = None) -> str:
         """The principal for a SASL PLAIN token, or AuthenticationFailed (never says which of
-        username and password was wrong)."""
+        username and password was wrong). ``peer``: the client address; failures count
+        against it and the username, and a locked-out one is refused without a check
+        (``login_throttle``)."""
+        claimed = _plain_user(token)
+        if self.throttle is not None:
+            self.throttle.check(peer, claimed)      # a refusal is not counted as a failure
+        try:
+            user = self._check_plain(mechanism, token)
+        except AuthenticationFailed:
+            if self.throttle is not None:
+                self.throttle.failed(peer, claimed)
+            raise
+        if self.throttle is not None:
+            self.throttle.succeeded(peer, user)
+        return user
+
+    def _check_plain(self, mechanism: Any, token: Any) -> str:
         if mechanism != "PLAIN":
             raise AuthenticationFailed(f"SASL mechanism {mechanism!r} is not supported; use PLAIN")
         if not isinstance(token, bytes):
@@ -117,3 +136,15 @@ class Security:
             raise AuthorizationFailed(f"principal {who!r} may not {action}: it belongs to "
                                       f"{owner!r} (or ask a super user)")
 
+
+def _plain_user(token: Any) -> str | None:
+    """The username of a SASL PLAIN token, if one can be read (for throttling only)."""
+    if not isinstance(token, bytes):
+        return None
+    parts = token.split(b"\0")
+    if len(parts) != 3:
+        return None
+    try:
+        return parts[1].decode()[:256] or None
+    except UnicodeDecodeError:
+        return None

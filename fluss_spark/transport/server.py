@@ -69,7 +69,7 @@ class Authenticator(Protocol):
     @property
     def sasl(self) -> bool: ...
 
-    def authenticate(self, mechanism: Any, token: Any) -> str: ...
+    def authenticate(self, mechanism: Any, token: Any, peer: str | None = None) -> str: ...
 
 
 class _NoAuthentication:
@@ -77,7 +77,7 @@ class _NoAuthentication:
 
     sasl = False
 
-    def authenticate(self, mechanism: Any, token: Any) -> str:
+    def authenticate(self, mechanism: Any, token: Any, peer: str | None = None) -> str:
         raise AuthenticationFailed("this server does not authenticate (PLAINTEXT)")
 
 #: A request's first payload buffer, and how many times what arrived a full buffer grows to
@@ -447,7 +447,8 @@ class RpcServer:
             return [codec.encode_response(cid, AuthenticateResponse(None).to_wire())], True
         try:
             request = AuthenticateRequest.decode(req.body, error=AuthenticationFailed)
-            conn.principal = self.security.authenticate(request.mechanism, request.token)
+            conn.principal = self.security.authenticate(request.mechanism, request.token,
+                                                        conn.ip)   # throttled per address
         except AuthenticationFailed as e:
             log.warning("authentication from %s failed", conn.ip)
             return [codec.encode_response(cid, error=e)], False
