@@ -16,6 +16,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from fluss_spark.local.ports import wait_until
+from fluss_spark.metadata.lease_watch import EmbeddedLeases
 from fluss_spark.testing.spark_driver import Driver
 from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on, source_offsets,
                                          table_state)
@@ -149,3 +150,36 @@ def test_driver_killed_at_each_restart_point(spark, cluster, conn, table_name, t
         create_pk(conn, table_name, 10, buckets=2)
         assert_refused(spark, cluster, table_name, tmp_path, copies["recreated"],
                        "dropped and created again")
+
+
+def test_a_restart_that_cannot_start_leaves_no_new_pins(spark, cluster, conn, table_name,
+                                                         tmp_path):
+    writer, _ = create_pk(conn, table_name, 20_000, buckets=2, **{"kv.snapshot.num-retained": "1"})
+    admin = conn.admin()
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    q = restart(spark, cluster, table_name, out, ckpt)
+    try:
+        wait_until(lambda: count_files(ckpt / "commits") >= 2, 120, "two batches")
+    finally:
+        q.stop()
+    last = source_offsets(ckpt)[-1]["tables"]
+    assert any(p[2] < p[1] for t in last.values() for p in t["snapshot"].values())
+    lease_id = source_offsets(ckpt)[0]["lease_id"]
+    # The query stays down past its lease, and retention takes bucket 0's snapshot; bucket 1's
+    # is still there, so a restart could pin it before it learns that bucket 0's is gone.
+    admin.drop_kv_snapshot_lease(lease_id)
+    writer.upsert([{"id": i, "v": f"w{i}"} for i in range(0, 20_000, 3)])
+    admin.trigger_kv_snapshot(table_name, buckets=[0])
+    with EmbeddedLeases(cluster) as zk:
+        for _ in range(2):                       # every attempt fails the same way
+            q = restart(spark, cluster, table_name, out, ckpt)
+            try:
+                with pytest.raises(StreamingQueryException) as err:
+                    q.awaitTermination(120)
+            finally:
+                q.stop()
+            text = str(err.value)
+            assert "KV snapshot" in text and "new checkpointLocation" in text, text[-2000:]
+            assert f"fluss-spark lease drop {lease_id}" in text
+            assert leases_on(admin, table_name) == []
+        assert lease_id not in zk.now()
