@@ -232,11 +232,33 @@ RPC_IDLE_TIMEOUT = duration("rpc.connection.idle-timeout", "10min",
                             "A connection with no request for this long is closed (clients "
                             "reconnect).", minimum=1000)
 RPC_READ_TIMEOUT = duration("rpc.request.read-timeout", "30s",
-                            "A request whose bytes stop arriving for this long closes its "
-                            "connection.", minimum=100)
+                            "A request not read in full this long after its first byte closes "
+                            "its connection (a deadline for the whole request).", minimum=100)
 RPC_HANDLER_THREADS = integer("rpc.handler-threads", 32,
                               "Threads that run request handlers (requests of one connection "
                               "run in order).", minimum=1)
+RPC_WRITE_TIMEOUT = duration("rpc.response.write-timeout", "30s",
+                             "A reply the client has not read in full this long after it was "
+                             "ready closes its connection (no handler thread waits for it).",
+                             minimum=100)
+RPC_MAX_UNSENT_BYTES = size("rpc.response.max-unsent-bytes", "256mb",
+                            "Reply bytes all connections together may leave unread; past it the "
+                            "connections whose replies have waited longest are closed.")
+RPC_AUTH_TIMEOUT = duration("rpc.authentication.timeout", "10s",
+                            "With SASL: a connection that has not authenticated this long after "
+                            "it opened is closed.", minimum=100)
+RPC_UNAUTH_MAX_REQUEST_SIZE = size("rpc.unauthenticated.max-request-size", "64kb",
+                                   "With SASL: largest request frame read before a connection "
+                                   "authenticated; a larger announced length closes it.",
+                                   maximum=1 << 30)
+RPC_UNAUTH_MAX_CONNECTIONS = integer("rpc.unauthenticated.max-connections", 256,
+                                     "With SASL: connections not yet authenticated; past it the "
+                                     "oldest of the address holding most of them is closed.",
+                                     minimum=1)
+RPC_UNAUTH_MAX_CONNECTIONS_PER_IP = integer("rpc.unauthenticated.max-connections-per-ip", 64,
+                                            "With SASL: connections not yet authenticated from "
+                                            "one client address; more are closed at once.",
+                                            minimum=1)
 ZOOKEEPER_DIGEST_FILE = string("zookeeper.auth.digest-file", None,
                                "File holding 'username:password': the servers authenticate to "
                                "ZooKeeper with it (digest) and only they may change /fluss "
@@ -290,7 +312,9 @@ SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SC
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
                   RPC_MAX_REQUEST_SIZE, RPC_ARROW_MAX_BATCH_BYTES, RPC_ARROW_MAX_REQUEST_BYTES,
                   RPC_ARROW_MAX_REQUEST_ROWS, RPC_MAX_CONNECTIONS, RPC_MAX_CONNECTIONS_PER_IP,
-                  RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, SECURITY_PROTOCOL,
+                  RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, RPC_WRITE_TIMEOUT,
+                  RPC_MAX_UNSENT_BYTES, RPC_AUTH_TIMEOUT, RPC_UNAUTH_MAX_REQUEST_SIZE,
+                  RPC_UNAUTH_MAX_CONNECTIONS, RPC_UNAUTH_MAX_CONNECTIONS_PER_IP, SECURITY_PROTOCOL,
                   SASL_MECHANISM, SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME,
                   ZOOKEEPER_DIGEST_FILE, SECURITY_LOGIN_MAX_FAILURES_PER_ADDRESS,
                   SECURITY_LOGIN_MAX_FAILURES_PER_USER, SECURITY_LOGIN_FAILURE_WINDOW,

@@ -1,28 +1,34 @@
-"""The RPC server: one event-loop thread accepts and reads, a pool of threads handles and answers.
+"""The RPC server: one event-loop thread accepts, reads and writes; a pool of threads handles.
 
 Why an event loop: a thread per connection let 500 idle connections hold 500 threads, and a
 frame buffer allocated from the length header let six connections that sent only a header take
-1.6 GB. Here a connection costs a small object until bytes arrive, a request's buffer grows with
-the bytes that actually arrived (never beyond ``rpc.max-request-size``), and the loop closes
-connections that are idle (``rpc.connection.idle-timeout``), that stall inside a request
-(``rpc.request.read-timeout``), or that pass the caps per server and per client address.
+1.6 GB. Here a connection costs a small object until bytes arrive, a request's buffer holds the
+bytes that actually arrived (never beyond the announced length), and the loop closes connections
+that are idle (``rpc.connection.idle-timeout``), that take longer than
+``rpc.request.read-timeout`` from a request's first byte to its last, that leave a reply unread
+for ``rpc.response.write-timeout``, or that pass the caps per server and per client address.
 
 A connection has at most one request in flight: the loop stops reading from it while a handler
-thread runs the request and sends the reply, so replies go out in request order and a client
-cannot queue work without bound.
+thread runs the request and until its reply is sent, so replies go out in request order and a
+client cannot queue work without bound. A handler thread never waits on a socket: it sends what
+the socket takes at once and leaves the rest to the loop, so clients that do not read their
+replies cost memory (bounded by ``rpc.response.max-unsent-bytes``), never handler threads.
+
+With SASL, a connection that has not authenticated may send only small frames
+(``rpc.unauthenticated.max-request-size``), must authenticate within
+``rpc.authentication.timeout``, and counts against caps of its own
+(``rpc.unauthenticated.max-connections[-per-ip]``); it is the first evicted when a cap is
+reached, so a flood of sockets that never log in cannot lock out clients that do.
 """
 
 from __future__ import annotations
 
 import collections
 import contextvars
-import fcntl
 import logging
 import queue
 import selectors
 import socket
-import struct
-import termios
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -80,15 +86,18 @@ class _NoAuthentication:
     def authenticate(self, mechanism: Any, token: Any, peer: str | None = None) -> str:
         raise AuthenticationFailed("this server does not authenticate (PLAINTEXT)")
 
-#: A request's first payload buffer, and how many times what arrived a full buffer grows to
-#: (up to the frame's length): a buffer holds at most _GROWTH times the bytes that arrived.
-_MIN_BUFFER = 64 << 10
-_GROWTH = 8
+#: Bytes one recv call reads at most (into the loop's scratch buffer, then appended to the
+#: request's buffer): a request's buffer holds what arrived, never what was announced.
+_CHUNK = 1 << 20
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
 #: Entries one msgpack array or map of a request may have: a 1,000,000-bucket lease fits; a
 #: frame of one huge container cannot make the decoder allocate far beyond the frame's size.
 _MAX_CONTAINER = 1 << 21
+#: Refusals and evictions are logged at most once per client address per this many seconds.
+_LOG_INTERVAL_S = 10.0
+#: Addresses the log limiter remembers; past it all further addresses share one entry.
+_LOG_MAX_ADDRESSES = 4096
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,12 @@ class RpcLimits:
     idle_timeout_s: float = config.RPC_IDLE_TIMEOUT.default / 1000
     read_timeout_s: float = config.RPC_READ_TIMEOUT.default / 1000
     handler_threads: int = config.RPC_HANDLER_THREADS.default
+    write_timeout_s: float = config.RPC_WRITE_TIMEOUT.default / 1000
+    max_unsent_bytes: int = config.RPC_MAX_UNSENT_BYTES.default
+    auth_timeout_s: float = config.RPC_AUTH_TIMEOUT.default / 1000
+    unauth_max_request_bytes: int = config.RPC_UNAUTH_MAX_REQUEST_SIZE.default
+    unauth_max_connections: int = config.RPC_UNAUTH_MAX_CONNECTIONS.default
+    unauth_max_connections_per_ip: int = config.RPC_UNAUTH_MAX_CONNECTIONS_PER_IP.default
     backlog: int = 1024
 
     @classmethod
@@ -112,25 +127,75 @@ class RpcLimits:
                    max_connections_per_ip=get(config.RPC_MAX_CONNECTIONS_PER_IP),
                    idle_timeout_s=get(config.RPC_IDLE_TIMEOUT) / 1000,
                    read_timeout_s=get(config.RPC_READ_TIMEOUT) / 1000,
-                   handler_threads=get(config.RPC_HANDLER_THREADS))
+                   handler_threads=get(config.RPC_HANDLER_THREADS),
+                   write_timeout_s=get(config.RPC_WRITE_TIMEOUT) / 1000,
+                   max_unsent_bytes=get(config.RPC_MAX_UNSENT_BYTES),
+                   auth_timeout_s=get(config.RPC_AUTH_TIMEOUT) / 1000,
+                   unauth_max_request_bytes=get(config.RPC_UNAUTH_MAX_REQUEST_SIZE),
+                   unauth_max_connections=get(config.RPC_UNAUTH_MAX_CONNECTIONS),
+                   unauth_max_connections_per_ip=get(config.RPC_UNAUTH_MAX_CONNECTIONS_PER_IP))
 
 
 class _Connection:
     """One client socket and where its current request or response stands."""
 
-    __slots__ = ("sock", "ip", "head", "buf", "got", "length", "last_active", "request_started",
-                 "busy", "principal")
+    __slots__ = ("sock", "fd", "ip", "head", "buf", "got", "length", "last_active", "opened",
+                 "request_started", "busy", "principal", "trusted", "out", "out_bytes",
+                 "write_started", "keep")
 
     def __init__(self, sock: socket.socket, ip: str, now: float):
-        self.sock, self.ip = sock, ip
+        self.sock, self.fd, self.ip = sock, sock.fileno(), ip
         self.head = bytearray(framing.HEADER.size)
         self.buf = bytearray()          # the payload received so far (``got`` bytes of it)
         self.got = 0                    # bytes of the header, then of the payload, received
         self.length: int | None = None  # payload length once the header is in
-        self.last_active = now
-        self.request_started: float | None = None
-        self.busy = False               # a handler runs (and answers) this connection's request
+        self.last_active = self.opened = now
+        self.request_started: float | None = None   # the first byte of the current request
+        self.busy = False               # a handler runs this connection's request
         self.principal: str | None = None  # who authenticated on this connection (SASL)
+        #: Authenticated (SASL), or answered at least once (PLAINTEXT); until then the
+        #: connection is the first to be evicted when a cap is reached.
+        self.trusted = False
+        self.out: list[memoryview] = []  # the unsent rest of the reply
+        self.out_bytes = 0
+        self.write_started = 0.0
+        self.keep = True                # read on once the reply is out (else close)
+
+
+class _LogLimiter:
+    """At most one warning per client address per interval (a flood cannot fill the logs);
+    the next line says how many were left out. Thread-safe."""
+
+    def __init__(self, interval_s: float = _LOG_INTERVAL_S, max_addresses: int = _LOG_MAX_ADDRESSES):
+        self.interval_s, self.max_addresses = interval_s, max_addresses
+        self._last: dict[str, list] = {}    # address -> [time logged, lines left out since]
+        self._lock = threading.Lock()
+
+    def warning(self, ip: str, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if ip not in self._last and len(self._last) >= self.max_addresses:
+                self._prune(now)
+                if len(self._last) >= self.max_addresses:
+                    ip = "*other addresses*"
+            entry = self._last.get(ip)
+            if entry is not None and now - entry[0] < self.interval_s:
+                entry[1] += 1
+                return
+            skipped = entry[1] if entry is not None else 0
+            self._last[ip] = [now, 0]
+        if skipped:
+            msg += " (%d similar lines about %s left out in the last %.0fs)"
+            args = (*args, skipped, ip, self.interval_s)
+        log.warning(msg, *args)
+
+    def prune(self) -> None:
+        with self._lock:
+            self._prune(time.monotonic())
+
+    def _prune(self, now: float) -> None:
+        for ip in [ip for ip, (t, _) in self._last.items() if now - t >= self.interval_s]:
+            del self._last[ip]
 
 
 class RpcServer:
@@ -145,6 +210,7 @@ class RpcServer:
                  security: Authenticator | None = None):
         self.role = role
         self.security: Authenticator = security or _NoAuthentication()
+        self._sasl = bool(self.security.sasl)
         self.server_id = server_id
         self.limits = limits or RpcLimits()
         self._handlers: dict[int, tuple[type[Request], Handler]] = {}
@@ -160,10 +226,19 @@ class RpcServer:
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._conns: dict[int, _Connection] = {}
         self._per_ip: collections.Counter = collections.Counter()
+        #: Connections not trusted yet, per address, oldest first (evicted first).
+        self._untrusted: dict[str, collections.OrderedDict[int, _Connection]] = {}
+        self._untrusted_count = 0
+        #: Connections with an unsent reply, oldest reply first, and their unsent bytes.
+        self._writers: collections.OrderedDict[int, _Connection] = collections.OrderedDict()
+        self._unsent = 0
+        self._scratch = memoryview(bytearray(_CHUNK))   # the loop's recv buffer
         self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        #: Counters for tests and operators: connections refused, closed as idle or stalled.
+        self._warn = _LogLimiter()
+        #: Counters for tests and operators: connections refused, evicted, closed as idle,
+        #: stalled, unread or unauthenticated.
         self.stats: collections.Counter = collections.Counter()
 
     def register(self, request_type: type[Q], handler: Callable[[Q], Message]) -> None:
@@ -196,7 +271,9 @@ class RpcServer:
         self._selector.close()
 
     def _api_versions(self, request: ApiVersionsRequest) -> ApiVersionsResponse:
-        return ApiVersionsResponse(api_keys=tuple(sorted(self._handlers)), server=self.role,
+        # AUTHENTICATE is answered by the server itself (PLAINTEXT: without a principal).
+        keys = set(self._handlers) | {int(ApiKey.AUTHENTICATE)}
+        return ApiVersionsResponse(api_keys=tuple(sorted(keys)), server=self.role,
                                    server_id=self.server_id)
 
     # -- the event loop ---------------------------------------------------------------------------
@@ -215,6 +292,8 @@ class RpcServer:
                         self._accept()
                     elif key.data == "wake":
                         self._drain_wake()
+                    elif key.data.out:
+                        self._write(key.data)
                     else:
                         self._read(key.data)
                 except Exception:  # noqa: BLE001 - one bad connection must not stop the loop
@@ -228,6 +307,7 @@ class RpcServer:
                 next_sweep = now + _TICK_S
 
     def _accept(self) -> None:
+        limits = self.limits
         while True:
             try:
                 sock, addr = self._listener.accept()
@@ -237,22 +317,69 @@ class RpcServer:
                 log.warning("accepting a connection failed: %s", e)
                 return
             ip = addr[0]
-            if (len(self._conns) >= self.limits.max_connections
-                    or self._per_ip[ip] >= self.limits.max_connections_per_ip):
+            refused = None
+            untrusted_here = len(self._untrusted.get(ip, ()))
+            if self._sasl and untrusted_here >= limits.unauth_max_connections_per_ip:
+                refused = (f"{untrusted_here} connections from that address have not "
+                           f"authenticated (rpc.unauthenticated.max-connections-per-ip="
+                           f"{limits.unauth_max_connections_per_ip})")
+            elif self._per_ip[ip] >= limits.max_connections_per_ip and not self._evict(ip):
+                refused = (f"{self._per_ip[ip]} connections from that address "
+                           f"(rpc.max-connections-per-ip={limits.max_connections_per_ip})")
+            elif len(self._conns) >= limits.max_connections and not self._evict():
+                refused = (f"{len(self._conns)} connections open "
+                           f"(rpc.max-connections={limits.max_connections})")
+            elif (self._sasl and self._untrusted_count >= limits.unauth_max_connections
+                    and not self._evict()):
+                refused = (f"{self._untrusted_count} connections have not authenticated "
+                           f"(rpc.unauthenticated.max-connections="
+                           f"{limits.unauth_max_connections})")
+            if refused is not None:
                 self.stats["refused"] += 1
-                if self.stats["refused"] in (1, 10, 100) or self.stats["refused"] % 1000 == 0:
-                    log.warning("refused a connection from %s: %d open (at most %d), %d from that "
-                                "address (at most %d); %d refused so far", ip, len(self._conns),
-                                self.limits.max_connections, self._per_ip[ip],
-                                self.limits.max_connections_per_ip, self.stats["refused"])
+                self._warn.warning(ip, "refused a connection from %s: %s; %d refused so far",
+                                   ip, refused, self.stats["refused"])
                 sock.close()
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Connection(sock, ip, time.monotonic())
-            self._conns[sock.fileno()] = conn
+            self._conns[conn.fd] = conn
             self._per_ip[ip] += 1
+            self._untrusted.setdefault(ip, collections.OrderedDict())[conn.fd] = conn
+            self._untrusted_count += 1
             self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _evict(self, ip: str | None = None) -> bool:
+        """Close the oldest connection not trusted yet (of ``ip``, else of the address holding
+        the most of them) whose request no handler is running; False when there is none."""
+        candidates: list[Mapping[int, _Connection]]
+        if ip is not None:
+            candidates = [self._untrusted.get(ip, {})]
+        else:
+            candidates = sorted(self._untrusted.values(), key=len, reverse=True)
+        for conns in candidates:
+            victim = next((c for c in conns.values() if not c.busy), None)
+            if victim is not None:
+                self.stats["evicted"] += 1
+                self._warn.warning(victim.ip, "closed a connection from %s that had not "
+                                   "authenticated after %.1fs to make room for a new one",
+                                   victim.ip, time.monotonic() - victim.opened)
+                self._close(victim)
+                return True
+        return False
+
+    def _trust(self, conn: _Connection) -> None:
+        if conn.trusted:
+            return
+        conn.trusted = True
+        self._forget_untrusted(conn)
+
+    def _forget_untrusted(self, conn: _Connection) -> None:
+        conns = self._untrusted.get(conn.ip)
+        if conns is not None and conns.pop(conn.fd, None) is not None:
+            self._untrusted_count -= 1
+            if not conns:
+                del self._untrusted[conn.ip]
 
     def _read(self, conn: _Connection) -> None:
         # Read until the socket is drained or a request is complete: one wake-up of the loop
@@ -263,21 +390,11 @@ class RpcServer:
     def _read_once(self, conn: _Connection) -> bool:
         """One read; True when more may be waiting for this connection."""
         header = framing.HEADER.size
-        if conn.length is None:
-            want = memoryview(conn.head)[conn.got:]
-        else:
-            if conn.got == len(conn.buf):
-                # Grow to a multiple of what arrived (never to the announced length at once),
-                # so a peer that announces a large frame and stalls holds little memory, while
-                # a real request is copied at most a few times (each growth copies and faults
-                # in fresh pages: doubling from 256 KB doubled the time to read 1 MB).
-                arrived = conn.got + _available(conn.sock)
-                grown = bytearray(min(conn.length, max(_MIN_BUFFER, _GROWTH * arrived)))
-                grown[:conn.got] = memoryview(conn.buf)[:conn.got]
-                conn.buf = grown
-            want = memoryview(conn.buf)[conn.got:]
         try:
-            n = conn.sock.recv_into(want)
+            if conn.length is None:
+                n = conn.sock.recv_into(memoryview(conn.head)[conn.got:])
+            else:
+                n = conn.sock.recv_into(self._scratch, min(_CHUNK, conn.length - conn.got))
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -290,19 +407,34 @@ class RpcServer:
         conn.last_active = now
         if conn.request_started is None:
             conn.request_started = now
-        conn.got += n
         if conn.length is None:
+            conn.got += n
             if conn.got < header:
                 return True
+            authenticated = conn.principal is not None or not self._sasl
+            limit = (self.limits.max_request_bytes if authenticated
+                     else min(self.limits.unauth_max_request_bytes, self.limits.max_request_bytes))
             try:
-                conn.length = framing.decode_length(bytes(conn.head),
-                                                    self.limits.max_request_bytes)
+                conn.length = framing.decode_length(bytes(conn.head), limit)
             except CorruptMessage as e:
-                log.warning("closing the connection from %s: %s", conn.ip, e)
                 self.stats["oversized"] += 1
+                if authenticated:
+                    self._warn.warning(conn.ip, "closing the connection from %s: %s", conn.ip, e)
+                else:
+                    self._warn.warning(conn.ip, "closing the connection from %s: it announced "
+                                       "a frame of %d bytes before authenticating (at most %d: "
+                                       "rpc.unauthenticated.max-request-size)", conn.ip,
+                                       framing.HEADER.unpack(conn.head)[0], limit)
                 self._close(conn)
                 return False
             conn.buf, conn.got = bytearray(), 0
+            if conn.length:
+                return True
+        else:
+            # Appended as it arrives: the buffer holds what arrived (bytearray growth adds at
+            # most an eighth), never the announced length.
+            conn.buf += self._scratch[:n]
+            conn.got += n
         if conn.got < conn.length:
             return True
         payload = conn.buf
@@ -314,7 +446,8 @@ class RpcServer:
         return False
 
     def _run(self, conn: _Connection, payload: bytearray) -> None:
-        """In a handler thread: answer one request, send the reply, hand the connection back."""
+        """In a handler thread: answer one request, send what the socket takes at once, and
+        hand the connection (with the rest of the reply, if any) back to the loop."""
         try:
             reply, keep = self._dispatch(payload, conn)
         except Exception:  # noqa: BLE001 - _dispatch answers every error; belt and braces
@@ -323,58 +456,122 @@ class RpcServer:
             keep = False
         del payload
         try:
-            # Blocking, with a deadline: a client that reads is served at socket speed (a send
-            # loop in the event loop measured slower); one that stops reading its reply for
-            # rpc.request.read-timeout is disconnected and frees the thread.
-            conn.sock.settimeout(self.limits.read_timeout_s)
-            send_parts(conn.sock, framing.frame_parts(reply))
-            conn.sock.setblocking(False)
+            # Never blocks (the socket is non-blocking): a client that reads gets its reply
+            # straight away; what its socket does not take now the loop sends when it can.
+            rest = send_some(conn.sock, _views(framing.frame_parts(reply)))
         except OSError:
-            keep = False
-        self._done.put((conn, keep))
+            rest, keep = [], False
+        self._done.put((conn, keep, rest))
         self._wake()
 
     def _resume(self) -> None:
-        """Read again from connections whose reply went out (or close them)."""
+        """Take back connections whose request was handled: read on, send the rest of the
+        reply, or close them."""
         while True:
             try:
-                conn, keep = self._done.get_nowait()
+                conn, keep, rest = self._done.get_nowait()
             except queue.Empty:
                 return
             if not self._open(conn):
                 continue            # closed while its handler ran (server stopping)
             conn.busy = False
-            conn.last_active = time.monotonic()
-            if keep:
+            now = time.monotonic()
+            conn.last_active = now
+            if conn.principal is not None or (keep and not self._sasl):
+                self._trust(conn)
+            if rest:
+                conn.out, conn.keep, conn.write_started = rest, keep, now
+                conn.out_bytes = sum(v.nbytes for v in rest)
+                self._unsent += conn.out_bytes
+                self._writers[conn.fd] = conn
+                self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+                self._limit_unsent()
+            elif keep:
                 self._selector.register(conn.sock, selectors.EVENT_READ, conn)
             else:
                 self._close(conn)
 
+    def _write(self, conn: _Connection) -> None:
+        """Send more of a connection's reply (its socket became writable)."""
+        try:
+            rest = send_some(conn.sock, conn.out)
+        except OSError:
+            self._close(conn)
+            return
+        left = sum(v.nbytes for v in rest)
+        self._unsent -= conn.out_bytes - left
+        conn.out, conn.out_bytes = rest, left
+        if rest:
+            return
+        del self._writers[conn.fd]
+        conn.last_active = time.monotonic()
+        if conn.keep:
+            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        else:
+            self._close(conn)
+
+    def _limit_unsent(self) -> None:
+        """Past rpc.response.max-unsent-bytes, close the connections whose replies have waited
+        longest (never the newest: one reply alone may be larger)."""
+        while self._unsent > self.limits.max_unsent_bytes and len(self._writers) > 1:
+            conn = next(iter(self._writers.values()))
+            self.stats["unread"] += 1
+            self._warn.warning(conn.ip, "closing the connection from %s: %d bytes of its reply "
+                               "unread after %.1fs while replies waiting for their clients "
+                               "passed rpc.response.max-unsent-bytes=%d", conn.ip,
+                               conn.out_bytes, time.monotonic() - conn.write_started,
+                               self.limits.max_unsent_bytes)
+            self._close(conn)
+
     def _sweep(self, now: float) -> None:
-        """Close connections idle past the idle timeout, or stalled inside a request."""
+        """Close connections past a deadline: idle, a request not read in time, a reply not
+        read in time, not authenticated in time."""
+        limits = self.limits
         for conn in list(self._conns.values()):
             if conn.busy:
                 continue
-            if conn.request_started is not None:
-                if now - conn.last_active > self.limits.read_timeout_s:
-                    self.stats["stalled"] += 1
-                    log.info("closing the connection from %s: a request stalled for %.0fs",
-                             conn.ip, now - conn.last_active)
+            if conn.out:
+                if now - conn.write_started > limits.write_timeout_s:
+                    self.stats["unread"] += 1
+                    self._warn.warning(conn.ip, "closing the connection from %s: it left %d "
+                                       "bytes of a reply unread for %.0fs "
+                                       "(rpc.response.write-timeout)", conn.ip, conn.out_bytes,
+                                       now - conn.write_started)
                     self._close(conn)
-            elif now - conn.last_active > self.limits.idle_timeout_s:
+            elif self._sasl and not conn.trusted and now - conn.opened > limits.auth_timeout_s:
+                self.stats["unauthenticated"] += 1
+                self._warn.warning(conn.ip, "closing the connection from %s: not authenticated "
+                                   "%.0fs after it opened (rpc.authentication.timeout)",
+                                   conn.ip, now - conn.opened)
+                self._close(conn)
+            elif conn.request_started is not None:
+                if now - conn.request_started > limits.read_timeout_s:
+                    self.stats["stalled"] += 1
+                    self._warn.warning(conn.ip, "closing the connection from %s: a request "
+                                       "was not read in full %.0fs after its first byte "
+                                       "(rpc.request.read-timeout)", conn.ip,
+                                       now - conn.request_started)
+                    self._close(conn)
+            elif now - conn.last_active > limits.idle_timeout_s:
                 self.stats["idle"] += 1
                 self._close(conn)
+        self._warn.prune()
 
     def _open(self, conn: _Connection) -> bool:
-        return self._conns.get(conn.sock.fileno()) is conn
+        return self._conns.get(conn.fd) is conn
 
     def _close(self, conn: _Connection) -> None:
         if not self._open(conn):
             return
-        del self._conns[conn.sock.fileno()]
+        del self._conns[conn.fd]
         self._per_ip[conn.ip] -= 1
         if self._per_ip[conn.ip] <= 0:
             del self._per_ip[conn.ip]
+        if not conn.trusted:
+            self._forget_untrusted(conn)
+        if self._writers.pop(conn.fd, None) is not None:
+            self._unsent -= conn.out_bytes
+        conn.out, conn.out_bytes, conn.buf = [], 0, bytearray()
         try:
             self._selector.unregister(conn.sock)
         except (KeyError, ValueError):
@@ -450,35 +647,40 @@ class RpcServer:
             conn.principal = self.security.authenticate(request.mechanism, request.token,
                                                         conn.ip)   # throttled per address
         except AuthenticationFailed as e:
-            log.warning("authentication from %s failed", conn.ip)
+            self._warn.warning(conn.ip, "authentication from %s failed", conn.ip)
             return [codec.encode_response(cid, error=e)], False
         return [codec.encode_response(cid, AuthenticateResponse(conn.principal).to_wire())], True
 
 
-def send_parts(sock: socket.socket, parts: list) -> None:
-    """Send buffers in order with scatter/gather calls (no joined copy of a large reply)."""
-    views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+def send_some(sock: socket.socket, views: list[memoryview]) -> list[memoryview]:
+    """Send what a non-blocking socket takes now; the views still to send (empty: all sent)."""
     while views:
-        sent = sock.sendmsg(views[:_IOV_MAX])
-        while sent:
-            if sent >= views[0].nbytes:
-                sent -= views[0].nbytes
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+        try:
+            sent = sock.sendmsg(views[:_IOV_MAX])
+        except (BlockingIOError, InterruptedError):
+            return views
+        views = _advance(views, sent)
+    return views
+
+
+def _views(parts: list) -> list[memoryview]:
+    return [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+
+
+def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
+    """``views`` without their first ``sent`` bytes."""
+    i = 0
+    while sent and sent >= views[i].nbytes:
+        sent -= views[i].nbytes
+        i += 1
+    views = views[i:]
+    if sent:
+        views[0] = views[0][sent:]
+    return views
 
 
 #: Buffers per sendmsg call (Linux's IOV_MAX is 1024).
 _IOV_MAX = 1024
-
-
-def _available(sock: socket.socket) -> int:
-    """Bytes waiting in the socket's receive buffer (they count as arrived)."""
-    try:
-        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
-    except OSError:
-        return 0
 
 
 def _api_name(key: int) -> str:
