@@ -530,7 +530,13 @@ class RpcServer:
         for conn in list(self._conns.values()):
             if conn.busy:
                 continue
-            if conn.out:
+            if self._sasl and not conn.trusted and now - conn.opened > limits.auth_timeout_s:
+                self.stats["unauthenticated"] += 1
+                self._warn.warning(conn.ip, "closing the connection from %s: not authenticated "
+                                   "%.0fs after it opened (rpc.authentication.timeout)",
+                                   conn.ip, now - conn.opened)
+                self._close(conn)
+            elif conn.out:
                 if now - conn.write_started > limits.write_timeout_s:
                     self.stats["unread"] += 1
                     self._warn.warning(conn.ip, "closing the connection from %s: it left %d "
@@ -538,12 +544,6 @@ class RpcServer:
                                        "(rpc.response.write-timeout)", conn.ip, conn.out_bytes,
                                        now - conn.write_started)
                     self._close(conn)
-            elif self._sasl and not conn.trusted and now - conn.opened > limits.auth_timeout_s:
-                self.stats["unauthenticated"] += 1
-                self._warn.warning(conn.ip, "closing the connection from %s: not authenticated "
-                                   "%.0fs after it opened (rpc.authentication.timeout)",
-                                   conn.ip, now - conn.opened)
-                self._close(conn)
             elif conn.request_started is not None:
                 if now - conn.request_started > limits.read_timeout_s:
                     self.stats["stalled"] += 1

@@ -363,3 +363,38 @@ def test_unread_replies_past_the_unsent_bytes_cap_close_the_oldest(blob_server):
     finally:
         for s in socks:
             s.close()
+
+
+@pytest.mark.parametrize("blob_server", [{"max_connections": 6}], indirect=True)
+def test_plaintext_sockets_that_never_sent_a_request_are_evicted_at_the_cap(blob_server):
+    """PLAINTEXT has no login: a connection not answered yet is the one evicted at the cap."""
+    silent = []
+    try:
+        for _ in range(6):
+            silent.append(connect(blob_server.host, blob_server.port, source_ip="127.0.0.2"))
+        wait_until(lambda: len(blob_server._conns) == 6, 5, "the silent sockets to be accepted")
+        rpc = RpcConnection(blob_server.host, blob_server.port, timeout_s=5)
+        try:
+            assert len(rpc.call(GetBlob(size=3)).data) == 3
+        finally:
+            rpc.close()
+        assert blob_server.stats["evicted"] == 1 and blob_server.stats["refused"] == 0
+        assert closed_by_server(silent[0], 5)           # the oldest went
+    finally:
+        for s in silent:
+            s.close()
+
+
+def test_a_request_buffer_holds_what_arrived_not_a_multiple_of_it(blob_server):
+    s = connect(blob_server.host, blob_server.port)
+    try:
+        s.sendall(struct.pack(">I", 16 << 20) + b"x" * (4 << 20))     # 4 MB of 16 announced
+
+        def arrived():
+            conns = list(blob_server._conns.values())
+            return conns and conns[0].got >= 4 << 20 and conns[0]
+        conn = wait_until(arrived, 10, "4 MB of the request to arrive")
+        # bytearray growth adds at most an eighth; before, buffers grew to 8x what arrived.
+        assert len(conn.buf) <= conn.got * 1.25, f"{len(conn.buf):,} bytes for {conn.got:,}"
+    finally:
+        s.close()
