@@ -2,9 +2,9 @@
 
 Why an event loop: a thread per connection let 500 idle connections hold 500 threads, and a
 frame buffer allocated from the length header let six connections that sent only a header take
-1.6 GB. Here a connection costs a small object until bytes arrive, a request's buffer holds the
-bytes that actually arrived (never beyond the announced length), and the loop closes connections
-that are idle (``rpc.connection.idle-timeout``), that take longer than
+1.6 GB. Here a connection costs a small object until bytes arrive, a request's buffer holds at
+most twice the bytes that actually arrived (never beyond the announced length), and the loop
+closes connections that are idle (``rpc.connection.idle-timeout``), that take longer than
 ``rpc.request.read-timeout`` from a request's first byte to its last, that leave a reply unread
 for ``rpc.response.write-timeout``, or that pass the caps per server and per client address.
 
@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import fcntl
 import logging
 import queue
 import selectors
 import socket
+import struct
+import termios
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -86,9 +89,11 @@ class _NoAuthentication:
     def authenticate(self, mechanism: Any, token: Any, peer: str | None = None) -> str:
         raise AuthenticationFailed("this server does not authenticate (PLAINTEXT)")
 
-#: Bytes one recv call reads at most (into the loop's scratch buffer, then appended to the
-#: request's buffer): a request's buffer holds what arrived, never what was announced.
-_CHUNK = 1 << 20
+#: A request's first payload buffer (at most the frame's length). A full buffer grows to what
+#: has arrived (the socket's queued bytes count) or to twice what it holds, whichever is more,
+#: never beyond the frame's length: it holds at most twice what arrived (plus _MIN_BUFFER), is
+#: never sized from the announced length, and a large request is copied O(1) times.
+_MIN_BUFFER = 64 << 10
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
 #: Entries one msgpack array or map of a request may have: a 1,000,000-bucket lease fits; a
@@ -232,7 +237,6 @@ class RpcServer:
         #: Connections with an unsent reply, oldest reply first, and their unsent bytes.
         self._writers: collections.OrderedDict[int, _Connection] = collections.OrderedDict()
         self._unsent = 0
-        self._scratch = memoryview(bytearray(_CHUNK))   # the loop's recv buffer
         self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -390,11 +394,17 @@ class RpcServer:
     def _read_once(self, conn: _Connection) -> bool:
         """One read; True when more may be waiting for this connection."""
         header = framing.HEADER.size
+        if conn.length is None:
+            want = memoryview(conn.head)[conn.got:]
+        else:
+            if conn.got == len(conn.buf):
+                arrived = conn.got + _available(conn.sock)
+                grown = bytearray(min(conn.length, max(_MIN_BUFFER, arrived, 2 * conn.got)))
+                grown[:conn.got] = memoryview(conn.buf)[:conn.got]
+                conn.buf = grown
+            want = memoryview(conn.buf)[conn.got:]
         try:
-            if conn.length is None:
-                n = conn.sock.recv_into(memoryview(conn.head)[conn.got:])
-            else:
-                n = conn.sock.recv_into(self._scratch, min(_CHUNK, conn.length - conn.got))
+            n = conn.sock.recv_into(want)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -407,8 +417,8 @@ class RpcServer:
         conn.last_active = now
         if conn.request_started is None:
             conn.request_started = now
+        conn.got += n
         if conn.length is None:
-            conn.got += n
             if conn.got < header:
                 return True
             authenticated = conn.principal is not None or not self._sasl
@@ -428,16 +438,9 @@ class RpcServer:
                 self._close(conn)
                 return False
             conn.buf, conn.got = bytearray(), 0
-            if conn.length:
-                return True
-        else:
-            # Appended as it arrives: the buffer holds what arrived (bytearray growth adds at
-            # most an eighth), never the announced length.
-            conn.buf += self._scratch[:n]
-            conn.got += n
         if conn.got < conn.length:
             return True
-        payload = conn.buf
+        payload = conn.buf                  # exactly the frame: buffers never pass its length
         conn.buf, conn.got, conn.length, conn.request_started = bytearray(), 0, None, None
         conn.busy = True
         self._selector.unregister(conn.sock)   # nothing more is read until the reply is out
@@ -681,6 +684,14 @@ def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
 
 #: Buffers per sendmsg call (Linux's IOV_MAX is 1024).
 _IOV_MAX = 1024
+
+
+def _available(sock: socket.socket) -> int:
+    """Bytes waiting in the socket's receive buffer (they count as arrived)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
 
 
 def _api_name(key: int) -> str:
