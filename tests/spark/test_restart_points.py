@@ -41,14 +41,19 @@ def restart(spark, cluster, table: str, out: Path, ckpt: Path, **options):
     return reader.load().writeStream.option("checkpointLocation", str(ckpt)).foreachBatch(sink).start()
 
 
-def assert_refused(spark, cluster, table, tmp_path, ckpt, message, **options):
-    q = restart(spark, cluster, table, tmp_path / "refused-out", ckpt, **options)
+def failed_start(spark, cluster, table: str, out: Path, ckpt: Path, **options) -> str:
+    """The error text of a restart on ``ckpt`` that must fail."""
+    q = restart(spark, cluster, table, out, ckpt, **options)
     try:
         with pytest.raises(StreamingQueryException) as err:
             q.awaitTermination(120)
     finally:
         q.stop()
-    text = str(err.value)
+    return str(err.value)
+
+
+def assert_refused(spark, cluster, table, tmp_path, ckpt, message, **options):
+    text = failed_start(spark, cluster, table, tmp_path / "refused-out", ckpt, **options)
     assert "does not match its checkpoint" in text and message in text, text[-3000:]
     assert "new checkpointLocation" in text
 
@@ -172,13 +177,7 @@ def test_a_restart_that_cannot_start_leaves_no_new_pins(spark, cluster, conn, ta
     admin.trigger_kv_snapshot(table_name, buckets=[0])
     with EmbeddedLeases(cluster) as zk:
         for _ in range(2):                       # every attempt fails the same way
-            q = restart(spark, cluster, table_name, out, ckpt)
-            try:
-                with pytest.raises(StreamingQueryException) as err:
-                    q.awaitTermination(120)
-            finally:
-                q.stop()
-            text = str(err.value)
+            text = failed_start(spark, cluster, table_name, out, ckpt)
             assert "KV snapshot" in text and "new checkpointLocation" in text, text[-2000:]
             assert f"fluss-spark lease drop {lease_id}" in text
             assert leases_on(admin, table_name) == []
