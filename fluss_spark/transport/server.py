@@ -2,8 +2,8 @@
 
 Why an event loop: a thread per connection let 500 idle connections hold 500 threads, and a
 frame buffer allocated from the length header let six connections that sent only a header take
-1.6 GB. Here a connection costs a small object until bytes arrive, a request's buffer holds at
-most twice the bytes that actually arrived (never beyond the announced length), and the loop
+1.6 GB. Here a connection costs a small object until bytes arrive, a request's buffer takes
+memory as its bytes arrive (an uninitialised buffer gets pages as they are written), and the loop
 closes connections that are idle (``rpc.connection.idle-timeout``), that take longer than
 ``rpc.request.read-timeout`` from a request's first byte to its last, that leave a reply unread
 for ``rpc.response.write-timeout``, or that pass the caps per server and per client address.
@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import collections
 import contextvars
-import fcntl
 import logging
 import queue
 import selectors
 import socket
-import struct
-import termios
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, TypeVar
+from typing import Any, Callable, Mapping, Protocol, TypeVar, Union, cast
+
+import numpy as np
 
 from fluss_spark import config
 from fluss_spark.errors import (ApiError, AuthenticationFailed, CorruptMessage,
@@ -89,11 +88,13 @@ class _NoAuthentication:
     def authenticate(self, mechanism: Any, token: Any, peer: str | None = None) -> str:
         raise AuthenticationFailed("this server does not authenticate (PLAINTEXT)")
 
-#: A request's first payload buffer (at most the frame's length). A full buffer grows to what
-#: has arrived (the socket's queued bytes count) or to twice what it holds, whichever is more,
-#: never beyond the frame's length: it holds at most twice what arrived (plus _MIN_BUFFER), is
-#: never sized from the announced length, and a large request is copied O(1) times.
-_MIN_BUFFER = 64 << 10
+#: Frames up to this size are read into a bytearray of their length. A larger frame is read
+#: into an uninitialised buffer of its announced length (numpy.empty: malloc, never written
+#: before the socket writes it): fresh memory takes pages only as bytes are written there, so
+#: its memory follows the bytes that arrived (a peer that announces 32 MB and sends 1 KB costs
+#: a page), while memory the allocator reuses costs nothing new; the request is read in place,
+#: with no copy or regrowth (zero-filling a bytearray of the announced length would cost it all).
+_UNINITIALISED_ABOVE = 64 << 10
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
 #: Entries one msgpack array or map of a request may have: a 1,000,000-bucket lease fits; a
@@ -151,7 +152,7 @@ class _Connection:
     def __init__(self, sock: socket.socket, ip: str, now: float):
         self.sock, self.fd, self.ip = sock, sock.fileno(), ip
         self.head = bytearray(framing.HEADER.size)
-        self.buf = bytearray()          # the payload received so far (``got`` bytes of it)
+        self.buf: _Buffer = bytearray()  # the payload received so far (``got`` bytes of it)
         self.got = 0                    # bytes of the header, then of the payload, received
         self.length: int | None = None  # payload length once the header is in
         self.last_active = self.opened = now
@@ -394,17 +395,9 @@ class RpcServer:
     def _read_once(self, conn: _Connection) -> bool:
         """One read; True when more may be waiting for this connection."""
         header = framing.HEADER.size
-        if conn.length is None:
-            want = memoryview(conn.head)[conn.got:]
-        else:
-            if conn.got == len(conn.buf):
-                arrived = conn.got + _available(conn.sock)
-                grown = bytearray(min(conn.length, max(_MIN_BUFFER, arrived, 2 * conn.got)))
-                grown[:conn.got] = memoryview(conn.buf)[:conn.got]
-                conn.buf = grown
-            want = memoryview(conn.buf)[conn.got:]
+        buf = conn.head if conn.length is None else cast(bytearray, conn.buf)
         try:
-            n = conn.sock.recv_into(want)
+            n = conn.sock.recv_into(memoryview(buf)[conn.got:])
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -437,10 +430,10 @@ class RpcServer:
                                        framing.HEADER.unpack(conn.head)[0], limit)
                 self._close(conn)
                 return False
-            conn.buf, conn.got = bytearray(), 0
+            conn.buf, conn.got = _buffer(conn.length), 0
         if conn.got < conn.length:
             return True
-        payload = conn.buf                  # exactly the frame: buffers never pass its length
+        payload = conn.buf                  # exactly the frame: a buffer never passes its length
         conn.buf, conn.got, conn.length, conn.request_started = bytearray(), 0, None, None
         conn.busy = True
         self._selector.unregister(conn.sock)   # nothing more is read until the reply is out
@@ -448,7 +441,7 @@ class RpcServer:
         self._pool.submit(self._run, conn, payload)
         return False
 
-    def _run(self, conn: _Connection, payload: bytearray) -> None:
+    def _run(self, conn: _Connection, payload: _Buffer) -> None:
         """In a handler thread: answer one request, send what the socket takes at once, and
         hand the connection (with the rest of the reply, if any) back to the loop."""
         try:
@@ -598,11 +591,12 @@ class RpcServer:
             pass
 
     # -- requests ---------------------------------------------------------------------------------
-    def _dispatch(self, payload: bytes | bytearray,
+    def _dispatch(self, payload: bytes | _Buffer,
                   conn: _Connection | None = None) -> tuple[list, bool]:
         """The reply (as buffers to send in order) and whether to keep the connection."""
         try:
-            req = codec.decode_request(payload, max_container=_MAX_CONTAINER)
+            # msgpack reads any buffer (a numpy array too) and copies what it keeps.
+            req = codec.decode_request(cast(bytearray, payload), max_container=_MAX_CONTAINER)
         except CorruptMessage as e:
             return [codec.encode_response(-1, error=e)], False
         cid = req.correlation_id
@@ -686,12 +680,15 @@ def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
 _IOV_MAX = 1024
 
 
-def _available(sock: socket.socket) -> int:
-    """Bytes waiting in the socket's receive buffer (they count as arrived)."""
-    try:
-        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
-    except OSError:
-        return 0
+#: What a request's payload is read into.
+_Buffer = Union[bytearray, "np.ndarray"]
+
+
+def _buffer(length: int) -> _Buffer:
+    """The buffer a payload of ``length`` bytes is read into (see _UNINITIALISED_ABOVE)."""
+    if length > _UNINITIALISED_ABOVE:
+        return np.empty(length, np.uint8)
+    return bytearray(length)
 
 
 def _api_name(key: int) -> str:
