@@ -95,6 +95,8 @@ class _NoAuthentication:
 #: a page), while memory the allocator reuses costs nothing new; the request is read in place,
 #: with no copy or regrowth (zero-filling a bytearray of the announced length would cost it all).
 _UNINITIALISED_ABOVE = 64 << 10
+#: Bytes the loop sends to one connection per wake-up before it serves the others.
+_WRITE_BUDGET = 4 << 20
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
 #: Entries one msgpack array or map of a request may have: a 1,000,000-bucket lease fits; a
@@ -243,7 +245,7 @@ class RpcServer:
         self._stopping = threading.Event()
         self._warn = _LogLimiter()
         #: Counters for tests and operators: connections refused, evicted, closed as idle,
-        #: stalled, unread or unauthenticated.
+        #: stalled, unread or unauthenticated; replies the loop finished sending (deferred).
         self.stats: collections.Counter = collections.Counter()
 
     def register(self, request_type: type[Q], handler: Callable[[Q], Message]) -> None:
@@ -476,6 +478,7 @@ class RpcServer:
             if conn.principal is not None or (keep and not self._sasl):
                 self._trust(conn)
             if rest:
+                self.stats["deferred"] += 1     # replies the loop finishes sending
                 conn.out, conn.keep, conn.write_started = rest, keep, now
                 conn.out_bytes = sum(v.nbytes for v in rest)
                 self._unsent += conn.out_bytes
@@ -490,7 +493,8 @@ class RpcServer:
     def _write(self, conn: _Connection) -> None:
         """Send more of a connection's reply (its socket became writable)."""
         try:
-            rest = send_some(conn.sock, conn.out)
+            # A fast reader of a large reply must not keep the loop from everyone else.
+            rest = send_some(conn.sock, conn.out, _WRITE_BUDGET)
         except OSError:
             self._close(conn)
             return
@@ -649,14 +653,20 @@ class RpcServer:
         return [codec.encode_response(cid, AuthenticateResponse(conn.principal).to_wire())], True
 
 
-def send_some(sock: socket.socket, views: list[memoryview]) -> list[memoryview]:
-    """Send what a non-blocking socket takes now; the views still to send (empty: all sent)."""
+def send_some(sock: socket.socket, views: list[memoryview],
+              budget: int | None = None) -> list[memoryview]:
+    """Send what a non-blocking socket takes now (at least ``budget`` bytes, when given, then
+    stop); the views still to send (empty: all sent)."""
     while views:
         try:
             sent = sock.sendmsg(views[:_IOV_MAX])
         except (BlockingIOError, InterruptedError):
             return views
         views = _advance(views, sent)
+        if budget is not None:
+            budget -= sent
+            if budget <= 0:
+                break
     return views
 
 

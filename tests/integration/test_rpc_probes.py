@@ -329,10 +329,35 @@ class GetBlob(Request[Blob]):
 def blob_server(request):
     limits = RpcLimits(handler_threads=2, **getattr(request, "param", {}))
     srv = RpcServer("127.0.0.1", 0, role="tablet", server_id=1, limits=limits)
-    srv.register(GetBlob, lambda req: Blob(b"x" * req.size))
+    srv.register(GetBlob, lambda req: Blob(_pattern(req.size)))
     srv.start()
     yield srv
     srv.stop()
+
+
+def _pattern(size: int) -> bytes:
+    return (bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+def test_large_replies_the_loop_finishes_arrive_whole_and_in_order(blob_server):
+    """A 16 MB reply to a client that reads late does not fit the socket: the handler sends
+    what it takes, the loop the rest; every byte arrives in order and the connection serves
+    the next request."""
+    s = connect(blob_server.host, blob_server.port, rcvbuf=4096)
+    try:
+        for cid, size in ((1, 16 << 20), (2, 5), (3, 9 << 20)):
+            deferred = blob_server.stats["deferred"]
+            s.sendall(frame(ApiKey.GET_METRICS, cid, {"size": size}))
+            if size > 1 << 20:
+                wait_until(lambda: blob_server.stats["deferred"] > deferred, 10,
+                           "the loop to take over the rest of the reply")
+            reply = read_reply(s)
+            assert reply.correlation_id == cid
+            assert reply.raise_for_error()["data"] == _pattern(size)
+    finally:
+        s.close()
+    wait_until(lambda: blob_server._unsent == 0 and not blob_server._writers, 5,
+               "no reply left unsent")
 
 
 def _ask_and_never_read(srv: RpcServer, size: int) -> socket.socket:
