@@ -58,7 +58,7 @@ _NOT_ON_APACHE_FLUSS = {
 
 
 def _reachable_servers(args) -> str:
-    from fluss_spark.client.connection import parse_bootstrap
+    from fluss_spark.client.bootstrap import parse_bootstrap
     from fluss_spark.local.ports import port_open
     servers = bootstrap_servers(args)
     if not any(port_open(h, p, timeout_s=2.0) for h, p in parse_bootstrap(servers)):
@@ -134,7 +134,7 @@ def credentials(args, servers: str) -> tuple[str, str] | None:
             raise ConfigError("a SASL login needs a username (--username or FLUSS_USERNAME) and "
                               "a password (FLUSS_PASSWORD)")
         return user, password
-    from fluss_spark.client.connection import parse_bootstrap
+    from fluss_spark.client.bootstrap import parse_bootstrap
     from fluss_spark.local.cluster import LocalCluster, read_state
     d = default_cluster_dir()
     if read_state(d) is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from fluss_spark.client.cluster import Cluster
-from fluss_spark.client.connection import parse_bootstrap
+from fluss_spark.client.bootstrap import parse_bootstrap
 from fluss_spark.errors import ConfigError, NetworkError
 
 EMBEDDED, APACHE_FLUSS, AUTO = "embedded", "apache-fluss", "auto"
@@ -45,7 +45,7 @@ def detect_engine(bootstrap_servers: str, timeout_s: float = 5.0) -> str:
 
 def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_s: float = 60.0,
                  username: str | None = None, password: str | None = None) -> Cluster:
-    """The ``Cluster`` at ``bootstrap_servers``: this project's servers (``FlussCluster``) or an
+    """The ``Cluster`` at ``bootstrap_servers``: this project's servers (``EmbeddedCluster``) or an
     Apache Fluss cluster (``ApacheFlussWireCluster``); ``engine`` ``auto`` probes."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
@@ -58,6 +58,6 @@ def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_
         from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
         return ApacheFlussWireCluster.connect(bootstrap_servers,
                                               request_timeout_s=request_timeout_s)
-    from fluss_spark.client.fluss_cluster import FlussCluster
-    return FlussCluster.connect(bootstrap_servers, request_timeout_s=request_timeout_s,
-                                username=username, password=password)
+    from fluss_spark.client.embedded.cluster import EmbeddedCluster
+    return EmbeddedCluster.connect(bootstrap_servers, request_timeout_s=request_timeout_s,
+                                   username=username, password=password)

@@ -1,7 +1,7 @@
 """An in-memory ``Cluster`` with the servers' semantics, for connector and tiering unit tests.
 
 ``tests/integration/test_admin_contract.py`` runs one suite against this fake and against
-``FlussCluster`` over real servers, so the two cannot drift apart.
+``EmbeddedCluster`` over real servers, so the two cannot drift apart.
 """
 
 from __future__ import annotations

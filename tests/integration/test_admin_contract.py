@@ -1,5 +1,5 @@
 """One contract for the ``Cluster`` interface the connector and the tiering job use, run against
-the unit tests' ``FakeCluster`` and against ``FlussCluster`` over real servers, so the fake cannot
+the unit tests' ``FakeCluster`` and against ``EmbeddedCluster`` over real servers, so the fake cannot
 drift from the servers."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from fluss_spark.client import Cluster, FlussCluster
+from fluss_spark.client import Cluster, EmbeddedCluster
 from fluss_spark.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
                                 LeaseHeldByOther, LeaseNotFound, LiveScanLost, TableNotExist)
@@ -64,7 +64,7 @@ class RealBackend:
     def __init__(self, conn):
         self.conn = conn
         self.admin = conn.admin()
-        self.cluster: Cluster = FlussCluster(conn)
+        self.cluster: Cluster = EmbeddedCluster(conn)
         self._last_write_ms = 0
 
     def create_pk(self, name: str) -> int:

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from fluss_spark.client import FlussCluster
+from fluss_spark.client import EmbeddedCluster
 from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
 from fluss_spark.client.backends import detect_engine, open_cluster
 from fluss_spark.errors import ConfigError, NetworkError
@@ -17,7 +17,7 @@ def test_each_engine_is_recognised_and_opened(cluster, apache_fluss):
     assert detect_engine(cluster.bootstrap_servers) == "embedded"
     assert detect_engine(apache_fluss.bootstrap_servers) == "apache-fluss"
     with open_cluster(cluster.bootstrap_servers) as ours:
-        assert isinstance(ours, FlussCluster)
+        assert isinstance(ours, EmbeddedCluster)
         caps = ours.capabilities()
         assert (caps.leases, caps.lease_renewal, caps.snapshot_read) == (True, "renew",
                                                                          "scan_session")

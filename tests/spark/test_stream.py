@@ -15,7 +15,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from fluss_spark.client.fluss_cluster import FlussCluster
+from fluss_spark.client.embedded.cluster import EmbeddedCluster
 from fluss_spark.connector.progress import table_lag
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on, source_offsets,
@@ -227,7 +227,7 @@ def test_batch_read_equals_table_state(spark, cluster, conn, table_name):
 def expected_metadata(conn, table: str, snaps) -> dict:
     """Per live key: (change type, log offset, commit time) of its last changelog record after
     its bucket's snapshot, read independently with the log scanner, else the snapshot's."""
-    cluster = FlussCluster(conn)
+    cluster = EmbeddedCluster(conn)
     latest = cluster.list_offsets(table)
     out: dict = {}
     for b, snap in snaps.items():

@@ -350,7 +350,7 @@ def test_rule_messages_name_both_modules_and_the_rule():
     assert rule_breaks(Import("fluss_spark.protocol.framing", "socket", 3, True)) == (
         "protocol must not import socket, select, selectors: protocol is pure encoding and does "
         "no I/O")
-    assert rule_breaks(Import("fluss_spark.client.connection", "socket", 3, True)) is None
+    assert rule_breaks(Import("fluss_spark.client.embedded.connection", "socket", 3, True)) is None
     assert rule_breaks(Import("fluss_spark.server.process", "kazoo.client", 3, False)) == (
         "kazoo is imported only in metadata: ZooKeeper is reached through "
         "metadata.MetadataStore only")

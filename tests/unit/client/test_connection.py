@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.client import FlussConnection
-from fluss_spark.client.connection import parse_bootstrap
+from fluss_spark.client.bootstrap import parse_bootstrap
 from fluss_spark.errors import (ConfigError, InvalidRequest, LeaderNotAvailable, NetworkError,
                                 NotCoordinatorLeader, NotLeaderOrFollower, TableNotExist,
                                 TooManyScanners)

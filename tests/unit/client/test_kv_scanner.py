@@ -7,7 +7,7 @@ import gc
 import pyarrow as pa
 import pytest
 
-from fluss_spark.client.kv_scanner import KvScanner, LiveScanLost
+from fluss_spark.client.embedded.kv_scanner import KvScanner, LiveScanLost
 from fluss_spark.client import TableInfo
 from fluss_spark.errors import (ApiError, ConfigError, KvSnapshotNotExist, NetworkError,
                                 TooManyScanners)

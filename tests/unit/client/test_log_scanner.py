@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from fluss_spark.client.log_scanner import LogScanner
+from fluss_spark.client.embedded.log_scanner import LogScanner
 from fluss_spark.client import TableInfo
 from fluss_spark.errors import ConfigError, LogOffsetOutOfRange
 from fluss_spark.protocol.arrow_ipc import table_to_bytes

@@ -19,7 +19,7 @@ import pytest
 
 from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection, TableMetadata
-from fluss_spark.client.log_scanner import LogScanner
+from fluss_spark.client.embedded.log_scanner import LogScanner
 from fluss_spark.errors import CorruptMessage, NetworkError, RecordTooLarge
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.fluss import framing as fluss_framing

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.client import TableInfo
-from fluss_spark.client.writer import TableWriter, chunks, to_arrow
+from fluss_spark.client.embedded.writer import TableWriter, chunks, to_arrow
 from fluss_spark.errors import ConfigError, NonPrimaryKeyTable, RecordTooLarge
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.rows import bucket_of, encode_key

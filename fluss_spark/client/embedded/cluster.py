@@ -1,4 +1,5 @@
-"""``FlussCluster``: the ``Cluster`` interface over this project's coordinator and tablet servers."""
+"""``EmbeddedCluster``: the ``Cluster`` interface over this project's coordinator and tablet
+servers."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import pyarrow as pa
 
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, Pins, RecordBatchStream)
-from fluss_spark.client.connection import FlussConnection
+from fluss_spark.client.embedded.connection import FlussConnection
 from fluss_spark.errors import UnsupportedVersion
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
 
 
-class FlussCluster:
+class EmbeddedCluster:
     """A ``Cluster`` that delegates to a ``FlussConnection`` (its admin, KV and log scanners)."""
 
     def __init__(self, conn: FlussConnection):
@@ -24,7 +25,7 @@ class FlussCluster:
 
     @classmethod
     def connect(cls, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
-                username: str | None = None, password: str | None = None) -> "FlussCluster":
+                username: str | None = None, password: str | None = None) -> "EmbeddedCluster":
         return cls(FlussConnection(bootstrap_servers, request_timeout_s=request_timeout_s,
                                    username=username, password=password))
 
@@ -99,7 +100,7 @@ class FlussCluster:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "FlussCluster":
+    def __enter__(self) -> "EmbeddedCluster":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -107,7 +108,7 @@ class FlussCluster:
 
 
 #: The type checker holds this implementation to the interface: mypy names any method that differs.
-_IMPLEMENTS_CLUSTER: type[Cluster] = FlussCluster
+_IMPLEMENTS_CLUSTER: type[Cluster] = EmbeddedCluster
 
 
-__all__ = ["FlussCluster"]
+__all__ = ["EmbeddedCluster"]

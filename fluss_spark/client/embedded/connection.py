@@ -7,25 +7,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, TypeVar
 
-from fluss_spark.client.metadata import MetadataCache
+from fluss_spark.client.bootstrap import parse_bootstrap
+from fluss_spark.client.embedded.metadata import MetadataCache
 from fluss_spark.errors import ConfigError, NetworkError, NotCoordinatorLeader, TableNotExist
 from fluss_spark.protocol.framing import MAX_FRAME_BYTES
 from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.protocol.messages import GetMetadataRequest, Message, Request, TableInfo
 from fluss_spark.retry import retry
-from fluss_spark.transport.client import RpcConnection, parse_address
+from fluss_spark.transport.client import RpcConnection
 
 R = TypeVar("R", bound=Message)
 T = TypeVar("T")
-
-
-def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
-    """``"h1:p1,h2:p2"`` (or a list of addresses) -> [(host, port)], refusing an empty list."""
-    parts = servers.split(",") if isinstance(servers, str) else list(servers)
-    addrs = [parse_address(p) for p in parts if p and p.strip()]
-    if not addrs:
-        raise ConfigError("bootstrap.servers is empty: give at least one host:port")
-    return addrs
 
 
 class FlussConnection:
@@ -100,19 +92,19 @@ class FlussConnection:
 
     # -- facades --------------------------------------------------------------------------------
     def admin(self):
-        from fluss_spark.client.admin import Admin
+        from fluss_spark.client.embedded.admin import Admin
         return Admin(self)
 
     def writer(self, table: str | TableInfo):
-        from fluss_spark.client.writer import TableWriter
+        from fluss_spark.client.embedded.writer import TableWriter
         return TableWriter(self, self.resolve(table))
 
     def log_scanner(self, table: str | TableInfo, projection: list[str] | None = None):
-        from fluss_spark.client.log_scanner import LogScanner
+        from fluss_spark.client.embedded.log_scanner import LogScanner
         return LogScanner(self, self.resolve(table), projection)
 
     def kv_scanner(self, table: str | TableInfo):
-        from fluss_spark.client.kv_scanner import KvScanner
+        from fluss_spark.client.embedded.kv_scanner import KvScanner
         return KvScanner(self, self.resolve(table))
 
     # -- metadata -------------------------------------------------------------------------------

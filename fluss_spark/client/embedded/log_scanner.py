@@ -8,7 +8,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from fluss_spark.client.model import LogBatch
+from fluss_spark.client.embedded.model import LogBatch
 from fluss_spark.errors import ConfigError, LogOffsetOutOfRange
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.changelog import CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET
