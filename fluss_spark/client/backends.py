@@ -28,7 +28,7 @@ def detect_engine(bootstrap_servers: str, timeout_s: float = 5.0) -> str:
         known = _DETECTED.get(bootstrap_servers)
     if known is not None:
         return known
-    from fluss_spark.transport.fluss_client import speaks_fluss
+    from fluss_spark.transport.apache_fluss import speaks_fluss
     from fluss_spark.transport.probe import reachable
     tried = []
     for host, port in parse_bootstrap(bootstrap_servers):

@@ -11,9 +11,10 @@ import pytest
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.client.cluster import Capabilities, Cluster
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist, UnsupportedVersion
-from fluss_spark.protocol.fluss.api import SERVER_TYPE_COORDINATOR, SERVER_TYPE_TABLET, FlussApiKey
+from fluss_spark.protocol.apache_fluss.api import (SERVER_TYPE_COORDINATOR, SERVER_TYPE_TABLET,
+                                                   FlussApiKey)
 from fluss_spark.testing import apache_fluss as writer
-from fluss_spark.transport.fluss_client import FlussRpcConnection, speaks_fluss
+from fluss_spark.transport.apache_fluss import FlussRpcConnection, speaks_fluss
 
 pytestmark = pytest.mark.slow
 

@@ -20,11 +20,11 @@ from fluss_spark.errors import (ConfigError, InvalidLeaseId, KvSnapshotNotExist,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
                                 UnsupportedVersion)
 from fluss_spark.protocol.changelog import CHANGELOG_FIELDS
-from fluss_spark.protocol.fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS, OFFSET_EARLIEST,
+from fluss_spark.protocol.apache_fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS, OFFSET_EARLIEST,
                                             OFFSET_LATEST, OFFSET_TIMESTAMP)
-from fluss_spark.protocol.fluss.errors import to_exception
-from fluss_spark.protocol.fluss.log_batch import iter_batches
-from fluss_spark.protocol.fluss.messages import (
+from fluss_spark.protocol.apache_fluss.errors import to_exception
+from fluss_spark.protocol.apache_fluss.log_batch import iter_batches
+from fluss_spark.protocol.apache_fluss.messages import (
     AcquireKvSnapshotLeaseRequest, CreateDatabaseRequest, CreateTableRequest,
     DropDatabaseRequest, DropKvSnapshotLeaseRequest, DropTableRequest, FetchLogRequest,
     GetKvSnapshotMetadataRequest, GetLatestKvSnapshotsRequest, GetTableInfoRequest,
@@ -32,7 +32,7 @@ from fluss_spark.protocol.fluss.messages import (
     PbFetchLogReqForBucket, PbFetchLogReqForTable, PbFetchLogRespForBucket,
     PbKvSnapshotLeaseForBucket, PbKvSnapshotLeaseForTable, PbTableBucket,
     ReleaseKvSnapshotLeaseRequest)
-from fluss_spark.protocol.fluss.table_json import parse_table_json, table_json
+from fluss_spark.protocol.apache_fluss.table_json import parse_table_json, table_json
 from fluss_spark.protocol.ipc_limits import IpcBudget
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id

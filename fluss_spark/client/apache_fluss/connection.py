@@ -11,17 +11,17 @@ import pyarrow as pa
 
 from fluss_spark.errors import (ApiError, ConfigError, LeaderNotAvailable, NetworkError,
                                 TableNotExist, UnknownServerError)
-from fluss_spark.protocol.fluss.framing import MAX_RESPONSE_BYTES
-from fluss_spark.protocol.fluss.messages import (FlussRequest, GetTableInfoRequest,
+from fluss_spark.protocol.apache_fluss.framing import MAX_RESPONSE_BYTES
+from fluss_spark.protocol.apache_fluss.messages import (FlussRequest, GetTableInfoRequest,
                                                  GetTableSchemaRequest,
                                                  MetadataRequest, MetadataResponse,
                                                  PbTablePath, PbServerNode)
-from fluss_spark.protocol.fluss.proto import ProtoMessage
-from fluss_spark.protocol.fluss.table_json import (FlussTableDescriptor, parse_schema_json,
+from fluss_spark.protocol.apache_fluss.proto import ProtoMessage
+from fluss_spark.protocol.apache_fluss.table_json import (FlussTableDescriptor, parse_schema_json,
                                                    parse_table_json)
 from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.retry import retry
-from fluss_spark.transport.fluss_client import FlussRpcConnection
+from fluss_spark.transport.apache_fluss import FlussRpcConnection
 
 R = TypeVar("R", bound=ProtoMessage)
 T = TypeVar("T")

@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
-from fluss_spark.protocol.fluss.compacted_row import decode_kv_values
+from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_values
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,11 @@ import pyarrow as pa
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection, TableMetadata
 from fluss_spark.client.cluster import LiveScanStart
 from fluss_spark.errors import ApiError, FlussError, LiveScanLost, TooManyScanners
-from fluss_spark.protocol.fluss.api import FlussApiKey
-from fluss_spark.protocol.fluss.compacted_row import decode_value_batch
-from fluss_spark.protocol.fluss.errors import to_exception
-from fluss_spark.protocol.fluss.messages import PbScanReqForBucket, ScanKvRequest, ScanKvResponse
+from fluss_spark.protocol.apache_fluss.api import FlussApiKey
+from fluss_spark.protocol.apache_fluss.compacted_row import decode_value_batch
+from fluss_spark.protocol.apache_fluss.errors import to_exception
+from fluss_spark.protocol.apache_fluss.messages import (PbScanReqForBucket, ScanKvRequest,
+                                                        ScanKvResponse)
 
 log = logging.getLogger(__name__)
 

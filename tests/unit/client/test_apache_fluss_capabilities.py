@@ -8,7 +8,7 @@ import pytest
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.client.cluster import Capabilities
 from fluss_spark.errors import InvalidLeaseId, UnsupportedVersion
-from fluss_spark.protocol.fluss.api import LEASE_APIS, FlussApiKey
+from fluss_spark.protocol.apache_fluss.api import LEASE_APIS, FlussApiKey
 
 
 class Coordinator:

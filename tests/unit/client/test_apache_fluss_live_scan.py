@@ -12,9 +12,9 @@ import pytest
 
 from fluss_spark.client.apache_fluss.live_scan import FlussLiveScan, open_live_scan
 from fluss_spark.errors import CorruptMessage, LiveScanLost, UnsupportedVersion
-from fluss_spark.protocol.fluss.compacted_row import decode_value_batch
-from fluss_spark.protocol.fluss.messages import ScanKvRequest, ScanKvResponse
-from tests.unit.protocol.test_fluss_compacted_row import kv_value
+from fluss_spark.protocol.apache_fluss.compacted_row import decode_value_batch
+from fluss_spark.protocol.apache_fluss.messages import ScanKvRequest, ScanKvResponse
+from tests.unit.protocol.test_apache_fluss_compacted_row import kv_value
 
 SCHEMA = pa.schema([pa.field("id", pa.int32(), nullable=False), pa.field("v", pa.string())])
 

@@ -19,7 +19,7 @@ from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
                                                          count_rows, read_row_count)
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist
-from tests.unit.protocol.test_fluss_compacted_row import kv_value
+from tests.unit.protocol.test_apache_fluss_compacted_row import kv_value
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
 

@@ -22,16 +22,16 @@ from fluss_spark.client.apache_fluss.connection import FlussWireConnection, Tabl
 from fluss_spark.client.embedded.log_scanner import LogScanner
 from fluss_spark.errors import CorruptMessage, NetworkError, RecordTooLarge
 from fluss_spark.protocol import codec, framing
-from fluss_spark.protocol.fluss import framing as fluss_framing
-from fluss_spark.protocol.fluss.compacted_row import decode_value_batch
-from fluss_spark.protocol.fluss.messages import (FetchLogResponse as FlussFetchLogResponse,
+from fluss_spark.protocol.apache_fluss import framing as fluss_framing
+from fluss_spark.protocol.apache_fluss.compacted_row import decode_value_batch
+from fluss_spark.protocol.apache_fluss.messages import (FetchLogResponse as FlussFetchLogResponse,
                                                  PbFetchLogRespForBucket, PbFetchLogRespForTable,
                                                  PbTablePath)
-from fluss_spark.protocol.fluss.table_json import FlussTableDescriptor
+from fluss_spark.protocol.apache_fluss.table_json import FlussTableDescriptor
 from fluss_spark.protocol.messages import FetchLogRequest, TableInfo
 from fluss_spark.transport.client import RpcConnection
-from fluss_spark.transport.fluss_client import FlussRpcConnection
-from tests.unit.protocol.test_fluss_log_batch import make_batch
+from fluss_spark.transport.apache_fluss import FlussRpcConnection
+from tests.unit.protocol.test_apache_fluss_log_batch import make_batch
 
 MB = 1 << 20
 SCHEMA = pa.schema([("x", pa.int64())])

@@ -6,9 +6,9 @@ import pytest
 
 from fluss_spark import errors
 from fluss_spark.errors import CorruptMessage
-from fluss_spark.protocol.fluss import framing
-from fluss_spark.protocol.fluss.api import API_VERSION, FlussApiKey
-from fluss_spark.protocol.fluss.errors import to_exception
+from fluss_spark.protocol.apache_fluss import framing
+from fluss_spark.protocol.apache_fluss.api import API_VERSION, FlussApiKey
+from fluss_spark.protocol.apache_fluss.errors import to_exception
 
 
 def test_api_keys_and_versions():

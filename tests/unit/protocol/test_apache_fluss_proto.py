@@ -7,13 +7,13 @@ from dataclasses import dataclass
 import pytest
 
 from fluss_spark.errors import CorruptMessage
-from fluss_spark.protocol.fluss.messages import (ApiVersionsRequest, ApiVersionsResponse,
+from fluss_spark.protocol.apache_fluss.messages import (ApiVersionsRequest, ApiVersionsResponse,
                                                  ErrorResponse, FetchLogRequest,
                                                  ListOffsetsRequest, MetadataResponse,
                                                  PbApiVersion, PbBucketMetadata,
                                                  PbFetchLogReqForBucket, PbFetchLogReqForTable,
                                                  PbServerNode, PbTableMetadata, PbTablePath)
-from fluss_spark.protocol.fluss.proto import (BOOL, BYTES, DOUBLE, FIXED32_, FIXED64_, FLOAT,
+from fluss_spark.protocol.apache_fluss.proto import (BOOL, BYTES, DOUBLE, FIXED32_, FIXED64_, FLOAT,
                                               INT32, INT64, MESSAGE, SFIXED32, SFIXED64, SINT32,
                                               SINT64, STRING, UINT32, UINT64, ProtoMessage,
                                               encode_varint, pb, read_varint, unzigzag, zigzag)

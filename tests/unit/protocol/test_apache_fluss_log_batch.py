@@ -10,9 +10,9 @@ import pytest
 
 from fluss_spark.errors import CorruptMessage
 from fluss_spark.protocol.changelog import CHANGELOG_FIELDS
-from fluss_spark.protocol.fluss.log_batch import (_crc32c_table, crc32c, iter_batches,
+from fluss_spark.protocol.apache_fluss.log_batch import (_crc32c_table, crc32c, iter_batches,
                                                   parse_batch)
-from fluss_spark.protocol.fluss.table_json import (arrow_type, parse_table_json, table_json)
+from fluss_spark.protocol.apache_fluss.table_json import (arrow_type, parse_table_json, table_json)
 
 WIRE = pa.schema([("id", pa.int64()), ("name", pa.string()), ("ts", pa.timestamp("ms"))])
 SHOWN = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()),

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.errors import ConfigError, CorruptMessage, UnsupportedVersion
-from fluss_spark.protocol.fluss.compacted_row import decode_compacted_rows, decode_kv_values
+from fluss_spark.protocol.apache_fluss.compacted_row import decode_compacted_rows, decode_kv_values
 
 # KV values written by an Apache Fluss 0.9.1 server, schema id 1.
 GOLDEN_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string()),

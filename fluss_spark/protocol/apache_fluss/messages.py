@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
-from fluss_spark.protocol.fluss.api import FlussApiKey
-from fluss_spark.protocol.fluss.proto import (BOOL, BYTES, INT32, INT64, MESSAGE, STRING,
+from fluss_spark.protocol.apache_fluss.api import FlussApiKey
+from fluss_spark.protocol.apache_fluss.proto import (BOOL, BYTES, INT32, INT64, MESSAGE, STRING,
                                               ProtoMessage, pb)
 
 R = TypeVar("R", bound=ProtoMessage)

@@ -8,12 +8,12 @@ from typing import TypeVar
 
 from fluss_spark import __version__
 from fluss_spark.errors import ApiError, CorruptMessage, NetworkError
-from fluss_spark.protocol.fluss import framing
-from fluss_spark.protocol.fluss.api import API_VERSION, api_name
-from fluss_spark.protocol.fluss.errors import to_exception
-from fluss_spark.protocol.fluss.messages import (ApiVersionsRequest, ApiVersionsResponse,
+from fluss_spark.protocol.apache_fluss import framing
+from fluss_spark.protocol.apache_fluss.api import API_VERSION, api_name
+from fluss_spark.protocol.apache_fluss.errors import to_exception
+from fluss_spark.protocol.apache_fluss.messages import (ApiVersionsRequest, ApiVersionsResponse,
                                                  ErrorResponse, FlussRequest)
-from fluss_spark.protocol.fluss.proto import ProtoMessage
+from fluss_spark.protocol.apache_fluss.proto import ProtoMessage
 from fluss_spark.transport.channel import SocketChannel
 from fluss_spark.transport.frames import recv_exact
 
