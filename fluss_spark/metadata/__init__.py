@@ -1,4 +1,4 @@
 """Cluster metadata in ZooKeeper: the znode layout, versioned records, and the kazoo store.
 
-This is the only package that imports kazoo.
+This is the only package that imports kazoo (besides the test support's fault injection).
 """

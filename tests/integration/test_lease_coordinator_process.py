@@ -263,7 +263,7 @@ def test_kill_9_after_a_one_bucket_change_of_a_lease_in_part_znodes_keeps_both(
     over a million): the first acquire and a later one-bucket move survive kill -9."""
     import random
 
-    from fluss_spark.metadata import layout
+    from fluss_spark.metadata import layout, lease_codec
     conn = coordinator.connection()
     table_id = create_table(conn, buckets=1024)
     remote = tmp_path / "coord" / "remote"
@@ -276,7 +276,7 @@ def test_kill_9_after_a_one_bucket_change_of_a_lease_in_part_znodes_keeps_both(
         "lease_id": "wide", "duration_ms": HOUR, "tables": {table_id: ids}})
     assert reply["unavailable"] == {}
     children = meta.zk.get_children(layout.lease_path("wide"))
-    assert children == [layout.lease_part_name(table_id, 0, 1)]
+    assert children == [lease_codec.lease_part_name(table_id, 0, 1)]
 
     def kill_9_and_describe():
         """kill -9, restart: (a connection to the new coordinator, its view of the lease)."""
@@ -294,4 +294,4 @@ def test_kill_9_after_a_one_bucket_change_of_a_lease_in_part_znodes_keeps_both(
     assert info["tables"] == {table_id: moved}
     assert meta.load_lease("wide").tables == {table_id: moved}
     assert meta.zk.get_children(layout.lease_path("wide")) == [
-        layout.lease_part_name(table_id, 0, 2)]
+        lease_codec.lease_part_name(table_id, 0, 2)]

@@ -7,8 +7,9 @@ import zlib
 import pytest
 
 from fluss_spark.errors import CorruptMessage
-from fluss_spark.metadata import layout
-from fluss_spark.metadata.layout import LeaseRecord, decode_lease_pins, encode_lease_pins
+from fluss_spark.metadata import layout, lease_codec
+from fluss_spark.metadata.layout import LeaseRecord
+from fluss_spark.metadata.lease_codec import decode_lease_pins, encode_lease_pins
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol.codec import packb
 
@@ -176,16 +177,16 @@ def test_inline_round_trip():
 
 
 def test_large_parts_go_to_child_znodes_and_damage_is_detected(monkeypatch):
-    monkeypatch.setattr(layout, "LEASE_PART_BUCKETS", 1000)
+    monkeypatch.setattr(lease_codec, "LEASE_PART_BUCKETS", 1000)
     rng = random.Random(5)
     rec = LeaseRecord("big", 1, 2, tables={7: {b: rng.randrange(10 ** 6) for b in range(5000)},
                                           8: {0: 1}})
     header, children = rec.encode_all(generation=4)
-    assert sorted(children) == [layout.lease_part_name(7, k, 4) for k in range(5)]
+    assert sorted(children) == [lease_codec.lease_part_name(7, k, 4) for k in range(5)]
     raw = LeaseRecord.decode_header(header)
     assert raw["generation"] == 4 and len(raw["parts"]) == 1     # table 8 is inline
     assert LeaseRecord.decode(header, parts=children) == rec
-    name = layout.lease_part_name(7, 2, 4)
+    name = lease_codec.lease_part_name(7, 2, 4)
     with pytest.raises(CorruptMessage, match="part 2 of table 7 .* missing or damaged"):
         LeaseRecord.decode(header, parts={n: d for n, d in children.items() if n != name})
     damaged = dict(children, **{name: children[name][:-1] + b"x"})
@@ -269,17 +270,17 @@ def random_pins(n, spread, seed=0, base=100_000):
 
 
 def test_store_switches_between_inline_and_parts_and_removes_old_parts(store, monkeypatch):
-    monkeypatch.setattr(layout, "LEASE_PART_BUCKETS", 4096)
+    monkeypatch.setattr(lease_codec, "LEASE_PART_BUCKETS", 4096)
     small = LeaseRecord("l", 1, 2, {1: {0: 1}})
     store.save_lease(small)
     assert store.load_lease("l") == small and children_of(store, "l") == []
     big = LeaseRecord("l", 1, 3, {1: random_pins(20_000, 10 ** 6)})
     store.save_lease(big)
-    assert children_of(store, "l") == [layout.lease_part_name(1, k, 2) for k in range(5)]
+    assert children_of(store, "l") == [lease_codec.lease_part_name(1, k, 2) for k in range(5)]
     assert store.load_lease("l") == big
     bigger = LeaseRecord("l", 1, 4, {1: random_pins(20_000, 10 ** 6, seed=1)})
     store.save_lease(bigger)
-    assert children_of(store, "l") == [layout.lease_part_name(1, k, 3) for k in range(5)]
+    assert children_of(store, "l") == [lease_codec.lease_part_name(1, k, 3) for k in range(5)]
     assert store.load_lease("l") == bigger
     store.save_lease(small)
     assert children_of(store, "l") == []
@@ -287,7 +288,7 @@ def test_store_switches_between_inline_and_parts_and_removes_old_parts(store, mo
 
 
 def test_a_one_bucket_change_rewrites_one_part_only(store, zk_address, monkeypatch):
-    monkeypatch.setattr(layout, "LEASE_PART_BUCKETS", 4096)
+    monkeypatch.setattr(lease_codec, "LEASE_PART_BUCKETS", 4096)
     pins = random_pins(20_000, 10 ** 6)
     rec = LeaseRecord("l", 1, 2, {1: pins, 2: {0: 5}})
     store.save_lease(rec)
@@ -299,7 +300,7 @@ def test_a_one_bucket_change_rewrites_one_part_only(store, zk_address, monkeypat
     store.save_lease(changed, changed={1: {9000}})
     after = children_of(store, "l")
     new = [n for n in after if n not in before]
-    assert new == [layout.lease_part_name(1, 2, 2)]       # bucket 9000 is in part 2
+    assert new == [lease_codec.lease_part_name(1, 2, 2)]       # bucket 9000 is in part 2
     assert len(after) == len(before)
     for name in after:
         if name in before:      # untouched parts were not written again
@@ -329,12 +330,13 @@ def test_orphan_parts_of_an_interrupted_write_are_ignored_then_deleted(store):
     rec = LeaseRecord("l", 1, 2, {1: {0: 1}})
     store.save_lease(rec)
     # A writer died after creating a newer generation's part but before switching the header.
-    store.zk.create(layout.lease_path("l") + "/" + layout.lease_part_name(1, 0, 2), b"garbage")
+    store.zk.create(layout.lease_path("l") + "/" + lease_codec.lease_part_name(1, 0, 2),
+                    b"garbage")
     assert store.load_lease("l") == rec
     rec2 = LeaseRecord("l", 1, 5, {1: random_pins(5000, 10 ** 8)})
     store.save_lease(rec2)
     assert store.load_lease("l") == rec2
-    assert children_of(store, "l") == [layout.lease_part_name(1, 0, 3)]
+    assert children_of(store, "l") == [lease_codec.lease_part_name(1, 0, 3)]
 
 
 def test_a_first_write_that_never_finished_is_discarded_on_load(store):
@@ -358,7 +360,7 @@ def test_a_v3_chunked_lease_in_zookeeper_loads_and_its_next_write_is_v4(store):
         "payload_bytes": len(payload), "payload_crc": zlib.crc32(payload)}))
     third = len(payload) // 3 + 1
     for i in range(3):
-        store.zk.create(f"{path}/{layout.lease_chunk_name(6, i)}",
+        store.zk.create(f"{path}/{lease_codec.lease_chunk_name(6, i)}",
                         payload[i * third:(i + 1) * third])
     expected = LeaseRecord("old", 1, 2 ** 50, {4: {**{b: 7 for b in range(3000)}, 3001: 9},
                                                5: {1: 10, 2: 12}}, holders={4: "q"},
@@ -393,8 +395,8 @@ def test_a_lease_of_one_million_buckets_stores_and_reloads_in_1_5_bytes_each(sto
 
 
 def test_parts_of_a_big_table_are_looked_up_with_holes_and_any_id(monkeypatch):
-    from fluss_spark.metadata.layout import table_parts
-    monkeypatch.setattr(layout, "LEASE_PART_BUCKETS", 100)
+    from fluss_spark.metadata.lease_codec import table_parts
+    monkeypatch.setattr(lease_codec, "LEASE_PART_BUCKETS", 100)
     pins = {b: b * 3 for b in range(5000) if b % 7}
     pins[250] = -(2 ** 63)         # the lookup's own "absent" marker, as a real id
     del pins[251]

@@ -6,7 +6,7 @@ import pytest
 
 from fluss_spark.errors import CorruptMessage, MetadataStoreUnavailable, StorageError
 from fluss_spark.metadata import layout
-from fluss_spark.metadata.faults import ConnectionDies
+from fluss_spark.testing.zookeeper_faults import ConnectionDies
 from fluss_spark.metadata.layout import SnapshotIndexPage, SnapshotRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol.codec import packb

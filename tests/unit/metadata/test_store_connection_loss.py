@@ -9,8 +9,8 @@ from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from fluss_spark.errors import MetadataStoreUnavailable
-from fluss_spark.metadata import layout
-from fluss_spark.metadata.faults import ConnectionDies
+from fluss_spark.metadata import lease_codec
+from fluss_spark.testing.zookeeper_faults import ConnectionDies
 from fluss_spark.metadata.layout import LeaseRecord
 from fluss_spark.metadata.store import MetadataStore
 
@@ -75,9 +75,9 @@ def test_a_call_that_is_never_answered_gives_up_after_the_session_timeout():
 def small_chunks(monkeypatch):
     """Parts of 16 buckets, each in a child znode, at most ~64 bytes per multi: a lease of 100
     pins is then several znodes written in several steps."""
-    monkeypatch.setattr(layout, "LEASE_PART_BUCKETS", 16)
-    monkeypatch.setattr(layout, "LEASE_INLINE_PART_BYTES", 0)
-    monkeypatch.setattr(layout, "LEASE_MULTI_BYTES", 64)
+    monkeypatch.setattr(lease_codec, "LEASE_PART_BUCKETS", 16)
+    monkeypatch.setattr(lease_codec, "LEASE_INLINE_PART_BYTES", 0)
+    monkeypatch.setattr(lease_codec, "LEASE_MULTI_BYTES", 64)
 
 
 def chunked(expires_at_ms: int, offset: int) -> LeaseRecord:

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from fluss_spark.clock import FakeClock
-from fluss_spark.metadata import layout
+from fluss_spark.metadata import layout, lease_codec
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.server.coordinator.leases import LeaseManager
 
@@ -19,9 +19,9 @@ HOUR = 3_600_000
 
 @pytest.fixture
 def small_parts(monkeypatch):
-    monkeypatch.setattr(layout, "LEASE_PART_BUCKETS", 8)
-    monkeypatch.setattr(layout, "LEASE_INLINE_PART_BYTES", 24)
-    monkeypatch.setattr(layout, "LEASE_INLINE_BYTES", 200)
+    monkeypatch.setattr(lease_codec, "LEASE_PART_BUCKETS", 8)
+    monkeypatch.setattr(lease_codec, "LEASE_INLINE_PART_BYTES", 24)
+    monkeypatch.setattr(lease_codec, "LEASE_INLINE_BYTES", 200)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -59,7 +59,7 @@ def test_random_changes_are_stored_exactly(zk_address, small_parts, seed):
             for lease_id in names:   # no orphan part znodes stay behind
                 header = layout.LeaseRecord.decode_header(
                     store.zk.get(layout.lease_path(lease_id))[0])
-                named = {layout.lease_part_name(t, k, g) for t, k, g, _, _ in header["refs"]}
+                named = {lease_codec.lease_part_name(t, k, g) for t, k, g, _, _ in header["refs"]}
                 assert set(store.zk.get_children(layout.lease_path(lease_id))) == named
                 seen_inline = max(seen_inline, len(header["parts"]))
                 seen_children = max(seen_children, len(named))

@@ -9,7 +9,7 @@ counts that match the leases, no pinned snapshot deleted, and a retry that conve
 import pytest
 
 from fluss_spark.errors import MetadataStoreUnavailable
-from fluss_spark.metadata.faults import ConnectionDies
+from fluss_spark.testing.zookeeper_faults import ConnectionDies
 from fluss_spark.testing.coordinator import LeaseHarness
 
 HOUR = 3_600_000

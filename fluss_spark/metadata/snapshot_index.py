@@ -1,0 +1,275 @@
+"""The KV snapshot registry in ZooKeeper: index pages of 128 buckets, and the layout v1 znodes
+they replace (read, and moved into the pages by ``migrate_snapshots``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from fluss_spark.errors import StorageError
+from fluss_spark.metadata import layout
+from fluss_spark.metadata.layout import SnapshotRecord
+from fluss_spark.metadata.zk import ZkSession, retriable_on_connection_loss
+
+log = logging.getLogger(__name__)
+
+
+@retriable_on_connection_loss
+class SnapshotIndex:
+    """The registered KV snapshots of every table, read and written through one session.
+
+    A record in both layouts reads once (the page's copy wins).
+    """
+
+    def __init__(self, session: ZkSession):
+        self._session = session
+        self._v1_seen_empty = False
+        #: Snapshot index pages as this store last wrote or read them: path -> (znode
+        #: version, {(bucket, snapshot_id): record}), the base of its next change.
+        self._page_cache: dict[str, tuple[int, dict]] = {}
+
+    @property
+    def address(self) -> str:
+        return self._session.address
+
+    @property
+    def zk(self):
+        return self._session.zk
+
+    def put_snapshot(self, rec: SnapshotRecord) -> None:
+        def change(records: dict) -> None:
+            records[(rec.bucket, rec.snapshot_id)] = rec
+        self._update_page(rec.table_id, layout.snapshot_page_of(rec.bucket), change)
+
+    def delete_snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> None:
+        def change(records: dict) -> None:
+            records.pop((bucket, snapshot_id), None)
+        if not self._update_page(table_id, layout.snapshot_page_of(bucket), change) \
+                and not self._v1_gone():
+            # Not in the index: a layout v1 snapshot that was never migrated.
+            try:
+                self._session.write("delete", layout.snapshot_path(table_id, bucket, snapshot_id))
+            except NoNodeError:
+                pass
+
+    def snapshot_ids(self, table_id: int, bucket: int) -> list[int]:
+        page = self._page(table_id, layout.snapshot_page_of(bucket))
+        ids = {s for b, s in page if b == bucket}
+        ids.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id, bucket)))
+        return sorted(ids)
+
+    def snapshot_buckets(self, table_id: int) -> list[int]:
+        buckets = {b for page in self._pages(table_id).values() for b, _ in page}
+        buckets.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id)))
+        return sorted(buckets)
+
+    def snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> SnapshotRecord | None:
+        rec = self._page(table_id, layout.snapshot_page_of(bucket)).get((bucket, snapshot_id))
+        if rec is not None:
+            return rec
+        if self._v1_gone():
+            return None
+        return self._session.get(layout.snapshot_path(table_id, bucket, snapshot_id),
+                                 SnapshotRecord)
+
+    def snapshot_table_ids(self) -> list[int]:
+        return sorted({int(c) for c in self._session.children(layout.SNAPSHOT_INDEX)}
+                      | {int(c) for c in self._session.children(layout.SNAPSHOTS)})
+
+    def delete_table_snapshots(self, table_id: int) -> None:
+        prefix = layout.snapshot_index_path(table_id) + "/"
+        for path in [p for p in self._page_cache if p.startswith(prefix)]:
+            del self._page_cache[path]
+        for path in (layout.snapshot_index_path(table_id), layout.snapshots_path(table_id)):
+            try:
+                self._session.delete_tree(path)
+            except NoNodeError:
+                pass
+
+    def all_snapshots(self) -> list[SnapshotRecord]:
+        """Every registered KV snapshot: the index pages of every table (pipelined reads, so
+        O(tables + pages) round trips in flight), plus any layout v1 znodes left."""
+        tables = [int(t) for t in self._session.children(layout.SNAPSHOT_INDEX)]
+        listings = [(t, self.zk.get_children_async(layout.snapshot_index_path(t)))
+                    for t in tables]
+        paths = []
+        for table_id, listing in listings:
+            try:
+                paths += [layout.snapshot_index_path(table_id, int(p)) for p in listing.get()]
+            except NoNodeError:
+                continue
+        found: dict[tuple[int, int, int], SnapshotRecord] = {}
+        for i in range(0, len(paths), 1000):
+            reads = [(p, self.zk.get_async(p)) for p in paths[i:i + 1000]]
+            for path, read in reads:
+                try:
+                    data, stat = read.get()
+                except NoNodeError:
+                    continue
+                page = layout.SnapshotIndexPage.decode(data)
+                records = {}
+                for rec in page.records:
+                    found[(rec.table_id, rec.bucket, rec.snapshot_id)] = rec
+                    records[(rec.bucket, rec.snapshot_id)] = rec
+                self._page_cache[path] = (stat.version, records)
+        for rec in self._v1_snapshots():
+            found.setdefault((rec.table_id, rec.bucket, rec.snapshot_id), rec)
+        return list(found.values())
+
+    def migrate_snapshots(self) -> int:
+        """Move layout v1 snapshot znodes into index pages, then delete them; returns how
+        many were moved. Idempotent: a move cut off anywhere leaves records in the old place,
+        the new one or both (read once), and the next call finishes it."""
+        moved = 0
+        for table_id in sorted(int(c) for c in self._session.children(layout.SNAPSHOTS)):
+            recs, znodes = self._v1_tree(table_id)
+            by_page: dict[int, list[SnapshotRecord]] = {}
+            for rec in recs:
+                by_page.setdefault(layout.snapshot_page_of(rec.bucket), []).append(rec)
+            for page, group in sorted(by_page.items()):
+                def change(records: dict, group=group) -> None:
+                    for rec in group:
+                        records.setdefault((rec.bucket, rec.snapshot_id), rec)
+                self._update_page(table_id, page, change)
+            if not self._delete_listed(znodes + [layout.snapshots_path(table_id)]):
+                try:    # the tree changed since it was listed: list it again
+                    self._session.delete_tree(layout.snapshots_path(table_id))
+                except NoNodeError:
+                    pass
+            moved += len(recs)
+            if recs:
+                log.info("moved %d KV snapshot records of table %d into the snapshot index",
+                         len(recs), table_id)
+        return moved
+
+    def _delete_listed(self, paths: list[str], per_multi: int = 500, in_flight: int = 8) -> bool:
+        """Delete ``paths`` (children before parents) in fenced multis, several in flight:
+        ZooKeeper applies one session's requests in order, and a v1 tree of 100,000
+        snapshots is 300 multis. False when some multi failed (a node was gone or had
+        new children); the others still applied."""
+        txs = []
+        for i in range(0, len(paths), per_multi):
+            tx = self._session.transaction()
+            for path in paths[i:i + per_multi]:
+                tx.delete(path)
+            txs.append(tx)
+        ok = True
+        for i in range(0, len(txs), in_flight):
+            pending = [tx.commit_async() for tx in txs[i:i + in_flight]]
+            for result in pending:
+                results = self._session.committed(result.get(), "delete layout v1 snapshot znodes")
+                ok = ok and not any(isinstance(r, Exception) for r in results)
+        return ok
+
+    def _v1_gone(self) -> bool:
+        """Whether the layout v1 tree is known to be empty. Nothing writes v1 znodes any more,
+        so once seen empty it stays empty, and the lookups of tablets and of the registry stop
+        paying a ZooKeeper round trip for it."""
+        if not self._v1_seen_empty and not self._session.children(layout.SNAPSHOTS):
+            self._v1_seen_empty = True
+        return self._v1_seen_empty
+
+    def _v1_children(self, path: str) -> list[str]:
+        return [] if self._v1_gone() else self._session.children(path)
+
+    def _page(self, table_id: int, page: int) -> dict[tuple[int, int], SnapshotRecord]:
+        try:
+            data, _ = self.zk.get(layout.snapshot_index_path(table_id, page))
+        except NoNodeError:
+            return {}
+        return {(r.bucket, r.snapshot_id): r
+                for r in layout.SnapshotIndexPage.decode(data).records}
+
+    def _pages(self, table_id: int) -> dict[int, dict[tuple[int, int], SnapshotRecord]]:
+        return {int(p): self._page(table_id, int(p))
+                for p in self._session.children(layout.snapshot_index_path(table_id))}
+
+    def _update_page(self, table_id: int, page: int, change: Callable[[dict], object]) -> bool:
+        """Apply ``change`` to a page's ``{(bucket, snapshot_id): record}`` and write it with a
+        version check (retried when someone else wrote it meanwhile); returns whether the
+        page changed. An emptied page is deleted.
+
+        The page as this store last wrote or read it is the base when known, so a commit
+        costs one write, not a read and a write; a version check that fails (someone else
+        wrote it) drops that copy and reads the page again."""
+        path = layout.snapshot_index_path(table_id, page)
+        fresh = False
+        while True:
+            cached = self._page_cache.get(path)
+            if cached is not None and not fresh:
+                version, records = cached
+            else:
+                try:
+                    data, stat = self.zk.get(path)
+                    version = stat.version
+                    records = {(r.bucket, r.snapshot_id): r
+                               for r in layout.SnapshotIndexPage.decode(data).records}
+                except NoNodeError:
+                    version, records = None, {}
+                fresh = True
+            new = dict(records)
+            change(new)
+            if new == records:
+                if fresh:
+                    return False
+                fresh = True        # nothing to write, by a copy: make sure from ZooKeeper
+                continue
+            try:
+                if not new:
+                    self._page_cache.pop(path, None)
+                    self._session.write("delete", path, version=version)
+                    return True
+                encoded = layout.SnapshotIndexPage(table_id, page, tuple(new.values())).encode()
+                if len(encoded) > layout.SNAPSHOT_PAGE_MAX_BYTES:
+                    raise StorageError(
+                        f"the snapshot index page of table {table_id} buckets "
+                        f"{page * layout.SNAPSHOT_PAGE_BUCKETS}.."
+                        f"{(page + 1) * layout.SNAPSHOT_PAGE_BUCKETS - 1} would hold "
+                        f"{len(new)} snapshots ({len(encoded)} bytes), past ZooKeeper's node "
+                        f"limit; lower kv.snapshot.num-retained or release leases that pin old "
+                        f"snapshots")
+                self._page_cache.pop(path, None)    # until the write's outcome is known
+                if version is None:
+                    self.zk.ensure_path(layout.snapshot_index_path(table_id))
+                    self._session.write("create", path, encoded)
+                    self._page_cache[path] = (0, new)
+                else:
+                    stat = self._session.write("set_data", path, encoded, version=version)
+                    self._page_cache[path] = (stat.version, new)
+                return True
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                fresh = True
+                continue    # written or deleted by someone else since we read it: read again
+
+    def _v1_snapshots(self, table_ids: list[int] | None = None) -> list[SnapshotRecord]:
+        """Every layout v1 snapshot record (of ``table_ids``)."""
+        if table_ids is None:
+            table_ids = sorted(int(c) for c in self._session.children(layout.SNAPSHOTS))
+        return [rec for t in table_ids for rec in self._v1_tree(t)[0]]
+
+    def _v1_tree(self, table_id: int) -> tuple[list[SnapshotRecord], list[str]]:
+        """(records, znodes below the table's node, children first) of a table's layout v1
+        snapshots, read with pipelined requests."""
+        buckets = sorted(int(c) for c in self._session.children(layout.snapshots_path(table_id)))
+        paths: list[str] = []
+        for i in range(0, len(buckets), 1000):
+            futures = [(b, self.zk.get_children_async(layout.snapshots_path(table_id, b)))
+                       for b in buckets[i:i + 1000]]
+            for bucket, f in futures:
+                try:
+                    ids = f.get()
+                except NoNodeError:
+                    continue
+                paths += [layout.snapshot_path(table_id, bucket, int(s)) for s in ids]
+        out, found = [], []
+        for i in range(0, len(paths), 1000):
+            reads = [(p, self.zk.get_async(p)) for p in paths[i:i + 1000]]
+            for path, read in reads:
+                try:
+                    out.append(SnapshotRecord.decode(read.get()[0]))
+                    found.append(path)
+                except NoNodeError:
+                    continue
+        return out, found + [layout.snapshots_path(table_id, b) for b in buckets]
