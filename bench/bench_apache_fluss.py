@@ -5,8 +5,8 @@ Run::
     .venv/bin/python bench/bench_apache_fluss.py --rows 1000000 --repeat 3
 
 It starts one ZooKeeper, then both clusters on it in temporary directories -- the embedded
-``LocalCluster`` (coordinator + ``--tablets`` tablet servers) and Apache Fluss 0.9.1
-(``ApacheFlussCluster``: coordinator + ``--tablets`` Java tablet servers; jars from Maven Central)
+``EmbeddedProcesses`` (coordinator + ``--tablets`` tablet servers) and Apache Fluss 0.9.1
+(``ApacheFlussProcesses``: coordinator + ``--tablets`` Java tablet servers; jars from Maven Central)
 -- and writes the same ``--rows`` rows into a log table of each (``id BIGINT, v STRING, amount
 DOUBLE``, ``--buckets`` buckets, no bucket key): into the embedded one with
 ``FlussConnection.writer(table).append`` in Arrow chunks of ``--write-batch-rows`` rows, into

@@ -5,8 +5,8 @@ Run::
     .venv/bin/python bench/bench_apache_fluss_snapshot.py --rows 1000000 --repeat 3 [--profile]
 
 It starts one ZooKeeper, then both clusters on it in temporary directories -- the embedded
-``LocalCluster`` (coordinator + ``--tablets`` tablet servers) and Apache Fluss 0.9.1
-(``ApacheFlussCluster``, ``kv.snapshot.interval`` of ``--snapshot-interval``) -- and writes the
+``EmbeddedProcesses`` (coordinator + ``--tablets`` tablet servers) and Apache Fluss 0.9.1
+(``ApacheFlussProcesses``, ``kv.snapshot.interval`` of ``--snapshot-interval``) -- and writes the
 same ``--rows`` rows into a primary-key table of each (``id BIGINT NOT NULL, v STRING, amount
 DOUBLE``, primary key ``id``, ``--buckets`` buckets): into the embedded one with
 ``FlussConnection.writer(table).upsert`` in Arrow chunks of ``--write-batch-rows`` rows, then

@@ -4,7 +4,7 @@ Run::
 
     .venv/bin/python bench/bench_microbatch.py --rows 200000 --batches 50 --repeat 3
 
-It starts, in a temporary directory, the embedded cluster (``LocalCluster``, ``--tablets``
+It starts, in a temporary directory, the embedded cluster (``EmbeddedProcesses``, ``--tablets``
 tablet servers) and one Apache Kafka broker (KRaft, broker and controller in one JVM, jars from
 Maven Central: ``bench/kafka_local.py``), and puts the same ``--rows`` rows in each: a log table
 ``id BIGINT, v STRING, amount DOUBLE`` of ``--buckets`` buckets, and a topic of as many
@@ -53,7 +53,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,  # 
 
 from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
-from fluss_spark.local.cluster import LocalCluster  # noqa: E402
+from fluss_spark.local.embedded import EmbeddedProcesses  # noqa: E402
 
 from kafka_local import KafkaBroker, connector_jars  # noqa: E402 - bench/kafka_local.py
 
@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     cluster = broker = spark = None
     try:
         t0 = time.perf_counter()
-        cluster = LocalCluster(work / "cluster", tablets=args.tablets).start()
+        cluster = EmbeddedProcesses(work / "cluster", tablets=args.tablets).start()
         t1 = time.perf_counter()
         broker = KafkaBroker(work / "kafka", partitions=args.buckets).start()
         t2 = time.perf_counter()

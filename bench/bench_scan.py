@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from fluss_spark.config import parse_size_bytes
-from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.embedded import EmbeddedProcesses
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE, category STRING, ts BIGINT"
 
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     sizes = [parse_size_bytes(s.strip()) for s in a.batch_sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as d:
-        cluster = LocalCluster(d, tablets=1)
+        cluster = EmbeddedProcesses(d, tablets=1)
         cluster.start()
         try:
             conn = cluster.connection(request_timeout_s=120)

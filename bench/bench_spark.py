@@ -72,7 +72,7 @@ from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
 from fluss_spark.connector.schema import with_snapshot_metadata  # noqa: E402
 from fluss_spark.connector.source import FlussDataSource, FlussStreamReader  # noqa: E402
-from fluss_spark.local.cluster import LocalCluster  # noqa: E402
+from fluss_spark.local.embedded import EmbeddedProcesses  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Executor-side instrumentation (pickled by value with the classes below; bench only)
@@ -427,7 +427,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     timing = work / "timing"
     timing.mkdir()
-    cluster = LocalCluster(work / "cluster", tablets=2).start()
+    cluster = EmbeddedProcesses(work / "cluster", tablets=2).start()
     spark = None
     try:
         table = "bench.orders"

@@ -40,7 +40,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from fluss_spark.local.cluster import LocalCluster  # noqa: E402
+from fluss_spark.local.embedded import EmbeddedProcesses  # noqa: E402
 from fluss_spark.tiering.job import TieringConfig, TieringJob  # noqa: E402
 from fluss_spark.tiering.lake import LakeTable  # noqa: E402
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
 
     work = Path(tempfile.mkdtemp(prefix="bench-tiering-"))
-    cluster = LocalCluster(work / "cluster", tablets=2).start()
+    cluster = EmbeddedProcesses(work / "cluster", tablets=2).start()
     spark = (SparkSession.builder.master("local[2]").appName("bench-tiering")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())

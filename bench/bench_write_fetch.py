@@ -54,7 +54,7 @@ from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema, table_to_bytes
 from fluss_spark.protocol.rows import split_by_bucket
 from fluss_spark.protocol.types import parse_schema
-from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.embedded import EmbeddedProcesses
 
 SCHEMA = parse_schema("id BIGINT, name STRING, amount DOUBLE, category STRING, ts BIGINT")
 
@@ -209,7 +209,7 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def settle(cluster: LocalCluster, idle: float = 0.05, window_s: float = 0.5,
+def settle(cluster: EmbeddedProcesses, idle: float = 0.05, window_s: float = 0.5,
            timeout_s: float = 30.0) -> float:
     """Wait until the cluster's processes (ZooKeeper, coordinator, tablet) together use under
     ``idle`` of a core over ``window_s`` (background work of the previous measurement: dropped
@@ -245,7 +245,7 @@ def _fmt(xs: list[float], scale: float = 1.0, digits: int = 2) -> str:
     return "/".join(f"{x / scale:.{digits}f}" for x in _stats(xs))
 
 
-def run_repeat(rep: int, cluster: LocalCluster, conn, coord: RpcConnection,
+def run_repeat(rep: int, cluster: EmbeddedProcesses, conn, coord: RpcConnection,
                batches: list[pa.Table], rows: int, fetch_bytes: int,
                out: dict[str, dict[str, list[float]]]) -> None:
     tablet = cluster.address("tablet", 0)
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{a.repeat} repeats, fresh tables each", flush=True)
     out: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="fluss-bench-") as tmp:
-        cluster = LocalCluster(tmp, tablets=1).start()
+        cluster = EmbeddedProcesses(tmp, tablets=1).start()
         try:
             host, port = parse_address(cluster.address("coordinator", 0))
             coord = RpcConnection(host, port)

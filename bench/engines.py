@@ -10,8 +10,8 @@ import time
 import uuid
 from pathlib import Path
 
-from fluss_spark.local.apache_fluss import ApacheFlussCluster
-from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.apache_fluss import ApacheFlussProcesses
+from fluss_spark.local.embedded import EmbeddedProcesses
 from fluss_spark.local.zookeeper import ZooKeeperProcess
 
 EMBEDDED, APACHE = "embedded", "apache-fluss"
@@ -23,17 +23,17 @@ class Engines:
     def __init__(self, prefix: str, tablets: int, apache_options: dict[str, str] | None = None):
         self.work = Path(tempfile.mkdtemp(prefix=prefix))
         self.zk = ZooKeeperProcess(self.work / "zookeeper")
-        self.embedded: LocalCluster | None = None
-        self.apache: ApacheFlussCluster | None = None
+        self.embedded: EmbeddedProcesses | None = None
+        self.apache: ApacheFlussProcesses | None = None
         try:
             self.zk.start()
             t0 = time.perf_counter()
-            self.embedded = LocalCluster(
+            self.embedded = EmbeddedProcesses(
                 self.work / "embedded", tablets=tablets,
                 zookeeper=f"{self.zk.address}/bench-embedded-{uuid.uuid4().hex[:8]}")
             self.embedded.start()
             t1 = time.perf_counter()
-            self.apache = ApacheFlussCluster(
+            self.apache = ApacheFlussProcesses(
                 self.work / "apache", tablets=tablets, zookeeper=self.zk.address,
                 options={"zookeeper.path.root": f"/bench-apache-{uuid.uuid4().hex[:8]}",
                          **(apache_options or {})})

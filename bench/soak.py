@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from fluss_spark.errors import FlussError
 from fluss_spark.protocol.api import ApiKey
-from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.embedded import EmbeddedProcesses
 from fluss_spark.local.ports import wait_until
 
 SESSION_S = 4
@@ -49,7 +49,7 @@ def sockets(pid: int | None) -> int:
 class Load:
     """The clients: their threads, what they saw acknowledged, and their error counts."""
 
-    def __init__(self, cluster: LocalCluster):
+    def __init__(self, cluster: EmbeddedProcesses):
         self.cluster = cluster
         self.stop = threading.Event()
         self.acked: list[int] = []
@@ -109,7 +109,7 @@ class Load:
         self._loop(step)
 
 
-def inject(cluster: LocalCluster, rng: random.Random, log) -> str:
+def inject(cluster: EmbeddedProcesses, rng: random.Random, log) -> str:
     kind = rng.choice(["tablet", "coordinator", "zookeeper", "pause"])
     if kind == "tablet":
         sid = rng.randrange(2)
@@ -142,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     rng = random.Random(a.seed)
     base = Path(tempfile.mkdtemp(prefix="fluss-soak-"))
-    cluster = LocalCluster(base / "c", tablets=2,
-                           server_options=[f"zookeeper.client.session-timeout={SESSION_S}s",
-                                           "kv.scanner.ttl=20s",
-                                           "kv.scanner.expiration-interval=1s"])
+    cluster = EmbeddedProcesses(base / "c", tablets=2,
+                                server_options=[f"zookeeper.client.session-timeout={SESSION_S}s",
+                                                "kv.scanner.ttl=20s",
+                                                "kv.scanner.expiration-interval=1s"])
     cluster.start()
     with cluster.connection() as conn:
         conn.admin().create_table("soak.log", "k BIGINT", num_buckets=4)

@@ -57,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from fluss_spark.client import FlussConnection
     from fluss_spark.connector import register
-    from fluss_spark.local.cluster import LocalCluster
+    from fluss_spark.local.embedded import EmbeddedProcesses
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="fluss-quickstart-"))
     print(f"[1/6] starting a local cluster in {base}")
-    cluster = LocalCluster(base, tablets=2)
+    cluster = EmbeddedProcesses(base, tablets=2)
     cluster.start()
     spark = None
     try:

@@ -35,12 +35,12 @@ CLUSTER_TEST_OPTIONS = (
 
 @pytest.fixture(scope="session")
 def cluster(zookeeper, tmp_path_factory):
-    """A real LocalCluster (coordinator + 2 tablet servers) on the session ZooKeeper, in a
+    """A real EmbeddedProcesses (coordinator + 2 tablet servers) on the session ZooKeeper, in a
     chroot of its own, shared by the whole test session."""
-    from fluss_spark.local.cluster import LocalCluster
-    local = LocalCluster(tmp_path_factory.mktemp("cluster"), tablets=2,
-                         zookeeper=f"{zookeeper.address}/fluss-cluster-{uuid.uuid4().hex[:12]}",
-                         server_options=CLUSTER_TEST_OPTIONS)
+    from fluss_spark.local.embedded import EmbeddedProcesses
+    local = EmbeddedProcesses(tmp_path_factory.mktemp("cluster"), tablets=2,
+                              zookeeper=f"{zookeeper.address}/fluss-cluster-{uuid.uuid4().hex[:12]}",
+                              server_options=CLUSTER_TEST_OPTIONS)
     local.start()
     yield local
     local.stop()
@@ -53,11 +53,11 @@ SASL_USERS = {"admin": "admin-secret", "internal": "internal-secret", "bob": "bo
 
 @pytest.fixture(scope="session")
 def sasl_cluster(zookeeper, tmp_path_factory):
-    """A LocalCluster (coordinator + 1 tablet) that requires SASL PLAIN, with the principals of
+    """An EmbeddedProcesses (coordinator + 1 tablet) that requires SASL PLAIN, with the principals of
     ``SASL_USERS`` (``admin`` is the super user), shared by the whole test session."""
-    from fluss_spark.local.cluster import LocalCluster
-    local = LocalCluster(tmp_path_factory.mktemp("sasl") / "c", tablets=1, sasl=True,
-                         zookeeper=f"{zookeeper.address}/fluss-sasl-{uuid.uuid4().hex[:12]}")
+    from fluss_spark.local.embedded import EmbeddedProcesses
+    local = EmbeddedProcesses(tmp_path_factory.mktemp("sasl") / "c", tablets=1, sasl=True,
+                              zookeeper=f"{zookeeper.address}/fluss-sasl-{uuid.uuid4().hex[:12]}")
     local.users_file.parent.mkdir(parents=True)
     local.users_file.write_text("".join(f"{u}:{p}\n" for u, p in SASL_USERS.items()))
     local.start()
@@ -67,14 +67,14 @@ def sasl_cluster(zookeeper, tmp_path_factory):
 
 @pytest.fixture
 def local_cluster(tmp_path, request):
-    """``local_cluster(**kwargs)``: a started LocalCluster of this test (embedded ZooKeeper
+    """``local_cluster(**kwargs)``: a started EmbeddedProcesses of this test (embedded ZooKeeper
     unless ``zookeeper=`` is given); stopped afterwards, its logs printed if the test failed."""
-    from fluss_spark.local.cluster import LocalCluster
+    from fluss_spark.local.embedded import EmbeddedProcesses
     made = []
     failed_before = request.session.testsfailed
 
     def make(**kwargs):
-        made.append(LocalCluster(tmp_path / f"c{len(made)}", **kwargs).start())
+        made.append(EmbeddedProcesses(tmp_path / f"c{len(made)}", **kwargs).start())
         return made[-1]
     yield make
     for local in made:
@@ -102,7 +102,7 @@ def _start_apache_fluss(zookeeper, base_dir, options: dict[str, str] | None = No
     a root of its own, with ``APACHE_FLUSS_TEST_OPTIONS`` updated by ``options``. Skips when Java
     or Maven is missing, except under CI (``CI=true``), where it fails."""
     import shutil
-    from fluss_spark.local.apache_fluss import ApacheFlussCluster
+    from fluss_spark.local.apache_fluss import ApacheFlussProcesses
     from fluss_spark.local.apache_fluss_jars import cached_jars
     missing = [tool for tool, ok in (("java", shutil.which("java")),
                                      ("mvn", cached_jars() is not None or shutil.which("mvn")))
@@ -113,7 +113,7 @@ def _start_apache_fluss(zookeeper, base_dir, options: dict[str, str] | None = No
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
-    local = ApacheFlussCluster(
+    local = ApacheFlussProcesses(
         base_dir, tablets=2, zookeeper=zookeeper.address,
         options={**APACHE_FLUSS_TEST_OPTIONS, **(options or {}),
                  "zookeeper.path.root": f"/apache-fluss-{uuid.uuid4().hex[:12]}"})

@@ -52,7 +52,7 @@ def _cluster_dir(args) -> Path:
 def engine_of(d: Path) -> str | None:
     """The engine of the cluster whose state is in ``d`` (None when there is none)."""
     from fluss_spark.local import apache_fluss
-    from fluss_spark.local.cluster import STATE_FILE
+    from fluss_spark.local.embedded import STATE_FILE
     if (d / apache_fluss.STATE_FILE).exists():
         return apache_fluss.ENGINE
     if (d / STATE_FILE).exists():
@@ -81,20 +81,20 @@ def cmd_cluster_start(args) -> int:
         return _start_apache_fluss(args)
     from fluss_spark.config import parse_server_options
     from fluss_spark.protocol.api import API_GROUPS
-    from fluss_spark.local.cluster import LocalCluster, read_state
+    from fluss_spark.local.embedded import EmbeddedProcesses, read_state
     d = _cluster_dir(args)
     parse_server_options(args.option)   # refuse a bad option before starting anything
     for g in args.disable_api:
         if g not in API_GROUPS:
             raise ConfigError(f"unknown API group {g!r}; known: {', '.join(sorted(API_GROUPS))}")
     if read_state(d) is not None and args.tablets is None and not args.zookeeper:
-        cluster = LocalCluster.load(d)
+        cluster = EmbeddedProcesses.load(d)
         cluster.server_options = args.option or cluster.server_options
         cluster.disabled_apis = args.disable_api or cluster.disabled_apis
     else:
-        cluster = LocalCluster(d, tablets=args.tablets or 1, zookeeper=args.zookeeper,
-                               server_options=args.option, disabled_apis=args.disable_api,
-                               sasl=args.sasl)
+        cluster = EmbeddedProcesses(d, tablets=args.tablets or 1, zookeeper=args.zookeeper,
+                                    server_options=args.option, disabled_apis=args.disable_api,
+                                    sasl=args.sasl)
     cluster.start()
     if _json(args):
         emit_json({"dir": str(d), "bootstrap_servers": cluster.bootstrap_servers,
@@ -105,20 +105,20 @@ def cmd_cluster_start(args) -> int:
 
 
 def _start_apache_fluss(args) -> int:
-    from fluss_spark.local.apache_fluss import ApacheFlussCluster, parse_options, read_state
+    from fluss_spark.local.apache_fluss import ApacheFlussProcesses, parse_options, read_state
     d = _cluster_dir(args)
     options = parse_options(args.option)   # refuse a bad option before starting anything
     state = read_state(d)
     version = args.fluss_version or (state or {}).get("fluss_version") or DEFAULT_FLUSS_VERSION
     if state is not None and args.tablets is None and not args.zookeeper:
-        cluster = ApacheFlussCluster.load(d)
+        cluster = ApacheFlussProcesses.load(d)
         if args.fluss_version and args.fluss_version != cluster.version:
             raise ConfigError(f"{d} holds Apache Fluss {cluster.version}; stop it and use another "
                               f"--dir for {args.fluss_version}")
         cluster.options.update(options)
     else:
-        cluster = ApacheFlussCluster(d, tablets=args.tablets or 1, version=version,
-                                     zookeeper=args.zookeeper, options=options)
+        cluster = ApacheFlussProcesses(d, tablets=args.tablets or 1, version=version,
+                                       zookeeper=args.zookeeper, options=options)
     cluster.start()
     if _json(args):
         emit_json({"dir": str(d), "engine": "apache-fluss", "fluss_version": cluster.version,
@@ -130,8 +130,8 @@ def _start_apache_fluss(args) -> int:
 
 
 def _status_apache_fluss(args, d: Path) -> int:
-    from fluss_spark.local.apache_fluss import ApacheFlussCluster
-    cluster = ApacheFlussCluster.load(d)
+    from fluss_spark.local.apache_fluss import ApacheFlussProcesses
+    cluster = ApacheFlussProcesses.load(d)
     procs = cluster.processes()
     if _json(args):
         emit_json({"dir": str(d), "engine": "apache-fluss", "fluss_version": cluster.version,
@@ -145,11 +145,11 @@ def _status_apache_fluss(args, d: Path) -> int:
 
 
 def cmd_cluster_status(args) -> int:
-    from fluss_spark.local.cluster import LocalCluster
+    from fluss_spark.local.embedded import EmbeddedProcesses
     d = _cluster_dir(args)
     if engine_of(d) == "apache-fluss":
         return _status_apache_fluss(args, d)
-    cluster = LocalCluster.load(d)
+    cluster = EmbeddedProcesses.load(d)
     procs = cluster.processes()
     metrics = None
     coord_up = any(p["role"] == "coordinator" and p["alive"] for p in procs)
@@ -177,11 +177,11 @@ def cmd_cluster_status(args) -> int:
 
 
 def cmd_cluster_stop(args) -> int:
-    from fluss_spark.local.apache_fluss import ApacheFlussCluster
-    from fluss_spark.local.cluster import LocalCluster
+    from fluss_spark.local.apache_fluss import ApacheFlussProcesses
+    from fluss_spark.local.embedded import EmbeddedProcesses
     d = _cluster_dir(args)
-    cluster: LocalCluster | ApacheFlussCluster
-    cluster = ApacheFlussCluster.load(d) if engine_of(d) == "apache-fluss" else LocalCluster.load(d)
+    cluster: EmbeddedProcesses | ApacheFlussProcesses
+    cluster = ApacheFlussProcesses.load(d) if engine_of(d) == "apache-fluss" else EmbeddedProcesses.load(d)
     cluster.stop()
     if _json(args):
         emit_json({"dir": str(d), "processes": cluster.processes()})

@@ -35,7 +35,7 @@ def bootstrap_servers(args) -> str:
     explicit = getattr(args, "bootstrap_servers", None) or os.environ.get("FLUSS_BOOTSTRAP_SERVERS")
     if explicit:
         return explicit
-    from fluss_spark.local.cluster import read_state
+    from fluss_spark.local.embedded import read_state
     d = default_cluster_dir()
     state = read_state(d)
     if state is None:
@@ -135,11 +135,11 @@ def credentials(args, servers: str) -> tuple[str, str] | None:
                               "a password (FLUSS_PASSWORD)")
         return user, password
     from fluss_spark.client.bootstrap import parse_bootstrap
-    from fluss_spark.local.cluster import LocalCluster, read_state
+    from fluss_spark.local.embedded import EmbeddedProcesses, read_state
     d = default_cluster_dir()
     if read_state(d) is None:
         return None
-    local = LocalCluster.load(d)
+    local = EmbeddedProcesses.load(d)
     if set(parse_bootstrap(local.bootstrap_servers)) & set(parse_bootstrap(servers)):
         return local.credentials
     return None

@@ -1,4 +1,4 @@
-"""ApacheFlussCluster: a real Apache Fluss release (Maven Central jars) run as local Java processes.
+"""ApacheFlussProcesses: a real Apache Fluss release (Maven Central jars) as local Java processes.
 
 One ZooKeeper (embedded via ``ZooKeeperProcess`` unless an address is given), one coordinator
 and N tablet servers, each a ``java`` process on a free loopback port with its own config dir
@@ -27,7 +27,7 @@ from pathlib import Path
 from fluss_spark.errors import FlussError
 from fluss_spark.local.apache_fluss_jars import DEFAULT_VERSION, ensure_jars
 from fluss_spark.local.ports import free_port, port_open
-from fluss_spark.local.process_cluster import ProcessCluster, read_state_file
+from fluss_spark.local.processes import LocalProcesses, read_state_file
 from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
 from fluss_spark.local.zookeeper import java_binary
 
@@ -172,7 +172,7 @@ class JavaServer:
         return re.search(rf"Registered tablet server {self.server_id} at path", text) is not None
 
 
-class ApacheFlussCluster(ProcessCluster[JavaServer]):
+class ApacheFlussProcesses(LocalProcesses[JavaServer]):
     """Apache Fluss ``version`` (coordinator + ``tablets`` tablet servers) rooted at ``base_dir``.
 
     ``options`` are server settings (``{key: value}`` or ``key=value`` strings) for every server,
@@ -199,7 +199,7 @@ class ApacheFlussCluster(ProcessCluster[JavaServer]):
     _state_version = STATE_VERSION
 
     @classmethod
-    def load(cls, base_dir: str | Path) -> "ApacheFlussCluster":
+    def load(cls, base_dir: str | Path) -> "ApacheFlussProcesses":
         """Re-attach to the cluster whose state is in ``base_dir`` (FlussError when none)."""
         state, saved = cls._saved(
             base_dir, f"no Apache Fluss cluster in {base_dir} (no {STATE_FILE}); start one with "
@@ -235,7 +235,7 @@ class ApacheFlussCluster(ProcessCluster[JavaServer]):
         return self._server(role, server_id).log_path
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> "ApacheFlussCluster":
+    def start(self) -> "ApacheFlussProcesses":
         """Start whatever is not running (ZooKeeper, coordinator, tablets) and wait until the
         coordinator has seen every tablet register."""
         jars = self.jars()   # before anything starts: a missing Maven fails with nothing to undo

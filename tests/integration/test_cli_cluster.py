@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 
-from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.embedded import EmbeddedProcesses
 
 
 def fs(*argv, env_dir=None, timeout=120):
@@ -92,8 +92,8 @@ def test_cluster_commands_without_a_cluster_fail_clearly(tmp_path):
 
 
 def test_local_cluster_restart_keeps_data_and_port(zookeeper, tmp_path):
-    cluster = LocalCluster(tmp_path, tablets=1,
-                           zookeeper=f"{zookeeper.address}/fluss-restart-{uuid.uuid4().hex[:8]}")
+    cluster = EmbeddedProcesses(tmp_path, tablets=1,
+                                zookeeper=f"{zookeeper.address}/fluss-restart-{uuid.uuid4().hex[:8]}")
     with cluster:
         with cluster.connection(request_timeout_s=30) as conn:
             info = conn.admin().create_table("db.r", "id BIGINT", primary_key=["id"])
@@ -112,7 +112,7 @@ def test_local_cluster_restart_keeps_data_and_port(zookeeper, tmp_path):
             # ... and the restarted coordinator, for admin calls.
             assert conn.admin().list_tables() == ["db.r"]
             assert conn.admin().latest_kv_snapshots(info)[0].row_count == 11
-        reloaded = LocalCluster.load(tmp_path)
+        reloaded = EmbeddedProcesses.load(tmp_path)
         assert reloaded.bootstrap_servers == cluster.bootstrap_servers
         assert all(p["alive"] for p in reloaded.processes())
-    assert not any(p["alive"] for p in LocalCluster.load(tmp_path).processes())
+    assert not any(p["alive"] for p in EmbeddedProcesses.load(tmp_path).processes())

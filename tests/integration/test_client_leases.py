@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from fluss_spark.errors import LeaseNotFound, UnsupportedVersion
-from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.embedded import EmbeddedProcesses
 
 
 def test_lease_round_trip(conn, table_name):
@@ -34,9 +34,9 @@ def test_lease_round_trip(conn, table_name):
 
 
 def test_server_without_lease_apis_raises_unsupported_version(zookeeper, tmp_path):
-    cluster = LocalCluster(tmp_path, tablets=1,
-                           zookeeper=f"{zookeeper.address}/fluss-old-{uuid.uuid4().hex[:8]}",
-                           disabled_apis=["kv_snapshot_lease"])
+    cluster = EmbeddedProcesses(tmp_path, tablets=1,
+                                zookeeper=f"{zookeeper.address}/fluss-old-{uuid.uuid4().hex[:8]}",
+                                disabled_apis=["kv_snapshot_lease"])
     with cluster, cluster.connection(request_timeout_s=10) as conn:
         admin = conn.admin()
         assert admin.supports_leases() is False

@@ -46,11 +46,11 @@ FLOOD_IPS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 
 @pytest.fixture(scope="module")
 def probed(zookeeper, tmp_path_factory):
-    """A SASL LocalCluster (coordinator + 1 tablet) with small RPC caps and short deadlines."""
-    from fluss_spark.local.cluster import LocalCluster
-    local = LocalCluster(tmp_path_factory.mktemp("probes") / "c", tablets=1, sasl=True,
-                         zookeeper=f"{zookeeper.address}/fluss-probes-{uuid.uuid4().hex[:12]}",
-                         server_options=PROBE_OPTIONS)
+    """A SASL EmbeddedProcesses (coordinator + 1 tablet) with small RPC caps and short deadlines."""
+    from fluss_spark.local.embedded import EmbeddedProcesses
+    local = EmbeddedProcesses(tmp_path_factory.mktemp("probes") / "c", tablets=1, sasl=True,
+                              zookeeper=f"{zookeeper.address}/fluss-probes-{uuid.uuid4().hex[:12]}",
+                              server_options=PROBE_OPTIONS)
     local.start()
     yield local
     local.stop()

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.metadata.store import MetadataStore
-from fluss_spark.local.cluster import LocalCluster
+from fluss_spark.local.embedded import EmbeddedProcesses
 from fluss_spark.local.ports import wait_until
 from fluss_spark.local.server_process import pid_alive
 
@@ -33,7 +33,7 @@ def local(zookeeper, local_cluster):
     store.close()
 
 
-def tablet_pid(cluster: LocalCluster, server_id: int) -> int:
+def tablet_pid(cluster: EmbeddedProcesses, server_id: int) -> int:
     return next(p["pid"] for p in cluster.processes()
                 if p["role"] == "tablet" and p["id"] == server_id)
 
@@ -63,7 +63,7 @@ def test_cluster_start_replaces_a_process_that_does_not_answer(local):
     cluster, store = local
     pid = tablet_pid(cluster, 0)
     os.kill(pid, signal.SIGSTOP)
-    again = LocalCluster.load(cluster.base_dir).start()
+    again = EmbeddedProcesses.load(cluster.base_dir).start()
     try:
         new_pid = tablet_pid(again, 0)
         assert new_pid != pid

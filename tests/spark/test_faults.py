@@ -108,11 +108,11 @@ def test_lost_snapshot_fails_or_continues(spark, cluster, conn, table_name, tmp_
 
 def test_old_server_without_leases_reads_unprotected(spark, zookeeper, tmp_path):
     from fluss_spark.client import FlussConnection
-    from fluss_spark.local.cluster import LocalCluster
+    from fluss_spark.local.embedded import EmbeddedProcesses
 
-    old = LocalCluster(tmp_path / "old", tablets=1,
-                       zookeeper=f"{zookeeper.address}/fluss-old-{uuid.uuid4().hex[:8]}",
-                       disabled_apis=("kv_snapshot_lease",)).start()
+    old = EmbeddedProcesses(tmp_path / "old", tablets=1,
+                            zookeeper=f"{zookeeper.address}/fluss-old-{uuid.uuid4().hex[:8]}",
+                            disabled_apis=("kv_snapshot_lease",)).start()
     try:
         with FlussConnection(old.bootstrap_servers) as conn:
             assert not conn.admin().supports_leases()

@@ -1,4 +1,4 @@
-"""ProcessCluster: ZooKeeper (embedded or external) and servers by (role, id) as local processes."""
+"""LocalProcesses: ZooKeeper (embedded or external) and servers by (role, id) as local processes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
 from fluss_spark.local.zookeeper import ZooKeeperProcess, four_letter_word
 
 
-class ClusterServer(Protocol):
+class ManagedServer(Protocol):
     """What a cluster needs of one of its server processes."""
 
     role: str
@@ -33,10 +33,10 @@ class ClusterServer(Protocol):
     def alive(self) -> bool: ...
 
 
-S = TypeVar("S", bound=ClusterServer)
+S = TypeVar("S", bound=ManagedServer)
 
 
-class ProcessCluster(abc.ABC, Generic[S]):
+class LocalProcesses(abc.ABC, Generic[S]):
     """ZooKeeper, one coordinator and N tablet servers as local processes rooted at ``base_dir``.
 
     A subclass names its state file (``_state_file``, ``_state_version``), builds its servers
@@ -68,7 +68,7 @@ class ProcessCluster(abc.ABC, Generic[S]):
         """Create the server ``(role, server_id)`` in ``servers`` (not started)."""
 
     @abc.abstractmethod
-    def start(self) -> ProcessCluster[S]:
+    def start(self) -> LocalProcesses[S]:
         """Start what is not running and wait until the cluster serves."""
 
     @abc.abstractmethod

@@ -1,4 +1,4 @@
-"""LocalCluster: ZooKeeper, one coordinator and N tablet servers as local processes.
+"""EmbeddedProcesses: ZooKeeper, one coordinator and N tablet servers as local processes.
 
 Used by the tests and by ``fluss-spark cluster start|status|stop``. Everything a later process
 needs to find the cluster again is in ``<base_dir>/cluster.json``:
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fluss_spark.errors import FlussError
 from fluss_spark.local.ports import free_port
-from fluss_spark.local.process_cluster import ProcessCluster, read_state_file
+from fluss_spark.local.processes import LocalProcesses, read_state_file
 from fluss_spark.local.server_process import ServerProcess, pid_alive, stop_all
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ _ROLES = ("zookeeper", "coordinator", "tablet")
 _pid_alive = pid_alive
 
 
-class LocalCluster(ProcessCluster[ServerProcess]):
+class EmbeddedProcesses(LocalProcesses[ServerProcess]):
     """A cluster of local processes rooted at ``base_dir``.
 
     Parameters
@@ -107,7 +107,7 @@ class LocalCluster(ProcessCluster[ServerProcess]):
     _state_version = STATE_VERSION
 
     @classmethod
-    def load(cls, base_dir: str | Path) -> "LocalCluster":
+    def load(cls, base_dir: str | Path) -> "EmbeddedProcesses":
         """Re-attach to the cluster whose state is in ``base_dir`` (FlussError when none)."""
         state, saved = cls._saved(base_dir, f"no cluster in {base_dir} (no {STATE_FILE}); start "
                                             "one with `fluss-spark cluster start`")
@@ -150,7 +150,7 @@ class LocalCluster(ProcessCluster[ServerProcess]):
                                username=user, password=password)
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> "LocalCluster":
+    def start(self) -> "EmbeddedProcesses":
         """Start whatever is not running (ZooKeeper, coordinator, tablets) and wait until the
         coordinator sees every tablet registered."""
         self.base_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
