@@ -123,12 +123,12 @@ def test_kill_9_of_the_coordinator_mid_write_loses_no_acknowledged_write(zookeep
 #: It prints each round once that round's save returned.
 _LEASE_WRITER = '''
 import random, sys
-from fluss_spark.metadata import layout
+from fluss_spark.metadata import lease_codec
 from fluss_spark.metadata.layout import LeaseRecord
 
-layout.LEASE_PART_BUCKETS = 64
-layout.LEASE_INLINE_PART_BYTES = 0
-layout.LEASE_MULTI_BYTES = 600
+lease_codec.LEASE_PART_BUCKETS = 64
+lease_codec.LEASE_INLINE_PART_BYTES = 0
+lease_codec.LEASE_MULTI_BYTES = 600
 
 
 def version(i):
@@ -156,12 +156,12 @@ def test_kill_9_in_the_middle_of_a_chunked_lease_write_leaves_the_old_or_the_new
     import subprocess
     import sys
 
-    from fluss_spark.metadata import layout
+    from fluss_spark.metadata import layout, lease_codec
     script = tmp_path / "lease_writer.py"
     script.write_text(_LEASE_WRITER)
     # The script sets small part sizes on the module; restore them for the tests that follow.
     for name in ("LEASE_PART_BUCKETS", "LEASE_INLINE_PART_BYTES", "LEASE_MULTI_BYTES"):
-        monkeypatch.setattr(layout, name, getattr(layout, name))
+        monkeypatch.setattr(lease_codec, name, getattr(lease_codec, name))
     writer = {}
     exec(compile(_LEASE_WRITER, str(script), "exec"), writer)
     last = 0
@@ -195,7 +195,7 @@ def test_kill_9_in_the_middle_of_a_chunked_lease_write_leaves_the_old_or_the_new
         store.save_lease(final)
         assert store.load_lease("big") == final
         header = layout.LeaseRecord.decode_header(store.zk.get(layout.lease_path("big"))[0])
-        named = {layout.lease_part_name(t, k, g) for t, k, g, _, _ in header["refs"]}
+        named = {lease_codec.lease_part_name(t, k, g) for t, k, g, _, _ in header["refs"]}
         assert set(store.zk.get_children(layout.lease_path("big"))) == named
     finally:
         store.close()

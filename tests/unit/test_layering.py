@@ -58,7 +58,8 @@ RULES: dict[str, Rule] = {
 
 #: Modules outside fluss_spark that only the listed components may import.
 ONLY_IN: dict[str, tuple[tuple[str, ...], str]] = {
-    "kazoo": (("metadata",), "ZooKeeper is reached through metadata.MetadataStore only"),
+    "kazoo": (("metadata", "testing"), "ZooKeeper is reached through metadata.MetadataStore only"
+              " (the test support injects its connection faults)"),
 }
 
 #: (importing module, imported module) accepted although RULES forbid it; the design allows
@@ -352,8 +353,8 @@ def test_rule_messages_name_both_modules_and_the_rule():
         "no I/O")
     assert rule_breaks(Import("fluss_spark.client.embedded.connection", "socket", 3, True)) is None
     assert rule_breaks(Import("fluss_spark.server.process", "kazoo.client", 3, False)) == (
-        "kazoo is imported only in metadata: ZooKeeper is reached through "
-        "metadata.MetadataStore only")
+        "kazoo is imported only in metadata, testing: ZooKeeper is reached through "
+        "metadata.MetadataStore only (the test support injects its connection faults)")
     assert rule_breaks(Import("fluss_spark.local.embedded", "fluss_spark.server.security", 1,
                               False)) is None
     assert rule_breaks(Import("fluss_spark.local.embedded", "fluss_spark.server.sample", 1,
