@@ -35,6 +35,17 @@ class Capabilities:
     #: that reports the changelog offset it reflects, cannot be resumed and expires when idle
     #: (Apache Fluss's SCAN_KV, API 1061, where the tablet servers offer it).
     live_kv_scan: bool = False
+    #: ``describe_kv_snapshot_lease`` answers (expiry, pins, holders). Without it a caller cannot
+    #: see what a lease pins (Apache Fluss 0.9.1 has no such call) and releases what it acquired.
+    lease_describe: bool = False
+    #: A call lists every lease of the cluster (the CLI's ``lease list``; this project's servers).
+    lease_listing: bool = False
+    #: A KV snapshot is taken on request (the CLI's ``snapshot trigger``); without it the cluster
+    #: takes them on its own schedule (Apache Fluss: the table's ``kv.snapshot.interval``).
+    snapshot_trigger: bool = False
+    #: Server-side scan sessions of this project's servers: listed by the CLI's ``scanner list``,
+    #: and read a bucket's snapshot or live state page by page (``scan --snapshot live``).
+    scan_sessions: bool = False
 
 
 @dataclass(frozen=True)

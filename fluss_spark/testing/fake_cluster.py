@@ -123,8 +123,12 @@ class FakeCluster:
 
     # -- the Cluster interface ----------------------------------------------------------------
     def capabilities(self) -> Capabilities:
+        # The fake describes its leases whenever it has them; it has no lease listing, snapshot
+        # trigger or scan sessions (the CLI's, which no connector or tiering test uses).
         return Capabilities(leases=self.leases_supported, lease_renewal=self.lease_renewal,
-                            snapshot_read=self.snapshot_read, live_kv_scan=self.live_kv_scan)
+                            snapshot_read=self.snapshot_read, live_kv_scan=self.live_kv_scan,
+                            lease_describe=self.leases_supported, lease_listing=False,
+                            snapshot_trigger=False, scan_sessions=False)
 
     def close(self) -> None:
         self.closes += 1      # stays usable: tests share one fake between "connections"

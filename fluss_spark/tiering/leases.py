@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Container, Mapping
 
 from fluss_spark.client.cluster import Cluster, TableInfo
-from fluss_spark.errors import FlussError, LeaseNotFound, UnsupportedVersion
+from fluss_spark.errors import FlussError, LeaseNotFound
 from fluss_spark.tiering.lake import LakeTable
 
 log = logging.getLogger(__name__)
@@ -27,21 +27,22 @@ def release_finished_snapshots(cluster: Cluster, lease_id: str, lake_root: Path,
     whose query finished that batch (``finished_batch(name)``, -1 for none); a table in
     ``failed`` keeps its pins for a restart. Returns the tables released.
 
-    A cluster that cannot describe a lease (Apache Fluss 0.9.1) does not say what is pinned:
-    every bucket of a PK table not in ``released_before`` is released then (releasing what is
-    not pinned changes nothing)."""
+    A cluster that cannot describe a lease (no ``lease_describe`` capability: Apache Fluss
+    0.9.1) does not say what is pinned: every bucket of a PK table not in ``released_before`` is
+    released then (releasing what is not pinned changes nothing)."""
     pinned: Callable[[TableInfo], list[int]]
-    try:
-        lease = cluster.describe_kv_snapshot_lease(lease_id)
-        pinned = lambda info: sorted(lease.tables.get(info.table_id, ()))  # noqa: E731
-    except LeaseNotFound:
-        return []
-    except UnsupportedVersion:
+    if not cluster.capabilities().lease_describe:
         pinned = lambda info: info.buckets if info.has_primary_key else []  # noqa: E731
         tables = {n: i for n, i in tables.items() if n not in released_before}
-    except FlussError as e:
-        log.warning("cannot describe lease %s: %s", lease_id, e)
-        return []
+    else:
+        try:
+            lease = cluster.describe_kv_snapshot_lease(lease_id)
+        except LeaseNotFound:
+            return []
+        except FlussError as e:
+            log.warning("cannot describe lease %s: %s", lease_id, e)
+            return []
+        pinned = lambda info: sorted(lease.tables.get(info.table_id, ()))  # noqa: E731
     released = []
     for name, info in tables.items():
         pins = pinned(info)

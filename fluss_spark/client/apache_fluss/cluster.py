@@ -72,8 +72,12 @@ class ApacheFlussWireCluster:
             coordinator = self.conn.with_retries(self.conn.coordinator)
             leases = all(coordinator.supports(int(key)) for key in LEASE_APIS)
             live = self.conn.with_retries(lambda: supports_live_scans(self.conn))
+            # Apache Fluss 0.9.1 neither describes nor lists leases, takes KV snapshots on its
+            # own schedule only, and has no scan sessions of this project's kind.
             self._capabilities = Capabilities(leases=leases, lease_renewal="reacquire",
-                                              snapshot_read="files", live_kv_scan=live)
+                                              snapshot_read="files", live_kv_scan=live,
+                                              lease_describe=False, lease_listing=False,
+                                              snapshot_trigger=False, scan_sessions=False)
         return self._capabilities
 
     # -- databases and tables (admin) -----------------------------------------------------------

@@ -39,7 +39,9 @@ class EmbeddedCluster:
                     leases = False
                 self._capabilities = Capabilities(leases=leases, lease_renewal="renew",
                                                   snapshot_read="scan_session",
-                                                  live_kv_scan=True)
+                                                  live_kv_scan=True, lease_describe=leases,
+                                                  lease_listing=leases, snapshot_trigger=True,
+                                                  scan_sessions=True)
             return self._capabilities
 
     # -- tables and offsets -----------------------------------------------------------------------
