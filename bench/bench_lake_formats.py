@@ -1,4 +1,4 @@
-"""Lake writers compared on the same tiering rounds: Iceberg (the job's), pyiceberg upsert, legacy.
+"""Lake writers compared on the same tiering rounds: Iceberg (the job's) and pyiceberg upsert.
 
 Run::
 
@@ -21,7 +21,7 @@ job hands them to the lake (the table's columns + ``_change_type`` + ``_log_offs
 and phase). A key's changelog records always stay in one round (rounds end between keys), as
 the job's PK rounds fold whole keys.
 
-Each repeat replays all rounds in order, on one thread, into three fresh lakes (a local
+Each repeat replays all rounds in order, on one thread, into two fresh lakes (a local
 warehouse, SQLite catalog), in alternating writer order:
 
 - ``iceberg-job``: ``LakeTable.commit_round``, the job's writer (rows folded and written as data
@@ -29,14 +29,12 @@ warehouse, SQLite catalog), in alternating writer order:
   files holding a touched key). The job writes a round's files in its Spark tasks and commits
   them on the driver (``commit_files``); here both run on this thread;
 - ``iceberg-upsert``: pyiceberg's own ``upsert`` (+ a delete of the deleted keys), one
-  transaction per round: the alternative PK mechanism;
-- ``legacy``: the previous Parquet + JSON manifest format (``fluss_spark.tiering.legacy``,
-  copy-on-write per Fluss bucket; it fsyncs its files, pyiceberg does not).
+  transaction per round: the alternative PK mechanism.
 
 Only the rounds are timed (table creation and the checks are not). Every lake's final PK rows
 and log rows are checked equal to the expected state (the rounds folded with ``apply_pk``).
 Printed: per writer, min/median/max seconds (total and per phase), rows/s of the median, and the
-time over the legacy format's time in the same repeat (min/median/max of those paired ratios).
+time over the job's writer's time in the same repeat (min/median/max of those paired ratios).
 """
 
 from __future__ import annotations
@@ -58,7 +56,6 @@ import pyarrow as pa
 from fluss_spark.client.cluster import (APPEND, CHANGE_TYPE, DELETE, INSERT, LOG_OFFSET,
                                         UPDATE_AFTER, UPDATE_BEFORE)
 from fluss_spark.protocol.rows import bucket_ids
-from fluss_spark.tiering import legacy
 from fluss_spark.tiering.apply import append_rows, apply_pk, conform, fold_changes
 from fluss_spark.tiering.lake import TIERING_DIR, LakeTable, key_filter
 
@@ -235,19 +232,6 @@ class UpsertLake(IcebergLake):
         tx.commit_transaction()
 
 
-class LegacyLake:
-    """The previous format's writer, called like the Iceberg one (it records no lease id)."""
-
-    def __init__(self, lake: legacy.LakeTable):
-        self.lake = lake
-
-    def commit_round(self, changes: pa.Table, lease_id: str | None = None, **kw: Any) -> None:
-        self.lake.commit_round(changes, **kw)
-
-    def read(self) -> pa.Table:
-        return self.lake.read()
-
-
 Maker = Callable[[Path, str, TableDef], Any]
 
 
@@ -263,15 +247,9 @@ def make_upsert(root: Path, name: str, d: TableDef) -> UpsertLake:
     return UpsertLake(make_iceberg(root, name, d).lake)
 
 
-def make_legacy(root: Path, name: str, d: TableDef) -> LegacyLake:
-    t = legacy.LakeTable(legacy.table_dir(root, name))
-    t.create(table=name, table_id=d.table_id, schema=d.schema, primary_key=d.primary_key,
-             bucket_key=d.bucket_key, num_buckets=d.num_buckets)
-    return LegacyLake(t)
-
-
-WRITERS: dict[str, Maker] = {"iceberg-job": make_iceberg, "iceberg-upsert": make_upsert,
-                             "legacy": make_legacy}
+WRITERS: dict[str, Maker] = {"iceberg-job": make_iceberg, "iceberg-upsert": make_upsert}
+#: The writer the others are compared with.
+BASELINE = "iceberg-job"
 
 
 def replay(make: Maker, root: Path, rounds: list[Round], tables: dict[str, TableDef],
@@ -356,14 +334,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     print(f"\n{args.repeat} repeats, one thread; seconds min/median/max; rows/s of the median; "
-          "time over the legacy format's in the same repeat, min/median/max")
-    legacy_total = [sum(t.values()) for t in times["legacy"]]
-    header = (f"{'writer':<16}{'total s':>20}{'rows/s':>10}{'x legacy':>18}"
+          f"time over {BASELINE}'s in the same repeat, min/median/max")
+    base_total = [sum(t.values()) for t in times[BASELINE]]
+    header = (f"{'writer':<16}{'total s':>20}{'rows/s':>10}{'x ' + BASELINE:>18}"
               + "".join(f"{ph + ' s':>20}" for ph in PHASES))
     print(header)
     for w in names:
         tot = [sum(t.values()) for t in times[w]]
-        ratios = [a / b for a, b in zip(tot, legacy_total)]
+        ratios = [a / b for a, b in zip(tot, base_total)]
         lo, med, hi = _stats(tot)
         rlo, rmed, rhi = _stats(ratios)
         cols = "".join(f"{'%.2f/%.2f/%.2f' % _stats([t[ph] for t in times[w]]):>20}"
@@ -372,10 +350,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{f'{rlo:.2f}/{rmed:.2f}/{rhi:.2f}':>18}{cols}")
     phase_med = {w: {ph: statistics.median([t[ph] for t in times[w]]) for ph in PHASES}
                  for w in names}
-    print("per phase, median time over the legacy format's median: " + "; ".join(
-        f"{w}: " + ", ".join(f"{ph} {phase_med[w][ph] / phase_med['legacy'][ph]:.2f}"
+    print(f"per phase, median time over {BASELINE}'s median: " + "; ".join(
+        f"{w}: " + ", ".join(f"{ph} {phase_med[w][ph] / phase_med[BASELINE][ph]:.2f}"
                              for ph in PHASES)
-        for w in names if w != "legacy"))
+        for w in names if w != BASELINE))
     return 0
 
 

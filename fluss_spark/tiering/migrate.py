@@ -67,7 +67,7 @@ def migrate_lake(lake_root: str | Path) -> list[dict]:
         if d != moved:
             moved.parent.mkdir(parents=True, exist_ok=True)
             d.rename(moved)
-        old = legacy.LakeTable(moved)
+        old = legacy.LegacyTable(moved)
         m = old.manifest()
         data = old.read()
         new = LakeTable.open(root, m.table)

@@ -69,7 +69,7 @@ def test_a_lake_of_the_old_format_is_migrated_and_tiering_continues_where_it_sto
         cluster, conn, table_name, tmp_path):
     """The job refuses an old-format lake; `tier migrate` converts it keeping its position, and
     the next run tiers only what came after it."""
-    from fluss_spark.tiering import legacy
+    from fluss_spark.testing.legacy_lake import LegacyLakeWriter, table_dir as legacy_table_dir
     from fluss_spark.tiering.lake import LakeTable
 
     admin = conn.admin()
@@ -89,7 +89,7 @@ def test_a_lake_of_the_old_format_is_migrated_and_tiering_continues_where_it_sto
     st, rows = t.state(), t.read()
     t.catalog.drop_table(tuple(pk.split(".")))
     shutil.rmtree(table_dir(lake, pk))
-    old = legacy.LakeTable(legacy.table_dir(lake, pk))
+    old = LegacyLakeWriter(legacy_table_dir(lake, pk))
     old.create(table=pk, table_id=st.table_id, schema=st.schema, primary_key=["id"],
                num_buckets=2)
     changes = rows.append_column("_change_type", pa.array(["+I"] * rows.num_rows)) \

@@ -67,9 +67,8 @@ ONLY_IN: dict[str, tuple[tuple[str, ...], str]] = {
 EXCEPTIONS: set[tuple[str, str]] = {
     # Lease ids are checked against the wire protocol's own rule before any request is sent.
     ("fluss_spark.connector.options", "fluss_spark.protocol.names"),
-    # The deprecated Parquet-manifest lake splits by bucket exactly as the tablet servers do.
-    ("fluss_spark.tiering.legacy", "fluss_spark.protocol.rows"),
-    # The deprecated Parquet-manifest lake stores the table schema in the protocol's text form.
+    # `tier migrate` reads the deprecated Parquet-manifest lake, whose manifests store the table
+    # schema in the protocol's text form; only the protocol parses it.
     ("fluss_spark.tiering.legacy", "fluss_spark.protocol.types"),
 }
 

@@ -1,4 +1,5 @@
-"""The deprecated Parquet-manifest lake (kept for `tier migrate`): commits, idempotency, vacuum."""
+"""The old Parquet-manifest lake that `tier migrate` reads, made by its test writer: commits,
+idempotency, vacuum, and the reader's errors."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from fluss_spark.protocol.rows import split_by_bucket
-from fluss_spark.tiering.legacy import (CommitConflict, LakeError, LakeTable, Manifest,
-                                        list_lake_tables, table_dir)
+from fluss_spark.testing.legacy_lake import (CommitConflict, LegacyLakeWriter, list_lake_tables,
+                                             table_dir)
+from fluss_spark.tiering.legacy import LegacyLakeError, LegacyManifest, LegacyTable
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), False), ("v", pa.string())])
 
@@ -23,7 +25,7 @@ def rows(items, ct="+I", start=0):
 
 
 def pk_table(tmp_path, buckets=3):
-    t = LakeTable(table_dir(tmp_path, "db.pk"), clock=lambda: 1700.0)
+    t = LegacyLakeWriter(table_dir(tmp_path, "db.pk"), clock=lambda: 1700.0)
     t.create(table="db.pk", table_id=7, schema=SCHEMA, primary_key=["id"], num_buckets=buckets)
     return t
 
@@ -34,7 +36,7 @@ def test_create_is_version_zero_and_empty_and_checks_the_table_id(tmp_path):
     assert not t.manifest().snapshot_complete  # a PK table has its snapshot phase ahead
     assert t.read().num_rows == 0 and t.read().schema.names == ["id", "v"]
     assert t.create(table="db.pk", table_id=7, schema=SCHEMA, primary_key=["id"]).table_version == 0
-    with pytest.raises(LakeError, match="dropped and recreated"):
+    with pytest.raises(LegacyLakeError, match="dropped and recreated"):
         t.create(table="db.pk", table_id=8, schema=SCHEMA, primary_key=["id"])
     assert [x.path for x in list_lake_tables(tmp_path)] == [t.path]
 
@@ -62,7 +64,7 @@ def test_pk_rounds_keep_one_file_per_bucket_and_record_the_commit(tmp_path):
 
 
 def test_a_replayed_batch_is_not_applied_twice(tmp_path):
-    t = LakeTable(tmp_path / "log")
+    t = LegacyLakeWriter(tmp_path / "log")
     t.create(table="db.log", table_id=1, schema=SCHEMA)
     batch = rows([(1, "a"), (2, "b")], "+A")
     assert t.commit_round(batch, query_id="q", batch_id=3) is not None
@@ -76,7 +78,7 @@ def test_a_replayed_batch_is_not_applied_twice(tmp_path):
 def test_another_query_id_on_a_written_table_is_refused(tmp_path):
     t = pk_table(tmp_path)
     t.commit_round(rows([(1, "a")]), query_id="q1", batch_id=0)
-    with pytest.raises(LakeError, match="checkpoint was replaced"):
+    with pytest.raises(LegacyLakeError, match="checkpoint was replaced"):
         t.commit_round(rows([(1, "a")]), query_id="q2", batch_id=0)
 
 
@@ -88,7 +90,7 @@ def test_commit_is_exclusive_and_an_interrupted_round_leaves_only_orphans(tmp_pa
     other["table_version"] = 2
     (t.manifest_dir / f"{2:020d}.json").write_text(json.dumps(other))
     with pytest.raises(CommitConflict):
-        t._commit(Manifest.from_json(other))
+        t._commit(LegacyManifest.from_json(other))
     assert not list(t.manifest_dir.glob(".tmp-*"))
     # Data written by a round that never committed is invisible and vacuumed.
     orphan = t.path / "data" / "b0" / "part-00000099-dead.parquet"
@@ -112,7 +114,7 @@ def test_vacuum_keeps_the_files_of_retained_versions(tmp_path):
 
 
 def test_compaction_merges_log_files_in_order(tmp_path):
-    t = LakeTable(tmp_path / "log")
+    t = LegacyLakeWriter(tmp_path / "log")
     t.create(table="db.log", table_id=1, schema=SCHEMA)
     for i in range(5):
         t.commit_round(rows([(i, str(i))], "+A", i), query_id="q", batch_id=i)
@@ -127,20 +129,20 @@ def test_corrupt_foreign_and_newer_manifests_are_reported(tmp_path):
     t = pk_table(tmp_path)
     p = t.manifest_dir / f"{1:020d}.json"
     p.write_text("{nope")
-    with pytest.raises(LakeError, match="not JSON"):
+    with pytest.raises(LegacyLakeError, match="not JSON"):
         t.manifest()
     p.write_text(json.dumps({"format": "other"}))
-    with pytest.raises(LakeError, match="not a fluss-lake manifest"):
+    with pytest.raises(LegacyLakeError, match="not a fluss-lake manifest"):
         t.manifest()
     p.write_text(json.dumps({"format": "fluss-lake", "version": 99}))
-    with pytest.raises(LakeError, match="upgrade fluss_spark"):
+    with pytest.raises(LegacyLakeError, match="upgrade fluss_spark"):
         t.manifest()
     os.unlink(p)
-    with pytest.raises(LakeError, match="no lake table"):
-        LakeTable(tmp_path / "missing").manifest()
+    with pytest.raises(LegacyLakeError, match="no lake table"):
+        LegacyTable(tmp_path / "missing").manifest()
 
 
 def test_table_names_map_to_paths_and_bad_names_are_refused(tmp_path):
     assert table_dir(tmp_path, "db.t_1") == tmp_path / "db" / "t_1"
-    with pytest.raises(LakeError):
+    with pytest.raises(LegacyLakeError):
         table_dir(tmp_path, "../etc")

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.cli import main as cli_main
-from fluss_spark.tiering import legacy
+from fluss_spark.testing.legacy_lake import LegacyLakeWriter, table_dir
 from fluss_spark.tiering.config import TieringConfig, TieringError
 from fluss_spark.tiering.job import TieringJob
 from fluss_spark.tiering.lake import LakeTable
@@ -24,13 +24,13 @@ def changes(ids, ct, start, tag="v"):
 
 
 def old_lake(root):
-    pk = legacy.LakeTable(legacy.table_dir(root, "db.pk"))
+    pk = LegacyLakeWriter(table_dir(root, "db.pk"))
     pk.create(table="db.pk", table_id=11, schema=SCHEMA, primary_key=["id"], num_buckets=2)
     pk.commit_round(changes(range(50), "+I", -1), query_id="q-pk", batch_id=0,
                     fluss_offsets={"log": {"0": 0, "1": 0}}, snapshot_complete=True)
     pk.commit_round(pa.concat_tables([changes([3], "-D", 0), changes([4], "+U", 1, "u")]),
                     query_id="q-pk", batch_id=1, fluss_offsets={"log": {"0": 2, "1": 0}})
-    lg = legacy.LakeTable(legacy.table_dir(root, "db.log"))
+    lg = LegacyLakeWriter(table_dir(root, "db.log"))
     lg.create(table="db.log", table_id=12, schema=SCHEMA)
     for b in range(3):
         lg.commit_round(changes(range(b * 10, b * 10 + 10), "+A", b * 10), query_id="q-log",
