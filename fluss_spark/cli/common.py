@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from fluss_spark.config import MAX_BUCKETS, bounded  # noqa: F401 - for the command modules
-from fluss_spark.errors import ConfigError, FlussError
+from fluss_spark.errors import ConfigError, FlussError, UnsupportedVersion
 
 if TYPE_CHECKING:   # the client is imported when a command runs, not to parse arguments
-    from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
-    from fluss_spark.client.cluster import Cluster
+    from fluss_spark.client.cluster import Capabilities, Cluster, TableAdmin
+    from fluss_spark.client.embedded import FlussConnection
 
 DEFAULT_TIMEOUT_S = 30.0
 #: Largest row or record count an argument takes.
@@ -46,14 +46,15 @@ def bootstrap_servers(args) -> str:
     return ",".join(f"{host}:{s['port']}" for s in state["servers"] if s.get("port"))
 
 
-#: Why a command of this CLI cannot run against an Apache Fluss cluster, by command.
-_NOT_ON_APACHE_FLUSS = {
-    "lease list": "Apache Fluss 0.9.1 has no call that lists leases",
-    "lease describe": "Apache Fluss 0.9.1 has no call that describes a lease",
-    "lease renew": "Apache Fluss renews a lease when it is acquired again: use `lease acquire`",
-    "snapshot trigger": "Apache Fluss takes KV snapshots on its own schedule "
-                        "(the table's kv.snapshot.interval)",
-    "scanner list": "Apache Fluss 0.9.1 has no scan sessions",
+#: Why a command cannot run on a cluster that lacks a capability, by ``Capabilities`` field
+#: (``lease_renewal``: a renew call of its own).
+_MISSING = {
+    "lease_listing": "it has no call that lists leases",
+    "lease_describe": "it has no call that describes a lease",
+    "lease_renewal": "it renews a lease when it is acquired again: use `lease acquire`",
+    "snapshot_trigger": "it takes KV snapshots on its own schedule (the table's "
+                        "kv.snapshot.interval)",
+    "scan_sessions": "it has no scan sessions",
 }
 
 
@@ -72,44 +73,75 @@ def _command(args) -> str:
                                      getattr(args, "action", None)) if a)
 
 
-def connect(args):
+def _engine_name(servers: str) -> str:
+    from fluss_spark.client.backends import ENGINE_NAMES, detect_engine
+    return ENGINE_NAMES[detect_engine(servers, timeout_s=2.0)]
+
+
+def not_available(args, servers: str, why: str, command: str | None = None) -> UnsupportedVersion:
+    """The one-line refusal of a command the cluster at ``servers`` cannot serve."""
+    return UnsupportedVersion(f"`fluss-spark {command or _command(args)}` is not available on "
+                              f"{_engine_name(servers)} (the cluster at {servers}): {why}")
+
+
+def offers(caps: "Capabilities", capability: str) -> bool:
+    """Whether ``caps`` has ``capability`` (a key of ``_MISSING``)."""
+    if capability == "lease_renewal":
+        return caps.lease_renewal == "renew"
+    return bool(getattr(caps, capability))
+
+
+def require(args, cluster: "Cluster", capability: str) -> None:
+    """Refuse the command unless ``cluster`` has ``capability`` (a key of ``_MISSING``)."""
+    if not offers(cluster.capabilities(), capability):
+        raise not_available(args, bootstrap_servers(args), _MISSING[capability])
+
+
+def embedded_connection(args, cluster: "Cluster") -> "FlussConnection":
+    """The ``FlussConnection`` behind ``cluster``, for what only this project's client offers;
+    any other cluster is refused in one line."""
+    from fluss_spark.client.embedded import EmbeddedCluster
+    if not isinstance(cluster, EmbeddedCluster):
+        raise not_available(args, bootstrap_servers(args),
+                            "this command needs fluss_spark's own servers")
+    return cluster.conn
+
+
+def table_admin(args, cluster: "Cluster") -> "TableAdmin":
+    """``cluster`` as a ``TableAdmin`` (both backends are), or a one-line refusal."""
+    from fluss_spark.client.cluster import TableAdmin
+    if not isinstance(cluster, TableAdmin):
+        raise not_available(args, bootstrap_servers(args), "it cannot create or drop tables")
+    return cluster
+
+
+def connect(args, needs: str | None = None) -> "FlussConnection":
     """A FlussConnection to this project's servers, after checking that some bootstrap server
     accepts connections (a cluster that is down is reported at once instead of after the retry
-    timeout). An Apache Fluss cluster is refused in one line that says what it lacks."""
-    from fluss_spark.client import FlussConnection
-    from fluss_spark.client.backends import APACHE_FLUSS, detect_engine
-    from fluss_spark.errors import UnsupportedVersion
+    timeout). A cluster that lacks the capability ``needs`` (a key of ``_MISSING``), or that is
+    not this project's servers, is refused in one line that says what it lacks."""
+    from fluss_spark.client.backends import open_cluster
     servers = _reachable_servers(args)
-    if detect_engine(servers, timeout_s=2.0) == APACHE_FLUSS:
-        command = _command(args)
-        why = _NOT_ON_APACHE_FLUSS.get(command, "this command needs fluss_spark's own servers")
-        raise UnsupportedVersion(f"`fluss-spark {command}` is not available on Apache Fluss "
-                                 f"(the cluster at {servers}): {why}")
     user, password = credentials(args, servers) or (None, None)
-    return FlussConnection(servers, request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S),
+    cluster = open_cluster(servers, request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S),
                            username=user, password=password)
+    try:
+        if needs is not None:
+            require(args, cluster, needs)
+        return embedded_connection(args, cluster)
+    except BaseException:
+        cluster.close()
+        raise
 
 
-def on_apache_fluss(args) -> bool:
-    """Whether the bootstrap servers are an Apache Fluss cluster (probed)."""
-    from fluss_spark.client.backends import APACHE_FLUSS, detect_engine
-    return detect_engine(_reachable_servers(args), timeout_s=2.0) == APACHE_FLUSS
-
-
-def connect_apache_fluss(args) -> "closing[ApacheFlussWireCluster]":
-    """The Apache Fluss cluster at the bootstrap servers, for what only its client offers
-    (creating and dropping tables); closed at the end of a ``with`` block."""
-    from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
-    return closing(ApacheFlussWireCluster.connect(
-        _reachable_servers(args), request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S)))
-
-
-def no_snapshot_yet(table: str, apache_fluss: bool) -> str:
-    """What to do about a table without a KV snapshot, on either engine."""
-    if apache_fluss:
-        return "Apache Fluss takes one every kv.snapshot.interval after a write"
-    return (f"take one with `fluss-spark snapshot trigger {table}` or scan the current state "
-            "with `fluss-spark scan --snapshot live`")
+def no_snapshot_yet(args, table: str, caps: "Capabilities") -> str:
+    """What to do about a table without a KV snapshot, given what the cluster offers."""
+    if not caps.snapshot_trigger:
+        return (f"{_engine_name(bootstrap_servers(args))} takes one every kv.snapshot.interval "
+                "after a write")
+    live = (" or scan the current state with `fluss-spark scan --snapshot live`"
+            if caps.scan_sessions else "")
+    return f"take one with `fluss-spark snapshot trigger {table}`{live}"
 
 
 def connect_cluster(args) -> "closing[Cluster]":

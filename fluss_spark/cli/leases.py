@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from fluss_spark.cli.common import (_json, connect, connect_cluster, no_snapshot_yet,
-                                    on_apache_fluss)
+from fluss_spark.cli.common import _json, connect, connect_cluster, no_snapshot_yet
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
-from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound, UnsupportedVersion
+from fluss_spark.errors import ConfigError, FlussError, LeaseNotFound
 
 
 def add_commands(sub, cmd) -> None:
@@ -48,7 +47,7 @@ def _table_names(conn) -> dict[int, str]:
 
 
 def cmd_lease_list(args) -> int:
-    with connect(args) as conn:
+    with connect(args, needs="lease_listing") as conn:
         leases = conn.admin().list_kv_snapshot_leases()
         names = _table_names(conn) if leases else {}
     docs = [_lease_doc(l, names) for l in leases]
@@ -63,7 +62,7 @@ def cmd_lease_list(args) -> int:
 
 
 def cmd_lease_describe(args) -> int:
-    with connect(args) as conn:
+    with connect(args, needs="lease_describe") as conn:
         lease = conn.admin().describe_kv_snapshot_lease(args.lease_id)
         d = _lease_doc(lease, _table_names(conn))
     if _json(args):
@@ -103,15 +102,15 @@ def cmd_lease_acquire(args) -> int:
         latest = cluster.latest_kv_snapshots(info.name)
         if not latest:
             raise ConfigError(f"table {info.name} has no KV snapshots to pin yet; "
-                              f"{no_snapshot_yet(info.name, on_apache_fluss(args))}")
+                              f"{no_snapshot_yet(args, info.name, cluster.capabilities())}")
         pins = {b: s.snapshot_id for b, s in latest.items()}
         asked_ms = wall_ms()
         unavailable = cluster.acquire_kv_snapshot_lease(
             args.lease_id, duration_ms, {info.table_id: pins}).get(info.table_id, {})
-        try:
+        if cluster.capabilities().lease_describe:
             expires_at_ms = cluster.describe_kv_snapshot_lease(args.lease_id).expires_at_ms
-        except UnsupportedVersion:
-            expires_at_ms = asked_ms + duration_ms    # Apache Fluss: from the time it was asked
+        else:
+            expires_at_ms = asked_ms + duration_ms    # from the time it was asked
     pinned = [{"bucket": b, "snapshot_id": s} for b, s in sorted(pins.items())
               if b not in unavailable]
     missing = [{"bucket": b, "snapshot_id": s} for b, s in sorted(unavailable.items())]
@@ -130,7 +129,7 @@ def cmd_lease_acquire(args) -> int:
 def cmd_lease_renew(args) -> int:
     from fluss_spark.config import parse_duration_ms
     duration_ms = parse_duration_ms(args.duration, "--duration")
-    with connect(args) as conn:
+    with connect(args, needs="lease_renewal") as conn:
         expires = conn.admin().renew_kv_snapshot_lease(args.lease_id, duration_ms)
     if _json(args):
         emit_json({"lease_id": args.lease_id, "expires_at_ms": expires})
@@ -145,13 +144,13 @@ def cmd_lease_release(args) -> int:
         # The server treats releasing an unknown lease as a no-op (as Apache Fluss does), so
         # the command asks first: reporting success for a lease that is not there would hide a
         # typo or an expired lease.
-        try:
-            cluster.describe_kv_snapshot_lease(args.lease_id)
-        except LeaseNotFound:
-            raise LeaseNotFound(f"KV snapshot lease {args.lease_id!r} does not exist (expired, "
-                                f"released or never acquired); nothing was released") from None
-        except UnsupportedVersion:
-            pass        # Apache Fluss cannot describe a lease: release as asked
+        if cluster.capabilities().lease_describe:   # otherwise: release as asked
+            try:
+                cluster.describe_kv_snapshot_lease(args.lease_id)
+            except LeaseNotFound:
+                raise LeaseNotFound(f"KV snapshot lease {args.lease_id!r} does not exist "
+                                    f"(expired, released or never acquired); nothing was "
+                                    f"released") from None
         remaining = cluster.release_kv_snapshot_lease(args.lease_id,
                                                       {info.table_id: info.buckets})
     if _json(args):

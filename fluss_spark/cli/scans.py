@@ -6,10 +6,11 @@ import sys
 from contextlib import ExitStack
 from typing import Iterable
 
-from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded, connect,
-                                    connect_cluster, no_snapshot_yet, on_apache_fluss)
+from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bootstrap_servers,
+                                    bounded, connect, connect_cluster, embedded_connection,
+                                    no_snapshot_yet, not_available)
 from fluss_spark.cli.output import _print_metrics, _Progress, emit_json, print_table
-from fluss_spark.errors import ConfigError, UnsupportedVersion
+from fluss_spark.errors import ConfigError
 
 
 def add_commands(sub, cmd) -> None:
@@ -70,14 +71,15 @@ def cmd_scan(args) -> int:
     if spec.isdigit() and args.bucket is None:
         raise ConfigError("--snapshot ID names one bucket's snapshot: add --bucket")
     projection = _columns_arg(args.columns)
-    apache = on_apache_fluss(args)
-    if apache and spec == "live":
-        raise UnsupportedVersion("`fluss-spark scan --snapshot live` is not available on Apache "
-                                 "Fluss: Fluss 0.9.1 serves no reads of a bucket's live state; "
-                                 "scan its latest KV snapshot (--snapshot latest)")
     with ExitStack() as stack:
-        if apache:
-            cluster = stack.enter_context(connect_cluster(args))
+        cluster = stack.enter_context(connect_cluster(args))
+        caps = cluster.capabilities()
+        if spec == "live" and not caps.scan_sessions:
+            raise not_available(args, bootstrap_servers(args),
+                                "it serves no reads of a bucket's live state; scan its latest KV "
+                                "snapshot (--snapshot latest)", command="scan --snapshot live")
+        if not caps.scan_sessions:
+            # The cluster's own snapshot reads (Apache Fluss: the snapshot's files).
             info = cluster.get_table(args.table)
 
             def latest_snapshots():
@@ -87,7 +89,8 @@ def cmd_scan(args) -> int:
                 return cluster.read_snapshot(info.name, bucket, snapshot_id,
                                              projection=projection, limit=limit)
         else:
-            conn = stack.enter_context(connect(args))
+            # Scan sessions, which also read the live state.
+            conn = embedded_connection(args, cluster)
             info = conn.table(args.table)
             scanner = conn.kv_scanner(info)
 
@@ -114,7 +117,7 @@ def cmd_scan(args) -> int:
             plan = [(b, latest[b].snapshot_id) for b in buckets if b in latest]
             if not plan:
                 raise ConfigError(f"{info.name} has no KV snapshot yet: "
-                                  f"{no_snapshot_yet(info.name, apache)}")
+                                  f"{no_snapshot_yet(args, info.name, caps)}")
         elif spec == "live":
             plan = [(b, None) for b in buckets]
         else:
@@ -154,7 +157,7 @@ def _project_schema(schema, projection):
 
 
 def cmd_scanner_list(args) -> int:
-    with connect(args) as conn:
+    with connect(args, needs="scan_sessions") as conn:
         rows = conn.admin().list_scanners()
     if _json(args):
         emit_json(rows)

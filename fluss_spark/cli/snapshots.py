@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fluss_spark.cli.common import (MAX_BUCKETS, _json, bounded, connect, connect_cluster,
-                                    on_apache_fluss)
+                                    embedded_connection)
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
 from fluss_spark.errors import ConfigError
 
@@ -29,7 +29,7 @@ def _snapshot_row(name: str, s) -> dict:
 
 
 def cmd_snapshot_trigger(args) -> int:
-    with connect(args) as conn:
+    with connect(args, needs="snapshot_trigger") as conn:
         info = conn.table(args.table)
         if not info.has_primary_key:
             raise ConfigError(f"{info.name} is a log table: KV snapshots exist only for "
@@ -49,17 +49,19 @@ def cmd_snapshot_trigger(args) -> int:
 
 
 def cmd_snapshot_list(args) -> int:
-    if on_apache_fluss(args):
-        # Fluss names only each bucket's latest snapshot, and not the leases pinning it.
-        with connect_cluster(args) as cluster:
-            name = cluster.get_table(args.table).name
-            snaps = [s for b, s in sorted(cluster.latest_kv_snapshots(name).items())
-                     if args.bucket is None or b == args.bucket]
-    else:
-        with connect(args) as conn:
+    from fluss_spark.client.embedded import EmbeddedCluster
+    with connect_cluster(args) as cluster:
+        if isinstance(cluster, EmbeddedCluster):
+            # This project's servers list every registered snapshot and the leases pinning it.
+            conn = embedded_connection(args, cluster)
             info = conn.table(args.table)
             name = info.name
             snaps = conn.admin().list_kv_snapshots(info, args.bucket)
+        else:
+            # Other clusters name only each bucket's latest snapshot, not the leases pinning it.
+            name = cluster.get_table(args.table).name
+            snaps = [s for b, s in sorted(cluster.latest_kv_snapshots(name).items())
+                     if args.bucket is None or b == args.bucket]
     rows = [_snapshot_row(name, s) for s in snaps]
     if _json(args):
         emit_json(rows)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, _pairs, bounded,
-                                    connect, connect_apache_fluss, connect_cluster,
-                                    on_apache_fluss)
+                                    connect, connect_cluster, table_admin)
 from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError
 
@@ -73,19 +72,13 @@ def cmd_table_create(args) -> int:
     from fluss_spark.protocol.types import parse_schema, validate_table_schema
     schema = parse_schema(args.schema)          # a bad schema fails before connecting
     validate_table_schema(schema, pk, bk or [])
-    if on_apache_fluss(args):
-        with connect_apache_fluss(args) as cluster:
-            cluster.create_database(args.table.partition(".")[0], ignore_if_exists=True)
-            cluster.create_table(args.table, schema, primary_key=pk, bucket_key=bk,
-                                 buckets=args.buckets, properties=properties,
-                                 ignore_if_exists=args.if_not_exists)
-            info = cluster.get_table(args.table)
-    else:
-        with connect(args) as conn:
-            info = conn.admin().create_table(args.table, schema, primary_key=pk,
-                                             bucket_key=bk, num_buckets=args.buckets,
-                                             properties=properties,
-                                             ignore_if_exists=args.if_not_exists)
+    with connect_cluster(args) as cluster:
+        admin = table_admin(args, cluster)
+        admin.create_database(args.table.partition(".")[0], ignore_if_exists=True)
+        admin.create_table(args.table, schema, primary_key=pk, bucket_key=bk,
+                           buckets=args.buckets, properties=properties,
+                           ignore_if_exists=args.if_not_exists)
+        info = cluster.get_table(args.table)
     d = _describe(info)
     if _json(args):
         emit_json(d)
@@ -112,12 +105,8 @@ def cmd_table_describe(args) -> int:
 
 
 def cmd_table_drop(args) -> int:
-    if on_apache_fluss(args):
-        with connect_apache_fluss(args) as cluster:
-            cluster.drop_table(args.table, ignore_if_not_exists=args.if_exists)
-    else:
-        with connect(args) as conn:
-            conn.admin().drop_table(args.table, ignore_if_not_exists=args.if_exists)
+    with connect_cluster(args) as cluster:
+        table_admin(args, cluster).drop_table(args.table, ignore_if_not_exists=args.if_exists)
     if _json(args):
         emit_json({"table": args.table, "dropped": True})
     else:

@@ -17,6 +17,8 @@ from fluss_spark.errors import ConfigError, NetworkError
 EMBEDDED, APACHE_FLUSS, AUTO = "embedded", "apache-fluss", "auto"
 #: What an engine option or flag may say.
 ENGINES = (AUTO, EMBEDDED, APACHE_FLUSS)
+#: How messages name a cluster of each engine.
+ENGINE_NAMES = {EMBEDDED: "fluss_spark's servers", APACHE_FLUSS: "Apache Fluss"}
 
 _DETECTED: dict[str, str] = {}
 _LOCK = threading.Lock()

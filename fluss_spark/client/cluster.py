@@ -173,7 +173,30 @@ class Cluster(Protocol):
         ...
 
 
+@runtime_checkable
+class TableAdmin(Protocol):
+    """Creating and dropping tables: not part of ``Cluster`` (the source and the tiering job never
+    do it), an optional interface that both backends' clusters implement, for the CLI and tools.
+    """
+
+    def create_database(self, name: str, *, ignore_if_exists: bool = True) -> None:
+        """Create the database ``name`` where the cluster has databases (Apache Fluss); a
+        cluster whose tables are named ``db.table`` without databases does nothing."""
+        ...
+
+    def create_table(self, name: str, schema: pa.Schema, *, primary_key: Iterable[str] = (),
+                     bucket_key: Iterable[str] | None = None, buckets: int = 1,
+                     properties: Mapping[str, str] | None = None,
+                     ignore_if_exists: bool = False) -> None:
+        """Create ``db.table`` (its database must exist); a primary key makes a PK table."""
+        ...
+
+    def drop_table(self, name: str, *, ignore_if_not_exists: bool = True) -> None:
+        """Drop ``db.table``; ``TableNotExist`` when absent unless ``ignore_if_not_exists``."""
+        ...
+
+
 __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
            "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
-           "LeaseInfo", "LiveScanStart", "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "TableInfo",
-           "UPDATE_AFTER", "UPDATE_BEFORE"]
+           "LeaseInfo", "LiveScanStart", "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo",
+           "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE"]

@@ -14,8 +14,8 @@ from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnaps
                                                          count_rows, read_row_count)
 from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_scan,
                                                        supports_live_scans)
-from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, LiveScanStart,
-                                        Pins, RecordBatchStream)
+from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
+                                        LiveScanStart, Pins, RecordBatchStream, TableAdmin)
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, KvSnapshotNotExist, LeaderNotAvailable,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
                                 UnsupportedVersion)
@@ -430,6 +430,11 @@ def _checked(lease_id: str) -> str:
     if not is_valid_lease_id(lease_id):
         raise InvalidLeaseId(f"invalid lease id {lease_id!r}: use {LEASE_ID_RULE}")
     return lease_id
+
+
+#: The type checker holds this implementation to the interfaces: mypy names any method that differs.
+_IMPLEMENTS_CLUSTER: type[Cluster] = ApacheFlussWireCluster
+_IMPLEMENTS_TABLE_ADMIN: type[TableAdmin] = ApacheFlussWireCluster
 
 
 __all__ = ["ApacheFlussWireCluster"]

@@ -9,7 +9,7 @@ from typing import Iterable, Iterator, Mapping
 import pyarrow as pa
 
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, Pins, RecordBatchStream)
+                                        LiveScanStart, Pins, RecordBatchStream, TableAdmin)
 from fluss_spark.client.embedded.connection import FlussConnection
 from fluss_spark.errors import UnsupportedVersion
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
@@ -58,6 +58,21 @@ class EmbeddedCluster:
 
     def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
         return self.conn.admin().latest_kv_snapshots(table)
+
+    # -- databases and tables (TableAdmin) ------------------------------------------------------
+    def create_database(self, name: str, *, ignore_if_exists: bool = True) -> None:
+        """Nothing to do: this project's tables are named ``db.table`` without databases."""
+
+    def create_table(self, name: str, schema: pa.Schema, *, primary_key: Iterable[str] = (),
+                     bucket_key: Iterable[str] | None = None, buckets: int = 1,
+                     properties: Mapping[str, str] | None = None,
+                     ignore_if_exists: bool = False) -> None:
+        self.conn.admin().create_table(name, schema, primary_key=primary_key,
+                                       bucket_key=bucket_key, num_buckets=buckets,
+                                       properties=properties, ignore_if_exists=ignore_if_exists)
+
+    def drop_table(self, name: str, *, ignore_if_not_exists: bool = True) -> None:
+        self.conn.admin().drop_table(name, ignore_if_not_exists=ignore_if_not_exists)
 
     # -- leases -----------------------------------------------------------------------------------
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
@@ -111,6 +126,7 @@ class EmbeddedCluster:
 
 #: The type checker holds this implementation to the interface: mypy names any method that differs.
 _IMPLEMENTS_CLUSTER: type[Cluster] = EmbeddedCluster
+_IMPLEMENTS_TABLE_ADMIN: type[TableAdmin] = EmbeddedCluster
 
 
 __all__ = ["EmbeddedCluster"]
