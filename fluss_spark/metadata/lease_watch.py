@@ -58,7 +58,7 @@ class ZooKeeperLeases:
 
 
 class FlussLeases(ZooKeeperLeases):
-    """The lease ids of an Apache Fluss cluster (``ApacheFlussCluster``), in its ZooKeeper at
+    """The lease ids of an Apache Fluss cluster (``ApacheFlussProcesses``), in its ZooKeeper at
     ``<zookeeper.path.root>/leases/kv_snapshot``."""
 
     def __init__(self, apache_fluss, interval_s: float = 0.05):
@@ -68,7 +68,7 @@ class FlussLeases(ZooKeeperLeases):
 
 
 class EmbeddedLeases(ZooKeeperLeases):
-    """The lease ids of this project's cluster (``LocalCluster``), in ZooKeeper under its
+    """The lease ids of this project's cluster (``EmbeddedProcesses``), in ZooKeeper under its
     chroot."""
 
     def __init__(self, cluster, interval_s: float = 0.05):
