@@ -53,7 +53,8 @@ def stats(values: list[float], digits: int = 4) -> dict:
             "max": round(max(values), digits)}
 
 
-def register_snapshots(store: MetadataStore, table_id: int, buckets: int, snapshot_id: int) -> float:
+def register_snapshots(store: MetadataStore, table_id: int, buckets: int,
+                       snapshot_id: int) -> float:
     """Write the index pages of one snapshot per bucket; returns seconds."""
     t0 = time.perf_counter()
     store.zk.ensure_path(layout.snapshot_index_path(table_id))

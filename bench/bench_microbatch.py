@@ -290,7 +290,7 @@ def main(argv=None) -> int:
             if proc is not None:
                 try:
                     proc.stop()
-                except Exception as exc:  # keep stopping the others
+                except Exception as exc:  # noqa: BLE001 - keep stopping the others
                     print(f"stopping {name}: {exc}", file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
 

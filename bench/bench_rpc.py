@@ -94,7 +94,8 @@ def measure(kind: str, calls: dict[str, int]) -> dict[str, float]:
         port = int(proc.stdout.readline())
         conn = RpcConnection("127.0.0.1", port)
         work = {"small request": lambda: conn.call_raw(ApiKey.LIST_TABLES, {}),
-                "1 MB request": lambda: conn.call_raw(ApiKey.LIST_TABLES, {"data": b"y" * (1 << 20)}),
+                "1 MB request": lambda: conn.call_raw(ApiKey.LIST_TABLES,
+                                                      {"data": b"y" * (1 << 20)}),
                 "4 MB reply": lambda: conn.call_raw(ApiKey.GET_METRICS, {"size": 4 << 20})}
         out = {}
         for name, n in calls.items():

@@ -31,7 +31,8 @@ class Server:
     def __init__(self, tree: Path):
         from fluss_spark.transport.client import RpcConnection
         self.proc = subprocess.Popen([sys.executable, "-c", SERVER, "rpc"], stdout=subprocess.PIPE,
-                                     text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
+                                     text=True, cwd=tree,
+                                     env={**os.environ, "PYTHONPATH": str(tree)})
         assert self.proc.stdout is not None
         self.conn = RpcConnection("127.0.0.1", int(self.proc.stdout.readline()))
 

@@ -25,8 +25,9 @@ the row counts must equal the latest offset. MB/s counts the Arrow IPC bytes of 
 
 Each of ``--repeat`` repeats uses fresh tables (dropped afterwards); which path runs first
 alternates. Before every timed run the script waits until the cluster's processes are idle
-(dropped tables, KV snapshots and RocksDB flushes of the previous run finish first). Printed per workload: rows/s of each path (min/median/max) and client rows/s over
-raw rows/s in the same repeat (min/median/max).
+(dropped tables, KV snapshots and RocksDB flushes of the previous run finish first). Printed
+per workload: rows/s of each path (min/median/max) and client rows/s over raw rows/s in the
+same repeat (min/median/max).
 
 Run from the repository root::
 
@@ -169,7 +170,7 @@ def write_client(conn, name: str, op: str, batches: list[pa.Table], threads: int
             try:
                 for batch in batches[k::threads]:
                     call(batch)
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - re-raised after the join
                 errors.append(e)
 
         ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
@@ -352,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             mbs_txt = f"{mbs:.0f} / {statistics.median(cli) * per_row:.0f}"
         else:
             per_row = mb / a.rows
-            mbs_txt = f"{statistics.median(raw) * per_row:.0f} / {statistics.median(cli) * per_row:.0f}"
+            mbs_txt = (f"{statistics.median(raw) * per_row:.0f} / "
+                       f"{statistics.median(cli) * per_row:.0f}")
         print(f"{label:44s}{_fmt(raw, 1e6):>30s}{_fmt(cli, 1e6):>22s}{_fmt(ratios):>18s}"
               f"{mbs_txt:>16s}")
     return 0

@@ -53,6 +53,6 @@ class Engines:
             if c is not None:
                 try:
                     c.stop()
-                except Exception as exc:  # keep stopping the others
+                except Exception as exc:  # noqa: BLE001 - keep stopping the others
                     print(f"stopping {type(c).__name__}: {exc}", file=sys.stderr)
         shutil.rmtree(self.work, ignore_errors=True)

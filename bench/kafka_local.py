@@ -201,7 +201,7 @@ class KafkaBroker:
         log.close()
         try:
             wait_until(self._ready, timeout_s, f"Kafka on {self.bootstrap}")
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - stops the broker, then raises
             self.stop()
             tail = self.log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"Kafka did not start on {self.bootstrap}; log:\n{tail}") from None

@@ -53,8 +53,8 @@ SASL_USERS = {"admin": "admin-secret", "internal": "internal-secret", "bob": "bo
 
 @pytest.fixture(scope="session")
 def sasl_cluster(zookeeper, tmp_path_factory):
-    """An EmbeddedProcesses (coordinator + 1 tablet) that requires SASL PLAIN, with the principals of
-    ``SASL_USERS`` (``admin`` is the super user), shared by the whole test session."""
+    """An EmbeddedProcesses (coordinator + 1 tablet) that requires SASL PLAIN, with the principals
+    of ``SASL_USERS`` (``admin`` is the super user), shared by the whole test session."""
     from fluss_spark.local.embedded import EmbeddedProcesses
     local = EmbeddedProcesses(tmp_path_factory.mktemp("sasl") / "c", tablets=1, sasl=True,
                               zookeeper=f"{zookeeper.address}/fluss-sasl-{uuid.uuid4().hex[:12]}")

@@ -17,7 +17,8 @@ def add_commands(sub, cmd) -> None:
     """Register `cluster start|status|stop`."""
     cluster = sub.add_parser("cluster", help="start, inspect and stop a local cluster")
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
-    c = cmd(csub, "start", "start a local cluster in the background (idempotent)", cmd_cluster_start)
+    c = cmd(csub, "start", "start a local cluster in the background (idempotent)",
+            cmd_cluster_start)
     _dir_arg(c)
     c.add_argument("--engine", choices=ENGINES, default=None,
                    help="embedded: this project's servers; apache-fluss: a real Apache Fluss "
@@ -26,7 +27,8 @@ def add_commands(sub, cmd) -> None:
     c.add_argument("--fluss-version", default=None, metavar="VERSION",
                    help="Apache Fluss release for --engine apache-fluss (default "
                         f"{DEFAULT_FLUSS_VERSION})")
-    c.add_argument("--tablets", type=bounded(int, 1, 64), help="number of tablet servers (default 1)")
+    c.add_argument("--tablets", type=bounded(int, 1, 64),
+                   help="number of tablet servers (default 1)")
     c.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                    help="use this ZooKeeper instead of starting one")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -35,8 +37,10 @@ def add_commands(sub, cmd) -> None:
                    help="require SASL PLAIN authentication; the super user 'admin' and the "
                         "servers' 'internal' principal get random passwords in DIR/security/users")
     c.add_argument("--disable-api", action="append", default=[], metavar="GROUP",
-                   help="leave out an API group (kv_snapshot_lease, scan_kv) to emulate an old server")
-    _dir_arg(cmd(csub, "status", "every process of the local cluster, and metrics", cmd_cluster_status))
+                   help="leave out an API group (kv_snapshot_lease, scan_kv) to emulate an old "
+                        "server")
+    _dir_arg(cmd(csub, "status", "every process of the local cluster, and metrics",
+                 cmd_cluster_status))
     _dir_arg(cmd(csub, "stop", "stop the local cluster", cmd_cluster_stop))
 
 
@@ -168,7 +172,8 @@ def cmd_cluster_status(args) -> int:
                    "metrics": metrics,
                    "users_file": str(cluster.users_file) if cluster.sasl else None})
         return 0
-    print(f"cluster {d}  bootstrap {cluster.bootstrap_servers}  zookeeper {cluster.zookeeper_address}")
+    print(f"cluster {d}  bootstrap {cluster.bootstrap_servers}  "
+          f"zookeeper {cluster.zookeeper_address}")
     print_table(procs, ["role", "id", "pid", "address", "alive"])
     if metrics is not None:
         print()
@@ -181,7 +186,8 @@ def cmd_cluster_stop(args) -> int:
     from fluss_spark.local.embedded import EmbeddedProcesses
     d = _cluster_dir(args)
     cluster: EmbeddedProcesses | ApacheFlussProcesses
-    cluster = ApacheFlussProcesses.load(d) if engine_of(d) == "apache-fluss" else EmbeddedProcesses.load(d)
+    cluster = (ApacheFlussProcesses.load(d) if engine_of(d) == "apache-fluss"
+               else EmbeddedProcesses.load(d))
     cluster.stop()
     if _json(args):
         emit_json({"dir": str(d), "processes": cluster.processes()})

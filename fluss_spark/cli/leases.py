@@ -50,7 +50,7 @@ def cmd_lease_list(args) -> int:
     with connect(args, needs="lease_listing") as conn:
         leases = conn.admin().list_kv_snapshot_leases()
         names = _table_names(conn) if leases else {}
-    docs = [_lease_doc(l, names) for l in leases]
+    docs = [_lease_doc(lease, names) for lease in leases]
     if _json(args):
         emit_json(docs)
     else:

@@ -18,7 +18,8 @@ def add_commands(sub, cmd) -> None:
     c = cmd(sub, "scan", "read a PK table's KV snapshot (or live state) through scan sessions; on "
             "Apache Fluss from the snapshot's files", cmd_scan)
     c.add_argument("table")
-    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), help="only this bucket (default: all)")
+    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1),
+                   help="only this bucket (default: all)")
     c.add_argument("--snapshot", default="latest", metavar="latest|ID|live",
                    help="the latest snapshot (default), a snapshot id, or the live state")
     c.add_argument("--limit", type=bounded(int, 1, MAX_COUNT), help="at most this many rows")
@@ -34,10 +35,12 @@ def add_commands(sub, cmd) -> None:
 
     c = cmd(sub, "log", "read a table's changelog", cmd_log)
     c.add_argument("table")
-    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), help="only this bucket (default: all)")
+    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1),
+                   help="only this bucket (default: all)")
     c.add_argument("--from", dest="start", default="earliest", metavar="earliest|latest|OFFSET",
                    help="where to start (default earliest)")
-    c.add_argument("--limit", type=bounded(int, 1, MAX_COUNT), help="at most this many records per bucket")
+    c.add_argument("--limit", type=bounded(int, 1, MAX_COUNT),
+                   help="at most this many records per bucket")
     c.add_argument("--columns", help="only these columns, comma separated")
 
 
@@ -67,7 +70,8 @@ def cmd_scan(args) -> int:
     fmt = args.format or ("json" if _json(args) else "table")
     spec = args.snapshot.strip().lower()
     if spec not in ("latest", "live") and not spec.isdigit():
-        raise ConfigError(f"--snapshot must be latest, live or a snapshot id, got {args.snapshot!r}")
+        raise ConfigError("--snapshot must be latest, live or a snapshot id, "
+                          f"got {args.snapshot!r}")
     if spec.isdigit() and args.bucket is None:
         raise ConfigError("--snapshot ID names one bucket's snapshot: add --bucket")
     projection = _columns_arg(args.columns)
@@ -110,7 +114,8 @@ def cmd_scan(args) -> int:
                                   f"({', '.join(info.schema.names)})")
         buckets = [args.bucket] if args.bucket is not None else info.buckets
         if args.bucket is not None and not 0 <= args.bucket < info.num_buckets:
-            raise ConfigError(f"{info.name} has buckets 0..{info.num_buckets - 1}, not {args.bucket}")
+            raise ConfigError(f"{info.name} has buckets 0..{info.num_buckets - 1}, "
+                              f"not {args.bucket}")
         plan: list[tuple[int, int | None]] = []
         if spec == "latest":
             latest = latest_snapshots()

@@ -14,7 +14,8 @@ def add_commands(sub, cmd) -> None:
     ssub = snap.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = cmd(ssub, "trigger", "take a KV snapshot of every bucket now", cmd_snapshot_trigger)
     c.add_argument("table")
-    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), action="append", help="only these buckets (repeatable)")
+    c.add_argument("--bucket", type=bounded(int, 0, MAX_BUCKETS - 1), action="append",
+                   help="only these buckets (repeatable)")
     c = cmd(ssub, "list", "registered KV snapshots and the leases pinning them (Apache Fluss: "
             "the latest snapshot of each bucket)", cmd_snapshot_list)
     c.add_argument("table")

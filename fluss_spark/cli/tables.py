@@ -17,7 +17,8 @@ def add_commands(sub, cmd) -> None:
     c.add_argument("--schema", required=True, help='columns, e.g. "id BIGINT, name STRING"')
     c.add_argument("--primary-key", help="primary key column(s), comma separated")
     c.add_argument("--bucket-key", help="bucket key column(s) (default: the primary key)")
-    c.add_argument("--buckets", type=bounded(int, 1, MAX_BUCKETS), default=1, help="number of buckets (default 1)")
+    c.add_argument("--buckets", type=bounded(int, 1, MAX_BUCKETS), default=1,
+                   help="number of buckets (default 1)")
     c.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="table property, e.g. kv.snapshot.interval=1min (repeatable)")
     c.add_argument("--if-not-exists", action="store_true", help="succeed if the table exists")
@@ -30,11 +31,16 @@ def add_commands(sub, cmd) -> None:
 
     c = cmd(sub, "produce", "write generated demo rows to a table", cmd_produce)
     c.add_argument("table")
-    c.add_argument("--rows", type=bounded(int, 0, MAX_COUNT), required=True, help="rows to insert (PK) or append (log)")
-    c.add_argument("--updates", type=bounded(int, 0, MAX_COUNT), default=0, help="upserts of random existing keys (PK)")
-    c.add_argument("--deletes", type=bounded(int, 0, MAX_COUNT), default=0, help="deletes of random existing keys (PK)")
-    c.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0, help="random seed (same seed, same data)")
-    c.add_argument("--batch-size", type=bounded(int, 1, 10_000_000), default=10_000, help="rows per write call")
+    c.add_argument("--rows", type=bounded(int, 0, MAX_COUNT), required=True,
+                   help="rows to insert (PK) or append (log)")
+    c.add_argument("--updates", type=bounded(int, 0, MAX_COUNT), default=0,
+                   help="upserts of random existing keys (PK)")
+    c.add_argument("--deletes", type=bounded(int, 0, MAX_COUNT), default=0,
+                   help="deletes of random existing keys (PK)")
+    c.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0,
+                   help="random seed (same seed, same data)")
+    c.add_argument("--batch-size", type=bounded(int, 1, 10_000_000), default=10_000,
+                   help="rows per write call")
 
 
 def _describe(info) -> dict:

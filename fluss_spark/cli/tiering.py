@@ -185,5 +185,6 @@ def cmd_package(args) -> int:
     if _json(args):
         emit_json(doc)
     else:
-        print(f"wrote {out} ({n} modules, {doc['bytes']} bytes); use: spark-submit --py-files {out} ...")
+        print(f"wrote {out} ({n} modules, {doc['bytes']} bytes); "
+              f"use: spark-submit --py-files {out} ...")
     return 0

@@ -1,4 +1,5 @@
-"""The driver-side enumerator: sequences Spark's calls, binds the run to its checkpoint, keeps the lease.
+"""The driver-side enumerator: sequences Spark's calls, binds the run to its checkpoint, keeps the
+lease.
 
 It lives in the one long-lived Python process Spark keeps per source per query run, and starts
 fresh on every restart. Where offsets go is planned by ``fluss_spark/connector/planning.py``, the

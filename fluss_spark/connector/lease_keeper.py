@@ -108,7 +108,8 @@ class LeaseKeeper:
         return not any(unavailable.values())
 
     def start(self) -> None:
-        """Renew from a daemon thread (the driver-side source process lives as long as the query)."""
+        """Renew from a daemon thread (the driver-side source process lives as long as the
+        query)."""
         if self._thread is not None:
             return
         self._thread = threading.Thread(target=self._run, name=f"fluss-lease-{self.lease_id}",

@@ -131,8 +131,8 @@ LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
                                 "before they could be leased.", minimum=0)
 
 SOURCE_OPTIONS: list[Option] = [
-    BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP, LEASE_ID,
-    LEASE_DURATION, LEASE_GRACE, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
+    BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP,
+    LEASE_ID, LEASE_DURATION, LEASE_GRACE, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
     MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, KV_READ, LIVE_MAX_BUCKETS, ENGINE,
     REQUEST_TIMEOUT,
@@ -239,7 +239,8 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         try:
             re.compile(pattern)
         except re.error as e:
-            raise ConfigError(f"option 'table.pattern': {pattern!r} is not a valid regex: {e}") from None
+            raise ConfigError(f"option 'table.pattern': {pattern!r} is not a valid regex: "
+                              f"{e}") from None
         multi = True
 
     columns = _columns(values, multi)

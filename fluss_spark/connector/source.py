@@ -102,7 +102,8 @@ class FlussDataSource(DataSource):
 
 
 class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Streaming reader: driver methods delegate to an ``Enumerator``; ``read`` to ``SplitReader``."""
+    """Streaming reader: driver methods delegate to an ``Enumerator``; ``read`` to
+    ``SplitReader``."""
 
     def __init__(self, options: SourceOptions, schema: StructType):
         self.options = options

@@ -352,5 +352,6 @@ def parse_options(options) -> dict[str, str]:
 
 
 def read_state(base_dir: Path) -> dict | None:
-    """The Apache Fluss cluster state of ``base_dir`` (None when absent); refuses unknown versions."""
+    """The Apache Fluss cluster state of ``base_dir`` (None when absent); refuses unknown
+    versions."""
     return read_state_file(Path(base_dir) / STATE_FILE, STATE_VERSION)

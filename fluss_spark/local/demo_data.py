@@ -34,9 +34,11 @@ class DemoData:
 
     def deletes(self, n: int, num_keys: int) -> pa.Table:
         """Key columns of ``n`` distinct random existing keys."""
-        idx = np.sort(self.rng.choice(num_keys, size=min(n, num_keys), replace=False)).astype(np.int64)
+        idx = np.sort(self.rng.choice(num_keys, size=min(n, num_keys),
+                                      replace=False)).astype(np.int64)
         cols = [self._column(self.schema.field(k), idx, key=True) for k in self.key]
-        return pa.Table.from_arrays(cols, schema=pa.schema([self.schema.field(k) for k in self.key]))
+        return pa.Table.from_arrays(
+            cols, schema=pa.schema([self.schema.field(k) for k in self.key]))
 
     def _table(self, idx: np.ndarray) -> pa.Table:
         cols = [self._column(f, idx, key=f.name in self.key) for f in self.schema]
@@ -62,7 +64,8 @@ class DemoData:
                 return pc.binary_join_element_wise("key-", pa.array(idx).cast(pa.string()), "")
             words = _WORDS[rng.integers(0, len(_WORDS), size=n)]
             nums = rng.integers(0, 1000, size=n)
-            return pc.binary_join_element_wise(pa.array(words), pa.array(nums).cast(pa.string()), "-")
+            return pc.binary_join_element_wise(pa.array(words), pa.array(nums).cast(pa.string()),
+                                               "-")
         if pa.types.is_binary(t):
             src = idx if key else rng.integers(0, 1 << 31, size=n)
             return pa.array([int(v).to_bytes(8, "big") for v in src], type=t)

@@ -130,7 +130,8 @@ class ServerProcess:
         return self.start(timeout_s)
 
     def log(self, last_chars: int = 6000) -> str:
-        return self.log_path.read_text(errors="replace")[-last_chars:] if self.log_path.exists() else ""
+        return (self.log_path.read_text(errors="replace")[-last_chars:]
+                if self.log_path.exists() else "")
 
 
 def stop_all(servers: list[ServerProcess], timeout_s: float) -> None:
@@ -151,7 +152,8 @@ def signal_pid(pid: int | None, sig: int) -> None:
 
 
 def wait_dead(procs: list[tuple[int | None, subprocess.Popen | None]], timeout_s: float) -> None:
-    """Wait until every ``(pid, Popen or None)`` is gone, SIGKILLing those alive past the deadline."""
+    """Wait until every ``(pid, Popen or None)`` is gone, SIGKILLing those alive past the
+    deadline."""
     deadline = time.monotonic() + timeout_s
     for pid, proc in procs:
         if not pid:

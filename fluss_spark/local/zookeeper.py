@@ -27,7 +27,8 @@ def zookeeper_classpath() -> str:
     """The classpath of an installed ZooKeeper, or a FlussError saying how to install one."""
     home = os.environ.get("ZOOKEEPER_HOME")
     if home:
-        jars = glob.glob(os.path.join(home, "lib", "*.jar")) + glob.glob(os.path.join(home, "*.jar"))
+        jars = (glob.glob(os.path.join(home, "lib", "*.jar"))
+                + glob.glob(os.path.join(home, "*.jar")))
         if jars:
             return os.pathsep.join(sorted(jars))
         raise FlussError(f"ZOOKEEPER_HOME={home} has no jars under lib/; {INSTALL_HINT}")
@@ -108,7 +109,8 @@ class ZooKeeperProcess:
             wait_until(self._ready, timeout_s, f"ZooKeeper on {self.address}")
         except TimeoutError:
             self.stop()
-            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+            tail = (self.log_path.read_text(errors="replace")[-2000:]
+                    if self.log_path.exists() else "")
             raise FlussError(f"ZooKeeper did not start on {self.address}; log:\n{tail}") from None
         return self
 

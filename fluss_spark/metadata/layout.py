@@ -285,8 +285,8 @@ class LeaseRecord:
     The pins of each table are cut into parts of LEASE_PART_BUCKETS buckets, each encoded on
     its own (``lease_codec.encode_lease_part``, msgpack bytes). Small parts are inline in
     ``parts``; the others are child znodes ``part-<table_id>-<part>-<generation>`` listed in
-    ``refs`` with their size and CRC32. A write creates the child znodes of changed parts under a new
-    generation, then switches the header (with a version check) and deletes the replaced
+    ``refs`` with their size and CRC32. A write creates the child znodes of changed parts under a
+    new generation, then switches the header (with a version check) and deletes the replaced
     children, in one ZooKeeper multi when it fits in LEASE_MULTI_BYTES; so a one-bucket change
     of a 1,000,000-pin lease writes one part and the header, and a crash at any point leaves
     either the old or the new lease readable (children the header does not name are orphans,

@@ -82,8 +82,9 @@ class ZkSession:
     def start(self) -> None:
         try:
             self.zk.start(timeout=self._timeout_s)
-        except Exception as e:  # kazoo raises its own timeout type
-            raise FlussError(f"cannot reach ZooKeeper at {self.address}: {e}; is it running?") from None
+        except Exception as e:  # noqa: BLE001 - kazoo raises its own timeout type
+            raise FlussError(f"cannot reach ZooKeeper at {self.address}: {e}; "
+                             "is it running?") from None
         if self._chroot:
             # kazoo needs the chroot node to exist before it is used as a root.
             self.zk.ensure_path(self._chroot)

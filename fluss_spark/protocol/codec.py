@@ -273,7 +273,7 @@ def _unpack_map(data: bytes | bytearray, max_container: int | None = None) -> di
         msg = unpackb(data, max_container)
     except CorruptMessage:
         raise
-    except Exception as e:  # msgpack raises several unrelated types on garbage
+    except Exception as e:  # noqa: BLE001 - msgpack raises several unrelated types on garbage
         raise CorruptMessage(f"undecodable message: {type(e).__name__}: {e}") from None
     if not isinstance(msg, dict):
         raise CorruptMessage(f"message must be a map, got {type(msg).__name__}")

@@ -17,7 +17,8 @@ MAX_FRAME_BYTES = 256 * 1024 * 1024
 def encode_frame(payload: bytes) -> bytes:
     """Prefix ``payload`` with its length."""
     if len(payload) > MAX_FRAME_BYTES:
-        raise CorruptMessage(f"frame of {len(payload)} bytes exceeds the limit of {MAX_FRAME_BYTES}")
+        raise CorruptMessage(f"frame of {len(payload)} bytes exceeds the limit of "
+                             f"{MAX_FRAME_BYTES}")
     return HEADER.pack(len(payload)) + payload
 
 

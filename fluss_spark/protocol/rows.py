@@ -25,7 +25,8 @@ def _physical_type(t: pa.DataType) -> pa.DataType | None:
     return None
 
 
-def physical_columns(batch: pa.RecordBatch | pa.Table, names: list[str] | None = None) -> list[list]:
+def physical_columns(batch: pa.RecordBatch | pa.Table,
+                     names: list[str] | None = None) -> list[list]:
     """The columns of ``batch`` (or only ``names``) as lists of physical Python values."""
     out = []
     for name in names or batch.schema.names:
@@ -64,7 +65,8 @@ def bucket_of(key: bytes, num_buckets: int) -> int:
     return zlib.crc32(key) % num_buckets
 
 
-def bucket_ids(batch: pa.RecordBatch | pa.Table, key_columns: list[str], num_buckets: int) -> pa.Array:
+def bucket_ids(batch: pa.RecordBatch | pa.Table, key_columns: list[str],
+               num_buckets: int) -> pa.Array:
     """The bucket of every row, as an int32 array (for ``pc.filter`` by bucket)."""
     if num_buckets == 1:
         return pa.array([0] * batch.num_rows, type=pa.int32())
@@ -72,7 +74,8 @@ def bucket_ids(batch: pa.RecordBatch | pa.Table, key_columns: list[str], num_buc
                     type=pa.int32())
 
 
-def split_by_bucket(batch: pa.Table, key_columns: list[str], num_buckets: int) -> dict[int, pa.Table]:
+def split_by_bucket(batch: pa.Table, key_columns: list[str],
+                    num_buckets: int) -> dict[int, pa.Table]:
     """Split rows by bucket, keeping their order within each bucket."""
     if num_buckets == 1:
         return {0: batch} if batch.num_rows else {}

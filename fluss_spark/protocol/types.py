@@ -99,7 +99,8 @@ def validate_table_schema(schema: pa.Schema, primary_key: list[str], bucket_key:
             if c not in names:
                 raise ConfigError(f"{kind} column {c!r} is not in the schema ({', '.join(names)})")
     if primary_key and bucket_key and not set(bucket_key) <= set(primary_key):
-        raise ConfigError("the bucket key of a primary-key table must be a subset of the primary key")
+        raise ConfigError("the bucket key of a primary-key table must be a subset of the "
+                          "primary key")
 
 
 def cast_columns(data: pa.Table, fields: list[pa.Field],

@@ -51,7 +51,8 @@ def parse_args(argv: list[str]) -> ServerSettings:
                                       "server.log.max-backups) instead of to stderr; stdout "
                                       "and stderr go to the same file")
     a = p.parse_args(argv)
-    disabled = frozenset().union(*(API_GROUPS[g] for g in a.disable_api)) if a.disable_api else frozenset()
+    disabled = (frozenset().union(*(API_GROUPS[g] for g in a.disable_api)) if a.disable_api
+                else frozenset())
     return ServerSettings(role=a.role, server_id=a.id, zookeeper=a.zookeeper, host=a.host,
                           port=a.port, data_dir=Path(a.data_dir),
                           remote_data_dir=a.remote_data_dir,

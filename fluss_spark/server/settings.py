@@ -40,7 +40,8 @@ class ServerSettings:
         try:
             digest = Path(path).read_text().strip()
         except OSError as e:
-            raise ConfigError(f"cannot read zookeeper.auth.digest-file {path}: {e.strerror}") from None
+            raise ConfigError(f"cannot read zookeeper.auth.digest-file {path}: "
+                              f"{e.strerror}") from None
         if ":" not in digest:
             raise ConfigError(f"{path} must hold username:password")
         return digest

@@ -270,7 +270,7 @@ def _row(row) -> Any:
     return row if isinstance(row, dict) else list(row)
 
 
-# -- one call, one connection -----------------------------------------------------------------------
+# -- one call, one connection ----------------------------------------------------------------------
 def create_log_table(bootstrap: str, name: str, schema, buckets: int = 1,
                      properties: dict[str, str] | None = None) -> int:
     """Create a log table; returns its table id."""

@@ -1,4 +1,5 @@
-"""Test helpers for the coordinator: a fake clock, an in-process lease/GC harness, a process runner."""
+"""Test helpers for the coordinator: a fake clock, an in-process lease/GC harness, a process
+runner."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ class FakeCluster:
 
     def _expire(self):
         now = self._now_ms()
-        for lid in [l for l, v in self.leases.items() if v["expires"] <= now]:
+        for lid in [k for k, v in self.leases.items() if v["expires"] <= now]:
             del self.leases[lid]
 
     def _lease_api(self):

@@ -1,4 +1,5 @@
-"""What a tiering job tiers (``TieringConfig``) and the job's identity in its lake (``JobRecord``)."""
+"""What a tiering job tiers (``TieringConfig``) and the job's identity in its lake
+(``JobRecord``)."""
 
 from __future__ import annotations
 

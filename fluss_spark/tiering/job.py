@@ -1,4 +1,5 @@
-"""The tiering job: one checkpointed streaming query per Fluss table, each round committed to the lake.
+"""The tiering job: one checkpointed streaming query per Fluss table, each round committed to the
+lake.
 
 For every table matching the job's pattern it runs ``spark.readStream.format("fluss")`` in
 ``full`` mode (PK tables: the KV snapshot, then the changelog; log tables: the changelog from the

@@ -1,4 +1,5 @@
-"""The tiering job's command line: ``spark-submit examples/tier_tables.py`` and ``fluss-spark tier run``."""
+"""The tiering job's command line: ``spark-submit examples/tier_tables.py`` and
+``fluss-spark tier run``."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "tasks, the driver's threads, or auto (the driver on a local master)")
 
 
-def config_from_args(args: argparse.Namespace, bootstrap_servers: str | None = None) -> TieringConfig:
+def config_from_args(args: argparse.Namespace,
+                     bootstrap_servers: str | None = None) -> TieringConfig:
     """Parsed arguments -> ``TieringConfig`` (ConfigError naming the bad argument)."""
     from fluss_spark.config import parse_duration_ms
     servers = (bootstrap_servers or getattr(args, "bootstrap_servers", None)
@@ -116,7 +118,8 @@ def run_job(spark: Any, config: TieringConfig, duration_s: float | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_arg_parser().parse_args(argv)
     config = config_from_args(args)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

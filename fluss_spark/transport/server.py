@@ -174,7 +174,8 @@ class _LogLimiter:
     """At most one warning per client address per interval (a flood cannot fill the logs);
     the next line says how many were left out. Thread-safe."""
 
-    def __init__(self, interval_s: float = _LOG_INTERVAL_S, max_addresses: int = _LOG_MAX_ADDRESSES):
+    def __init__(self, interval_s: float = _LOG_INTERVAL_S,
+                 max_addresses: int = _LOG_MAX_ADDRESSES):
         self.interval_s, self.max_addresses = interval_s, max_addresses
         self._last: dict[str, list] = {}    # address -> [time logged, lines left out since]
         self._lock = threading.Lock()

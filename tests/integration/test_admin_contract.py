@@ -1,6 +1,6 @@
 """One contract for the ``Cluster`` interface the connector and the tiering job use, run against
-the unit tests' ``FakeCluster`` and against ``EmbeddedCluster`` over real servers, so the fake cannot
-drift from the servers."""
+the unit tests' ``FakeCluster`` and against ``EmbeddedCluster`` over real servers, so the fake
+cannot drift from the servers."""
 
 from __future__ import annotations
 
@@ -216,12 +216,14 @@ def test_a_table_pinned_for_one_holder_is_refused_to_another(backend, table):
     info = cluster.describe_kv_snapshot_lease(lid)
     assert info.tables == {table_id: {0: sid}} and info.holders == {table_id: "query-a"}
     # The same holder (a restart of the same checkpoint) and holder-less callers are not refused.
-    assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}}, holder="query-a") == {}
+    assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}},
+                                             holder="query-a") == {}
     assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}}) == {}
     assert cluster.describe_kv_snapshot_lease(lid).holders == {table_id: "query-a"}
     # Once the table's pins are gone, another holder may take it.
     cluster.release_kv_snapshot_lease(lid, {table_id: [0]})
-    assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}}, holder="query-b") == {}
+    assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}},
+                                             holder="query-b") == {}
     assert cluster.describe_kv_snapshot_lease(lid).holders == {table_id: "query-b"}
     cluster.drop_kv_snapshot_lease(lid)
 
@@ -260,7 +262,8 @@ def test_a_holder_claims_a_table_pinned_without_one_and_holderless_acquires_clai
     cluster, lid = backend.cluster, lease_id()
     assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}}) == {}
     assert cluster.describe_kv_snapshot_lease(lid).holders == {}
-    assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}}, holder="query-a") == {}
+    assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}},
+                                             holder="query-a") == {}
     assert cluster.describe_kv_snapshot_lease(lid).holders == {table_id: "query-a"}
     with pytest.raises(LeaseHeldByOther):
         cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}}, holder="query-b")
@@ -277,7 +280,8 @@ def test_an_expired_lease_forgets_its_holders(backend, table):
     cluster, lid = backend.cluster, lease_id()
     cluster.acquire_kv_snapshot_lease(lid, 2_000, {table_id: {0: sid}}, holder="query-a")
     backend.outlive(lid, 2_000)
-    assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}}, holder="query-b") == {}
+    assert cluster.acquire_kv_snapshot_lease(lid, HOUR, {table_id: {0: sid}},
+                                             holder="query-b") == {}
     assert cluster.describe_kv_snapshot_lease(lid).holders == {table_id: "query-b"}
     cluster.drop_kv_snapshot_lease(lid)
 

@@ -1,4 +1,5 @@
-"""The Apache Fluss wire client against a real Fluss 0.9.1 cluster (the ``apache_fluss`` fixture)."""
+"""The Apache Fluss wire client against a real Fluss 0.9.1 cluster (the ``apache_fluss``
+fixture)."""
 
 from __future__ import annotations
 

@@ -62,8 +62,10 @@ def test_produce_log_snapshot_scan_on_a_pk_table(cli, table_name):
     assert sorted(s["bucket"] for s in snaps) == [0, 1, 2]
     assert sum(s["row_count"] for s in snaps) == 180
     listed = run_json(cli, "snapshot", "list", table_name)
-    assert {(s["bucket"], s["snapshot_id"]) for s in listed} >= {(s["bucket"], s["snapshot_id"]) for s in snaps}
-    assert all(set(s) >= {"bucket", "snapshot_id", "log_offset", "row_count", "pinned_by"} for s in listed)
+    assert {(s["bucket"], s["snapshot_id"]) for s in listed} >= \
+        {(s["bucket"], s["snapshot_id"]) for s in snaps}
+    assert all(set(s) >= {"bucket", "snapshot_id", "log_offset", "row_count", "pinned_by"}
+               for s in listed)
     rows = run_json(cli, "scan", table_name)
     assert len(rows) == 180 and len({r["id"] for r in rows}) == 180
     assert set(rows[0]) == {"id", "name", "amount"}
@@ -83,7 +85,10 @@ def test_produce_is_deterministic_for_a_seed(cli, table_name):
         run_json(cli, "produce", table_name + suffix, "--rows", "30", "--updates", "10",
                  "--seed", "3")
     a, b = (run_json(cli, "log", table_name + s, "--columns", "id,name,d") for s in ("_a", "_b"))
-    strip = lambda rows: [(r["id"], r["name"], r["d"], r["_change_type"]) for r in rows]
+
+    def strip(rows):
+        return [(r["id"], r["name"], r["d"], r["_change_type"]) for r in rows]
+
     assert strip(a) == strip(b) and len(a) == 50
 
 
@@ -111,7 +116,7 @@ def test_lease_commands(cli, table_name):
     lease_id = "cli-" + table_name.split("_")[-1]
     acq = run_json(cli, "lease", "acquire", lease_id, table_name, "--duration", "10min")
     assert acq["unavailable"] == [] and sorted(p["bucket"] for p in acq["pinned"]) == [0, 1]
-    leases = {l["lease_id"]: l for l in run_json(cli, "lease", "list")}
+    leases = {d["lease_id"]: d for d in run_json(cli, "lease", "list")}
     assert leases[lease_id]["pin_count"] == 2
     assert leases[lease_id]["tables"][0]["table"] == table_name
     desc = run_json(cli, "lease", "describe", lease_id)
@@ -133,7 +138,7 @@ def test_lease_commands(cli, table_name):
     assert err.count("\n") == 1
     run_json(cli, "lease", "acquire", lease_id, table_name)
     assert run_json(cli, "lease", "drop", lease_id) == {"lease_id": lease_id, "dropped": True}
-    assert lease_id not in {l["lease_id"] for l in run_json(cli, "lease", "list")}
+    assert lease_id not in {d["lease_id"] for d in run_json(cli, "lease", "list")}
     code, out, err = cli("lease", "drop", lease_id)
     assert code == 1 and out == "" and "does not exist" in err and err.count("\n") == 1
 
@@ -172,4 +177,5 @@ def test_scan_arrow_format_as_a_subprocess(cluster, table_name):
     assert table.num_rows == 40 and table.schema.names == ["id", "v"]
     assert sorted(table.column("id").to_pylist()) == list(range(40))
     bad = fs("table", "describe", "db.nope")
-    assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+    assert (bad.returncode == 1 and bad.stderr.startswith("error: ")
+            and "Traceback" not in bad.stderr)

@@ -26,6 +26,6 @@ def test_lease_list_and_describe_show_holders(cluster, conn, table_name, capsys)
     listed = {d["lease_id"]: d for d in json.loads(run("list", "--json"))}
     assert listed[lease_id]["holders"] == {str(snap.table_id): "query-a"}
     assert "HOLDER" in run("describe", lease_id) and "query-a" in run("describe", lease_id)
-    line = next(l for l in run("list").splitlines() if l.startswith(lease_id))
+    line = next(ln for ln in run("list").splitlines() if ln.startswith(lease_id))
     assert line.rstrip().endswith("query-a")
     admin.drop_kv_snapshot_lease(lease_id)

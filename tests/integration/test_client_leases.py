@@ -20,7 +20,7 @@ def test_lease_round_trip(conn, table_name):
     assert admin.acquire_kv_snapshot_lease(lease_id, 60_000, {info.table_id: pins}) == {}
     lease = admin.describe_kv_snapshot_lease(lease_id)
     assert lease.tables == {info.table_id: pins} and lease.pin_count == 2
-    assert lease_id in [l.lease_id for l in admin.list_kv_snapshot_leases()]
+    assert lease_id in [x.lease_id for x in admin.list_kv_snapshot_leases()]
     assert all(lease_id in s.pinned_by for s in admin.list_kv_snapshots(info))
     unavailable = admin.acquire_kv_snapshot_lease(lease_id, 60_000, {info.table_id: {0: 999}})
     assert unavailable == {info.table_id: {0: 999}}

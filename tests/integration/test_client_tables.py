@@ -31,7 +31,8 @@ def test_table_lifecycle(conn, table_name):
     assert admin.get_table(table_name).table_id == info.table_id
     with pytest.raises(TableAlreadyExist):
         admin.create_table(table_name, "id BIGINT", primary_key=["id"])
-    assert admin.create_table(table_name, "id BIGINT", ignore_if_exists=True).table_id == info.table_id
+    assert admin.create_table(table_name, "id BIGINT",
+                              ignore_if_exists=True).table_id == info.table_id
     admin.drop_table(table_name)
     assert table_name not in admin.list_tables()
     with pytest.raises(TableNotExist):
@@ -128,7 +129,8 @@ def test_trigger_snapshot_and_list(conn, table_name):
     latest = admin.list_offsets(info)
     assert {b: s.log_offset for b, s in snaps.items()} == latest
     listed = admin.list_kv_snapshots(info)
-    assert {(s.bucket, s.snapshot_id) for s in listed} >= {(b, s.snapshot_id) for b, s in snaps.items()}
+    assert {(s.bucket, s.snapshot_id) for s in listed} >= \
+        {(b, s.snapshot_id) for b, s in snaps.items()}
     assert admin.latest_kv_snapshots(info) == snaps
     assert [s.bucket for s in admin.list_kv_snapshots(info, bucket=1)] == [1] * len(
         [s for s in listed if s.bucket == 1])

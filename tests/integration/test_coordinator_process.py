@@ -1,4 +1,5 @@
-"""The coordinator as a real process: tables over RPC, recovery after kill -9, election, bad input."""
+"""The coordinator as a real process: tables over RPC, recovery after kill -9, election, bad
+input."""
 
 import socket
 
@@ -182,7 +183,8 @@ def test_a_coordinator_paused_past_its_session_serves_and_writes_nothing_when_it
                    or "ZooKeeper session lost" in first.log(), 30, "the old leader to step down")
         assert sorted(meta.lease_ids()) == ["later", "short"]
         assert meta.load_lease("short").expires_at_ms > time.time() * 1000 + 3_000_000
-        assert new.call_raw(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": "short"})["pin_count"] == 1
+        assert new.call_raw(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE,
+                            {"lease_id": "short"})["pin_count"] == 1
     finally:
         first.stop()
         second.stop()

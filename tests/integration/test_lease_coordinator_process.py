@@ -58,7 +58,8 @@ def commit(conn, remote: Path, table_id, bucket, snapshot_id) -> Path:
 
 def snapshot_ids(conn, table_id, bucket):
     return [s["snapshot_id"] for s in conn.call_raw(ApiKey.LIST_KV_SNAPSHOTS,
-                                                 {"table_id": table_id, "bucket": bucket})["snapshots"]]
+                                                 {"table_id": table_id,
+                                                  "bucket": bucket})["snapshots"]]
 
 
 def test_kill_9_right_after_a_granted_acquire_keeps_the_lease(coordinator, tmp_path):
@@ -252,7 +253,8 @@ def test_a_client_cannot_make_the_coordinator_delete_data(coordinator, tmp_path)
     with pytest.raises(InvalidRequest, match="must follow the bucket's last one, 1"):
         conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, forged(0, old))
     # A retry of the real commit (its answer lost) is accepted and changes nothing.
-    conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT, {**forged(1, str(real)), "log_offset": 10, "row_count": 1})
+    conn.call_raw(ApiKey.COMMIT_KV_SNAPSHOT,
+                  {**forged(1, str(real)), "log_offset": 10, "row_count": 1})
     assert snapshot_ids(conn, table_id, 0) == [1]
     assert real.exists() and (victim / "data").read_text() == "keep me"
 

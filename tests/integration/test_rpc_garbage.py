@@ -108,7 +108,8 @@ def test_concurrent_clients(server):
 
     def work(i):
         c = RpcConnection(server.host, server.port)
-        results.append(all(c.call_raw(ApiKey.LIST_TABLES, {"n": j})["n"] == j + 1 for j in range(50)))
+        results.append(all(c.call_raw(ApiKey.LIST_TABLES, {"n": j})["n"] == j + 1
+                           for j in range(50)))
         c.close()
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]

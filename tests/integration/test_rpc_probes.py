@@ -148,9 +148,9 @@ def test_api_versions_lists_authenticate_and_every_served_api(probed):
 
 
 def test_clients_that_do_not_read_their_replies_leave_others_their_latency(probed):
-    """40 logged-in clients each ask for two 4 MB log fetches (more than a socket buffers) and never read a reply: the
-    tablet keeps one reply pending per client and stops reading from it, and its handler
-    threads stay free for everyone else."""
+    """40 logged-in clients each ask for two 4 MB log fetches (more than a socket buffers) and
+    never read a reply: the tablet keeps one reply pending per client and stops reading from it,
+    and its handler threads stay free for everyone else."""
     import pyarrow as pa
     with probed.connection(request_timeout_s=30) as conn:
         conn.admin().create_table("probe.unread", "k BIGINT, v STRING", num_buckets=1)

@@ -1,4 +1,5 @@
-"""A cluster with SASL PLAIN authentication (real processes): who may connect, and who may do what."""
+"""A cluster with SASL PLAIN authentication (real processes): who may connect, and who may do
+what."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tablet server durability: kill -9 and restart, retention, periodic snapshots, coordinator loss."""
+"""Tablet server durability: kill -9 and restart, retention, periodic snapshots, coordinator
+loss."""
 
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ def test_retention_deletes_old_segments_and_reports_data_loss(make_cluster):
     earliest = lambda: conn.call_raw(ApiKey.LIST_OFFSETS, {  # noqa: E731
         "table_id": tid, "buckets": [0], "spec": "earliest"})["offsets"][0]
     wait_until(lambda: earliest() == 3, 10, "retention to delete the old segments")
-    with pytest.raises(LogOffsetOutOfRange, match=r"db.ttl.*bucket 0.*offset 1.*earliest retained offset 3"):
+    with pytest.raises(LogOffsetOutOfRange,
+                       match=r"db.ttl.*bucket 0.*offset 1.*earliest retained offset 3"):
         conn.call_raw(ApiKey.FETCH_LOG, {"table_id": tid, "bucket": 0, "offset": 1,
                                      "max_bytes": 100, "max_wait_ms": 0})
     assert _read_log(conn, tid, 0, 3).column("id").to_pylist() == [3]

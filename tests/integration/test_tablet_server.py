@@ -86,7 +86,8 @@ def test_pk_table_changelog_state_and_triggered_snapshot(tc):
     assert _produce(conn, tid, 0, "delete", [2, 8]) == {"base_offset": 4, "end_offset": 5}
     recs, _ = _fetch(conn, tid, 0, 0)
     assert recs == [("+I", 1), ("+I", 2), ("-U", 1), ("+U", 1), ("-D", 2)]
-    snaps = conn.call_raw(ApiKey.TRIGGER_KV_SNAPSHOT, {"table_id": tid, "buckets": [0, 1]})["snapshots"]
+    snaps = conn.call_raw(ApiKey.TRIGGER_KV_SNAPSHOT,
+                          {"table_id": tid, "buckets": [0, 1]})["snapshots"]
     assert snaps[1] is None                      # bucket 1 never had data
     info = snaps[0]
     assert (info["snapshot_id"], info["log_offset"], info["row_count"]) == (0, 5, 1)
@@ -110,7 +111,8 @@ def test_bad_requests_get_typed_errors_and_the_server_keeps_serving(tc):
     with pytest.raises(UnknownTableOrBucket, match="buckets 0..0"):
         _produce(conn, tid, 5, "append", [1])
     with pytest.raises(InvalidRequest, match="table_id"):
-        conn.call_raw(ApiKey.PRODUCE, {"table_id": "x", "bucket": 0, "op": "append", "records": b""})
+        conn.call_raw(ApiKey.PRODUCE,
+                      {"table_id": "x", "bucket": 0, "op": "append", "records": b""})
     with pytest.raises(InvalidRequest, match="records"):
         conn.call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "append", "records": 5})
     from fluss_spark.errors import CorruptMessage
@@ -119,9 +121,11 @@ def test_bad_requests_get_typed_errors_and_the_server_keeps_serving(tc):
                                    "records": b"garbage"})
     bad = table_to_bytes(pa.table({"id": pa.array([1], pa.int64()), "nam": ["x"]}))
     with pytest.raises(InvalidRequest, match="name"):
-        conn.call_raw(ApiKey.PRODUCE, {"table_id": tid, "bucket": 0, "op": "append", "records": bad})
+        conn.call_raw(ApiKey.PRODUCE,
+                      {"table_id": tid, "bucket": 0, "op": "append", "records": bad})
     with pytest.raises(InvalidRequest):
-        conn.call_raw(ApiKey.FETCH_LOG, {"table_id": tid, "bucket": 0, "offset": 0, "projection": 3})
+        conn.call_raw(ApiKey.FETCH_LOG,
+                      {"table_id": tid, "bucket": 0, "offset": 0, "projection": 3})
     with pytest.raises(InvalidRequest):
         conn.call_raw(ApiKey.LIST_OFFSETS, {"table_id": tid, "buckets": ["a"], "spec": "latest"})
     with pytest.raises(InvalidRequest, match="spec"):

@@ -1,4 +1,5 @@
-"""One SparkSession (local[2]) for the whole Spark test session, with the fluss source registered."""
+"""One SparkSession (local[2]) for the whole Spark test session, with the fluss source
+registered."""
 
 from __future__ import annotations
 

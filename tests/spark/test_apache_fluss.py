@@ -185,7 +185,8 @@ def test_several_tables_projection_and_batch_read(spark, apache_fluss, fluss, na
     got = spark.read.parquet(str(out))
     ids = [(r["_table"], r["id"]) for r in got.select(
         "_table", F.coalesce(F.col(f"`{name}`.id"), F.col(f"`{other}`.id")).alias("id")).collect()]
-    assert sorted(ids) == sorted([(name, i) for i in range(20)] + [(other, i) for i in range(100, 105)])
+    assert sorted(ids) == sorted([(name, i) for i in range(20)]
+                                 + [(other, i) for i in range(100, 105)])
 
     projected = (spark.read.format("fluss").option("bootstrap.servers", servers)
                  .option("table", name).option("columns", "v").load())

@@ -105,7 +105,8 @@ def test_batch_aggregate_example_with_the_package_shipped_as_py_files(cluster, c
             (json.loads(ln[4:]) for ln in out.splitlines() if ln.startswith("agg "))}
     assert aggs == {"eu": (90, 90.0), "us": (110, 120.0), "ap": (90, 90.0)}
     assert admin.list_kv_snapshot_leases() == [] or all(
-        admin.get_table(table_name).table_id not in x.tables for x in admin.list_kv_snapshot_leases())
+        admin.get_table(table_name).table_id not in x.tables
+        for x in admin.list_kv_snapshot_leases())
 
 
 def test_monitor_example_prints_lag_down_to_zero(cluster, conn, table_name, tmp_path):

@@ -55,7 +55,8 @@ def test_each_bucket_is_read_whole_by_a_live_scan_then_its_changelog(spark, clus
     def sink(df, batch_id):
         df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
 
-    reader = (spark.readStream.format("fluss").option("bootstrap.servers", cluster.bootstrap_servers)
+    reader = (spark.readStream.format("fluss")
+              .option("bootstrap.servers", cluster.bootstrap_servers)
               .option("table", table_name))
     for k, v in LIVE.items():
         reader = reader.option(k, v)
@@ -107,7 +108,8 @@ def test_a_batch_replayed_after_a_driver_kill_returns_the_same_rows(spark, clust
         writer.upsert([{"id": i, "v": f"after-kill-{i}"} for i in range(0, 6_000, 2)])
         writer.delete([{"id": i} for i in range(1, 6_000, 10)])
 
-    reader = (spark.readStream.format("fluss").option("bootstrap.servers", cluster.bootstrap_servers)
+    reader = (spark.readStream.format("fluss")
+              .option("bootstrap.servers", cluster.bootstrap_servers)
               .option("table", table_name))
     for k, v in LIVE.items():
         reader = reader.option(k, v)

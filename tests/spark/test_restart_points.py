@@ -1,8 +1,9 @@
 """kill -9 of the driver at every restart point: one lease id ever, exact output, and a checkpoint
 that refuses any other query.
 
-The first run is a separate Spark driver (``fluss_spark.testing.spark_driver``), killed with SIGKILL at the point under
-test; the restarts run in the test's own SparkSession on the same checkpoint.
+The first run is a separate Spark driver (``fluss_spark.testing.spark_driver``), killed with
+SIGKILL at the point under test; the restarts run in the test's own SparkSession on the same
+checkpoint.
 """
 
 from __future__ import annotations
@@ -31,14 +32,16 @@ def count_files(d: Path) -> int:
 
 def restart(spark, cluster, table: str, out: Path, ckpt: Path, **options):
     """The same query as the driver's (other ``options`` make it another query)."""
-    reader = (spark.readStream.format("fluss").option("bootstrap.servers", cluster.bootstrap_servers)
+    reader = (spark.readStream.format("fluss")
+              .option("bootstrap.servers", cluster.bootstrap_servers)
               .option("table", table).option("maxOffsetsPerTrigger", str(MAX_ROWS)))
     for k, v in options.items():
         reader = reader.option(k, v)
 
     def sink(df, batch_id):
         df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
-    return reader.load().writeStream.option("checkpointLocation", str(ckpt)).foreachBatch(sink).start()
+    return (reader.load().writeStream.option("checkpointLocation", str(ckpt))
+            .foreachBatch(sink).start())
 
 
 def failed_start(spark, cluster, table: str, out: Path, ckpt: Path, **options) -> str:

@@ -270,7 +270,8 @@ def test_several_tables_in_one_query(spark, cluster, conn, table_name, tmp_path)
     assert counts == {small: 100, big: 3_000, log_name: 7}
     log_rows = out.where(F.col("_table") == log_name).select(f"`{log_name}`.*").collect()
     assert sorted((r.k, r.amount) for r in log_rows) == [(i, i / 2) for i in range(7)]
-    assert out.where(F.col("_table") == log_name).where(F.col(f"`{small}`").isNotNull()).count() == 0
+    assert out.where(F.col("_table") == log_name).where(
+        F.col(f"`{small}`").isNotNull()).count() == 0
     # One lease for the query; the small table was released while the big one was still pinned.
     pin_sets = [set(x.tables) for _, ls in watcher.seen for x in ls
                 if small_id in x.tables or big_id in x.tables]

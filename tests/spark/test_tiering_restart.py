@@ -57,7 +57,8 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
     lake = tmp_path / "lake"
     marker = tmp_path / "in-round"
     args = ["--bootstrap-servers", cluster.bootstrap_servers, "--lake", lake,
-            "--pattern", re.escape(table_name) + "_(pk|log)", "--trigger-interval", "300 milliseconds",
+            "--pattern", re.escape(table_name) + "_(pk|log)",
+            "--trigger-interval", "300 milliseconds",
             "--lease-duration", "2min"]
     env = python_env()
     env[PAUSE_ENV], env[MARKER_ENV], env[PAUSE_POINT_ENV] = "120", str(marker), point

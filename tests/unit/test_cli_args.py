@@ -89,7 +89,8 @@ def test_bootstrap_precedence(monkeypatch, tmp_path):
     parser = cli.build_parser()
     monkeypatch.setenv("FLUSS_BOOTSTRAP_SERVERS", "env:1")
     assert cli.bootstrap_servers(parser.parse_args(["table", "list"])) == "env:1"
-    assert cli.bootstrap_servers(parser.parse_args(["--bootstrap-servers", "arg:2", "table", "list"])) == "arg:2"
+    assert cli.bootstrap_servers(
+        parser.parse_args(["--bootstrap-servers", "arg:2", "table", "list"])) == "arg:2"
     monkeypatch.delenv("FLUSS_BOOTSTRAP_SERVERS")
     home = tmp_path / "home"
     home.mkdir()
@@ -98,7 +99,8 @@ def test_bootstrap_precedence(monkeypatch, tmp_path):
         "servers": [{"role": "coordinator", "id": 0, "port": 5000, "pid": None},
                     {"role": "tablet", "id": 0, "port": 5001, "pid": None}]}))
     monkeypatch.setenv("FLUSS_SPARK_HOME", str(home))
-    assert cli.bootstrap_servers(parser.parse_args(["table", "list"])) == "127.0.0.1:5000,127.0.0.1:5001"
+    assert cli.bootstrap_servers(parser.parse_args(["table", "list"])) == \
+        "127.0.0.1:5000,127.0.0.1:5001"
 
 
 def test_unknown_state_version_is_refused(monkeypatch, tmp_path, capsys):

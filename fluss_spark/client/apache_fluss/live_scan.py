@@ -1,4 +1,5 @@
-"""Live KV scans of Apache Fluss (SCAN_KV, API 1061): open, continue, close (docs/apache_fluss_scan_kv.md).
+"""Live KV scans of Apache Fluss (SCAN_KV, API 1061): open, continue, close
+(docs/apache_fluss_scan_kv.md).
 
 A session reads a RocksDB snapshot of the bucket leader's live state, taken at the open together
 with the changelog offset it reflects. It is a forward-only cursor: a continuation must carry

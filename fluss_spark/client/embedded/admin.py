@@ -79,7 +79,8 @@ class Admin:
         or the first offset whose commit timestamp is >= ``timestamp_ms``."""
         info = self._conn.resolve(table)
         if spec not in _OFFSET_SPECS:
-            raise ConfigError(f"offset spec must be one of {', '.join(_OFFSET_SPECS)}, got {spec!r}")
+            raise ConfigError(f"offset spec must be one of {', '.join(_OFFSET_SPECS)}, "
+                              f"got {spec!r}")
         if spec == "timestamp" and timestamp_ms is None:
             raise ConfigError("offset spec 'timestamp' needs timestamp_ms")
         wanted = info.buckets if buckets is None else list(buckets)
@@ -95,7 +96,8 @@ class Admin:
         return dict(sorted(out.items()))
 
     # -- KV snapshots ---------------------------------------------------------------------------
-    def list_kv_snapshots(self, table: str | TableInfo, bucket: int | None = None) -> list[SnapshotInfo]:
+    def list_kv_snapshots(self, table: str | TableInfo,
+                          bucket: int | None = None) -> list[SnapshotInfo]:
         """Registered snapshots, ordered by bucket then snapshot id."""
         info = self._conn.resolve(table)
         resp = self._conn.call_coordinator(m.ListKvSnapshotsRequest(

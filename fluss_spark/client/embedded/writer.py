@@ -194,7 +194,8 @@ class TableWriter:
         what = f"{op} to {self.table.name}"
         rows = to_arrow(data, self.table.schema, what)
         required = list(self.table.primary_key) + [
-            f.name for f in self.table.schema if not f.nullable and f.name not in self.table.primary_key]
+            f.name for f in self.table.schema
+            if not f.nullable and f.name not in self.table.primary_key]
         check_not_null(rows, required, what)
         return rows
 
@@ -214,7 +215,7 @@ class TableWriter:
         for b, f in futures.items():
             try:
                 r = f.result()
-            except BaseException as e:   # wait for every bucket before reporting
+            except BaseException as e:  # noqa: BLE001 - wait for every bucket, then re-raise
                 error = error or e
                 continue
             if r is not None:

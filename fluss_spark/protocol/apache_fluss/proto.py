@@ -19,8 +19,10 @@ FIXED64_, SFIXED64, DOUBLE = "fixed64", "sfixed64", "double"
 STRING, BYTES, MESSAGE = "string", "bytes", "message"
 
 _VARINT_KINDS = frozenset({INT32, INT64, UINT32, UINT64, SINT32, SINT64, BOOL})
-_FIXED32 = {FIXED32_: struct.Struct("<I"), SFIXED32: struct.Struct("<i"), FLOAT: struct.Struct("<f")}
-_FIXED64 = {FIXED64_: struct.Struct("<Q"), SFIXED64: struct.Struct("<q"), DOUBLE: struct.Struct("<d")}
+_FIXED32 = {FIXED32_: struct.Struct("<I"), SFIXED32: struct.Struct("<i"),
+            FLOAT: struct.Struct("<f")}
+_FIXED64 = {FIXED64_: struct.Struct("<Q"), SFIXED64: struct.Struct("<q"),
+            DOUBLE: struct.Struct("<d")}
 _PACKABLE = _VARINT_KINDS | set(_FIXED32) | set(_FIXED64)
 _MASK64 = (1 << 64) - 1
 

@@ -80,7 +80,8 @@ class ReleaseLeaseRequest(Request[ReleaseLeaseResponse]):
 
 @dataclass(frozen=True)
 class DropLeaseResponse(Message):
-    """``dropped``: false when there was no such lease (servers before this field always dropped)."""
+    """``dropped``: false when there was no such lease (servers before this field always
+    dropped)."""
 
     dropped: bool = wire(Bool(), True)
 

@@ -1,4 +1,5 @@
-"""Messages about KV snapshots: their registry on the coordinator, and triggering them on tablets."""
+"""Messages about KV snapshots: their registry on the coordinator, and triggering them on
+tablets."""
 
 from __future__ import annotations
 

@@ -82,7 +82,8 @@ class LeaseManager:
     def acquire(self, lease_id: str, duration_ms: int,
                 tables: Mapping[int, Mapping[int, int]],
                 holder: str | None = None, owner: str | None = None) -> tuple[dict, int]:
-        """Pin snapshots; returns ``(unavailable {table_id: {bucket: snapshot_id}}, expires_at_ms)``.
+        """Pin snapshots; returns
+        ``(unavailable {table_id: {bucket: snapshot_id}}, expires_at_ms)``.
 
         Creates the lease or extends it to now + ``duration_ms``. A bucket already pinned by
         this lease moves to the requested snapshot. A snapshot that is not registered is
@@ -288,7 +289,8 @@ class LeaseManager:
 
     def stop_expiry(self) -> None:
         self._expiry_stop.set()
-        if self._expiry_thread is not None and self._expiry_thread is not threading.current_thread():
+        if (self._expiry_thread is not None
+                and self._expiry_thread is not threading.current_thread()):
             self._expiry_thread.join(timeout=5)
         self._expiry_thread = None
 

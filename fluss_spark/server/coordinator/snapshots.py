@@ -1,4 +1,5 @@
-"""SnapshotRegistry: the KV snapshots registered in ZooKeeper, their retention and lease-aware GC."""
+"""SnapshotRegistry: the KV snapshots registered in ZooKeeper, their retention and lease-aware
+GC."""
 
 from __future__ import annotations
 

@@ -366,7 +366,8 @@ class Bucket:
             if timestamp_ms is None:
                 raise InvalidRequest("LIST_OFFSETS with spec 'timestamp' needs timestamp_ms")
             return max(self.changelog.offset_for_timestamp(timestamp_ms), self.log_start_offset)
-        raise InvalidRequest(f"unknown offset spec {spec!r}; expected earliest, latest or timestamp")
+        raise InvalidRequest(f"unknown offset spec {spec!r}; "
+                             "expected earliest, latest or timestamp")
 
     # -- views -----------------------------------------------------------------------------------
     def checkpoint(self) -> tuple[KvView, int]:

@@ -52,8 +52,9 @@ class KvStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self.db = Rdict(str(self.dir / "db"), _options())
-        except Exception as e:  # rocksdict raises plain exceptions
-            raise KvStorageError(f"{label}: cannot open RocksDB at {self.dir / 'db'}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - rocksdict raises plain exceptions
+            raise KvStorageError(
+                f"{label}: cannot open RocksDB at {self.dir / 'db'}: {e}") from None
         self._views = itertools.count()
         self._views_dir = self.dir / "views"
         shutil.rmtree(self._views_dir, ignore_errors=True)   # views of a previous process
@@ -92,7 +93,7 @@ class KvStore:
         wb.put(APPLIED_OFFSET, str(applied_offset).encode())
         try:
             self.db.write(wb)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - rocksdict raises plain exceptions
             disk_full.report(self.label, self.dir, "writing the KV state in", e)
             raise KvStorageError(f"{self.label}: RocksDB write failed: {e}") from None
 
@@ -103,7 +104,7 @@ class KvStore:
             path = self._views_dir / f"view-{next(self._views)}"
         try:
             Checkpoint(self.db).create_checkpoint(str(path))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - rocksdict raises plain exceptions
             shutil.rmtree(path, ignore_errors=True)
             raise KvStorageError(f"{self.label}: checkpoint failed: {e}") from None
         return KvView(path)
@@ -160,7 +161,8 @@ def decode_values(values: list[bytes]) -> list[list]:
     return msgpack.unpackb(b"\xdd" + len(values).to_bytes(4, "big") + b"".join(values), raw=False)
 
 
-def rows_to_batch(rows: list[list], schema: pa.Schema, idx: list[int] | None = None) -> pa.RecordBatch:
+def rows_to_batch(rows: list[list], schema: pa.Schema,
+                  idx: list[int] | None = None) -> pa.RecordBatch:
     """Physical rows (lists in table column order) -> a batch of ``schema``."""
     if idx is None:
         columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in schema]

@@ -228,7 +228,8 @@ class TabletServer:
     def buckets(self) -> list[Bucket]:
         return list(self._buckets.values())
 
-    def snapshot_record(self, table_id: int, bucket: int, snapshot_id: int) -> SnapshotRecord | None:
+    def snapshot_record(self, table_id: int, bucket: int,
+                        snapshot_id: int) -> SnapshotRecord | None:
         """A registered snapshot of a bucket, from ZooKeeper (None if not registered)."""
         return self.store.snapshot(table_id, bucket, snapshot_id)
 

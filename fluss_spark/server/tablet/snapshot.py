@@ -201,12 +201,14 @@ class SnapshotFile:
     def avg_row_bytes(self) -> float:
         return self.size_bytes / self.num_rows if self.num_rows else 0.0
 
-    def read_slice(self, start_row: int, num_rows: int, columns: list[str] | None = None) -> pa.Table:
+    def read_slice(self, start_row: int, num_rows: int,
+                   columns: list[str] | None = None) -> pa.Table:
         """Rows [start_row, start_row + num_rows) (clipped to the file), projected."""
         if start_row < 0 or num_rows < 0:
             raise ValueError(f"bad slice start={start_row} rows={num_rows}")
         end = min(start_row + num_rows, self.num_rows)
-        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        schema = (self.schema if columns is None
+                  else pa.schema([self.schema.field(c) for c in columns]))
         if start_row >= end:
             return schema.empty_table()
         parts = []

@@ -124,7 +124,8 @@ class Snapshotter:
         with self._conn_lock:
             if active is None:
                 return None
-            if self._conn is None or (self._conn.host, self._conn.port) != (active.host, active.port):
+            if (self._conn is None
+                    or (self._conn.host, self._conn.port) != (active.host, active.port)):
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = RpcConnection(active.host, active.port, connect_timeout_s=2.0,

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from fluss_spark.client import TableInfo
 from fluss_spark.client.embedded.writer import TableWriter, chunks, to_arrow
@@ -55,7 +56,8 @@ def test_dicts_tuples_and_arrow_convert_to_the_same_table():
     assert to_arrow([{"id": 1, "name": "a", "amount": 1.5}, {"id": 2, "amount": 2}], SCHEMA) \
         .equals(expected)
     assert to_arrow([(1, "a", 1.5), (2, None, 2.0)], SCHEMA).equals(expected)
-    reordered = pa.table({"amount": [1.5, 2.0], "name": ["a", None], "id": pa.array([1, 2], pa.int32())})
+    reordered = pa.table({"amount": [1.5, 2.0], "name": ["a", None],
+                          "id": pa.array([1, 2], pa.int32())})
     assert to_arrow(reordered, SCHEMA).equals(expected)
     assert to_arrow(reordered.to_batches()[0], SCHEMA).equals(expected)
 
@@ -189,9 +191,6 @@ def test_a_failing_bucket_fails_the_call_after_the_others_finish():
     with pytest.raises(RecordTooLarge, match="bucket 1"):
         TableWriter(conn, info()).upsert([(i, "a", 1.0) for i in range(30)])
     assert {b for b, _, _ in conn.calls} == {0, 2}
-
-
-from hypothesis import given, settings, strategies as st
 
 
 @settings(max_examples=40, deadline=None)

@@ -66,7 +66,8 @@ def test_an_existing_lease_is_never_shortened_by_the_grace(pk, clock):
     other = make(pk, clock, tables=("db.other",), **{"scan.kv.snapshot.lease.id": "job"})
     other.latest_offset(other.initial_offset(), ReadAllAvailable())
     assert pk.leases["job"]["expires"] == clock() + 120_000
-    e = make(pk, clock, **{"scan.kv.snapshot.lease.id": "job", "scan.kv.snapshot.lease.grace": "5s"})
+    e = make(pk, clock, **{"scan.kv.snapshot.lease.id": "job",
+                           "scan.kv.snapshot.lease.grace": "5s"})
     clock.advance(1000)
     e.latest_offset(e.initial_offset(), ReadAllAvailable())
     assert pk.leases["job"]["expires"] == clock() + 86_400_000
@@ -134,7 +135,8 @@ def test_commit_releases_each_table_once_and_lease_goes(cluster, clock):
         if lease_id not in cluster.leases:
             break
     releases = cluster.calls_of("release")
-    assert [list(r[2]) for r in releases] == [[a], [b]] or [list(r[2]) for r in releases] == [[b], [a]]
+    assert ([list(r[2]) for r in releases] == [[a], [b]]
+            or [list(r[2]) for r in releases] == [[b], [a]])
     assert all(len(r[2]) == 1 for r in releases)  # one call per table
     assert lease_id not in cluster.leases
     assert e.keeper.stopped
@@ -144,7 +146,8 @@ def test_commit_releases_each_table_once_and_lease_goes(cluster, clock):
 
 def test_max_rows_spread_fairly():
     alloc = spread({(1, 0): 100, (1, 1): 3, (1, 2): 100}, 50)
-    assert alloc == {(1, 0): 24, (1, 1): 3, (1, 2): 23} or alloc == {(1, 0): 23, (1, 1): 3, (1, 2): 24}
+    assert (alloc == {(1, 0): 24, (1, 1): 3, (1, 2): 23}
+            or alloc == {(1, 0): 23, (1, 1): 3, (1, 2): 24})
     assert sum(alloc.values()) == 50
     assert spread({(1, 0): 5, (1, 1): 5}, 100) == {(1, 0): 5, (1, 1): 5}
     small = spread({(1, b): 10 for b in range(5)}, 3)
@@ -184,15 +187,16 @@ def test_acquire_retries_are_bounded(pk, clock):
         for sid in list(pk.tables["db.pk"].snapshots[0]):
             pk.remove_snapshot("db.pk", 0, sid)
         pk.add_snapshot("db.pk", 0, next(counter), rows(2), 1)
-        return real_acquire(lease_id, duration_ms, {t: {b: -1 for b in p} for t, p in tables.items()},
-                            **kw)
+        return real_acquire(lease_id, duration_ms,
+                            {t: {b: -1 for b in p} for t, p in tables.items()}, **kw)
     pk.acquire_kv_snapshot_lease = always_gone
     e = make(pk, clock, **{"scan.kv.snapshot.lease.acquire-retries": "2"})
     start = e.initial_offset()
     with pytest.raises(KvSnapshotNotExist) as err:
         e.latest_offset(start, ReadAllAvailable())
     msg = str(err.value)
-    assert "after 3 attempts" in msg and "'db.pk' bucket 0" in msg and "kv.snapshot.num-retained" in msg
+    assert ("after 3 attempts" in msg and "'db.pk' bucket 0" in msg
+            and "kv.snapshot.num-retained" in msg)
     assert not pk.leases.get(start["lease_id"], {}).get("pins")   # a failed start pins nothing
 
 

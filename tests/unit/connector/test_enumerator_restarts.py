@@ -36,7 +36,8 @@ class SparkLoop:
         self.start: dict | None = None
 
     def run(self, **options) -> "SparkLoop":
-        """A new driver run on the same checkpoint (options may differ, as a user may change them)."""
+        """A new driver run on the same checkpoint (options may differ, as a user may change
+        them)."""
         opts = {"bootstrap.servers": "h:1", "table": "db.pk", **self.options, **options}
         parsed = {k: v for k, v in opts.items() if v is not None}
         parsed = parse_options(parsed)

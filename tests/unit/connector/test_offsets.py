@@ -55,7 +55,8 @@ def test_version_4_carries_the_first_batchs_start():
     back = decode(json.dumps(d))
     assert back == first and json.dumps(back.to_json()) == json.dumps(d)
     start = back.first_batch_start()
-    assert start.tables[3].snapshot == {2: SnapshotPos(9, 10, 0, 20), 10: SnapshotPos(4, 100, 0, 55)}
+    assert start.tables[3].snapshot == {2: SnapshotPos(9, 10, 0, 20),
+                                        10: SnapshotPos(4, 100, 0, 55)}
     assert start.tables[3].log == {2: 20, 10: 55} and start.tables[12].log == {0: 1, 1: 0}
     assert start.origin is None and decode(SourceOffset("l", {}, query).to_json()).origin is None
     with pytest.raises(OffsetError, match="'origin'"):

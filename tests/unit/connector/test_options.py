@@ -32,7 +32,8 @@ def test_unknown_option_lists_known_ones():
     with pytest.raises(ConfigError) as e:
         parse_options({**BASE, "maxOffsetPerTrigger": "5"})
     msg = str(e.value)
-    assert "maxOffsetPerTrigger" in msg and "maxOffsetsPerTrigger" in msg and "bootstrap.servers" in msg
+    assert ("maxOffsetPerTrigger" in msg and "maxOffsetsPerTrigger" in msg
+            and "bootstrap.servers" in msg)
 
 
 def test_bootstrap_servers_required():

@@ -87,7 +87,8 @@ def test_a_query_schema_naming_a_missing_column_fails_at_start(cluster):
                          StructField("_log_offset", LongType())])
     reader = FlussStreamReader(opts(table="db.t"), schema)
     e = Enumerator(reader.options, ["db.t"], lambda: cluster,
-                   check_table=lambda i: check_read_columns(i, reader.layout), renew_in_thread=False)
+                   check_table=lambda i: check_read_columns(i, reader.layout),
+                   renew_in_thread=False)
     with pytest.raises(ConfigError, match="the query's schema: table 'db.t' has no column.*colour"):
         e.initial_offset()
     with pytest.raises(ConfigError, match="colour"):

@@ -25,7 +25,8 @@ def test_same_seed_same_data_other_seed_other_data():
     b = DemoData(SCHEMA, ["id"], seed=3)
     assert a.rows(0, 50).equals(b.rows(0, 50))
     assert a.updates(10, 50).equals(b.updates(10, 50))
-    assert not DemoData(SCHEMA, ["id"], seed=4).rows(0, 50).equals(DemoData(SCHEMA, ["id"], seed=3).rows(0, 50))
+    assert not DemoData(SCHEMA, ["id"], seed=4).rows(0, 50).equals(
+        DemoData(SCHEMA, ["id"], seed=3).rows(0, 50))
 
 
 def test_updates_hit_existing_keys_and_deletes_are_distinct():

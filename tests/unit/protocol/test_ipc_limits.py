@@ -46,7 +46,7 @@ def arrow_allocated_during(fn) -> int:
     before = pool.total_bytes_allocated()
     try:
         fn()
-    except Exception:
+    except Exception:  # noqa: BLE001 - raised or returned, both count
         pass
     return pool.total_bytes_allocated() - before
 

@@ -1,4 +1,5 @@
-"""A request field the typed messages cannot hold is refused by name, never a -1 with a traceback."""
+"""A request field the typed messages cannot hold is refused by name, never a -1 with a
+traceback."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 
 from fluss_spark.errors import InvalidRequest
 from fluss_spark.protocol import codec, messages as m
-from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
+from fluss_spark.protocol.api import CURRENT_VERSION
 from fluss_spark.transport.server import RpcServer
 
 

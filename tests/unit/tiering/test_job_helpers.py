@@ -42,7 +42,8 @@ def test_checkpoint_readers_take_the_query_id_and_the_batch_end_offset(tmp_path)
 
 def test_lake_offsets_keep_a_tables_positions_and_tell_if_its_snapshot_is_done():
     offsets, done = lake_offsets(decode(OFFSET), "db.pk")
-    assert offsets == {"log": {"0": 100, "1": 61}, "snapshot": {"0": [7, 100, 40], "1": [8, 50, 50]}}
+    assert offsets == {"log": {"0": 100, "1": 61},
+                       "snapshot": {"0": [7, 100, 40], "1": [8, 50, 50]}}
     assert not done
     assert lake_offsets(decode(OFFSET), "db.log") == ({"log": {"0": 9}, "snapshot": {}}, True)
     with pytest.raises(TieringError, match="db.other"):
@@ -89,7 +90,8 @@ def test_spark_submit_command_and_env():
     assert cmd[0].endswith("spark-submit") and cmd[-3:] == ["job.py", "--x", "1"]
     assert cmd[cmd.index("--py-files") + 1] == "a.zip"
     env = python_env("/usr/bin/python9", base={})
-    assert env == {"PYSPARK_PYTHON": "/usr/bin/python9", "PYSPARK_DRIVER_PYTHON": "/usr/bin/python9"}
+    assert env == {"PYSPARK_PYTHON": "/usr/bin/python9",
+                   "PYSPARK_DRIVER_PYTHON": "/usr/bin/python9"}
 
 
 def test_error_summary_names_the_fluss_error_inside_a_spark_failure():

@@ -1,4 +1,5 @@
-"""Per-table progress: lag from the lake's offsets, the job's status file, and `fluss-spark tier status`."""
+"""Per-table progress: lag from the lake's offsets, the job's status file, and
+`fluss-spark tier status`."""
 
 from __future__ import annotations
 

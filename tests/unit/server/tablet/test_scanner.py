@@ -465,8 +465,8 @@ def test_list_scanners_reports_progress(server, manager, clock):
     assert (s["table_id"], s["bucket"], s["snapshot_id"]) == (TABLE, 0, rec.snapshot_id)
     assert (s["age_ms"], s["idle_ms"]) == (700, 200)
     assert s["next_row"] == s["rows_served"] > first["row_count"]
-    l = listed[live["scanner_id"]]
-    assert l["snapshot_id"] is None and l["live"] and l["rows_served"] == live["row_count"]
+    lv = listed[live["scanner_id"]]
+    assert lv["snapshot_id"] is None and lv["live"] and lv["rows_served"] == live["row_count"]
 
 
 def test_close_all_closes_every_session(server, manager):

@@ -52,10 +52,12 @@ def test_round_trip_metadata_and_slices_across_batches(tmp_path):
 
 def test_no_temp_file_is_left_and_a_mismatched_count_fails(tmp_path):
     _write(tmp_path, [_batch(0, 3)], 3)
-    assert sorted(p.name for p in (tmp_path / "remote" / "5" / "1").iterdir()) == ["snapshot-3.arrow"]
+    assert sorted(p.name for p in (tmp_path / "remote" / "5" / "1").iterdir()) == \
+        ["snapshot-3.arrow"]
     with pytest.raises(StorageError, match="wrote 3 rows, expected 4"):
         _write(tmp_path, [_batch(0, 3)], 4, snapshot_id=4)
-    assert sorted(p.name for p in (tmp_path / "remote" / "5" / "1").iterdir()) == ["snapshot-3.arrow"]
+    assert sorted(p.name for p in (tmp_path / "remote" / "5" / "1").iterdir()) == \
+        ["snapshot-3.arrow"]
 
 
 def test_missing_file_is_kv_snapshot_not_exist(tmp_path):
