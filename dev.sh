@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up everything this project needs on a fresh Debian machine, then run one task.
 #   ./dev.sh demo    install, then run the quickstart job (local cluster + Spark streaming read)
-#   ./dev.sh test    install, then type-check (mypy) and run the whole test suite
+#   ./dev.sh test    install, then type-check (mypy), lint (ruff) and run the whole test suite
+#   ./dev.sh check   install, then mypy, ruff and the unit tests (tests/unit), stopping at the
+#                    first failure: the developer's loop, under 2 minutes
 #   ./dev.sh typecheck  install, then run mypy (configured in setup.cfg, section [mypy])
 #   ./dev.sh fluss-jars  install, then fetch the Apache Fluss server jars (Maven) into .cache/
 #   ./dev.sh install install only
@@ -27,7 +29,7 @@ PY=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, mypy' >/dev/null 2>&1 \
+if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, mypy, ruff' >/dev/null 2>&1 \
    || [ setup.cfg -nt "$VENV/.installed" ]; then
   echo "Installing Python packages into $VENV (log: $VENV/install.log)"
   # compat mode puts the checkout on sys.path, where Spark's lookup of pyspark_* modules sees
@@ -39,7 +41,7 @@ if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, mypy' >/dev/nul
     echo "error: installing the Python packages failed; see $VENV/install.log" >&2
     exit 1
   fi
-  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss, mypy, fluss'
+  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss, mypy, ruff, fluss'
   touch "$VENV/.installed"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
@@ -48,6 +50,10 @@ export PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"
 
 typecheck() {
   python -m mypy
+}
+
+lint() {
+  ruff check .       # configured in pyproject.toml, section [tool.ruff]
 }
 
 fluss_jars() {
@@ -60,10 +66,15 @@ case "${1:-}" in
   demo)    shift; exec python examples/quickstart.py "$@" ;;
   test)    shift
            typecheck          # a type error fails the run (and CI) before any test
+           lint               # so does a lint finding
            fluss_jars >/dev/null   # the real Apache Fluss cluster of the tests runs these jars
            exec python -m pytest "$@" ;;
+  check)   shift
+           typecheck
+           lint
+           exec python -m pytest -q -x tests/unit "$@" ;;
   fluss-jars) shift; fluss_jars ;;
   typecheck) shift; typecheck ;;
   install) echo "Installed: $(python -c 'import fluss_spark; print(fluss_spark.__version__)')" ;;
-  *) echo "usage: ./dev.sh demo|test|typecheck|fluss-jars|install" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test|check|typecheck|fluss-jars|install" >&2; exit 2 ;;
 esac
