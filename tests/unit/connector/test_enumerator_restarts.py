@@ -83,6 +83,16 @@ class SparkLoop:
         self.finish()
         return True
 
+    def kill_at(self, point: str) -> "SparkLoop":
+        """Run until the driver "dies" at ``point``: inside batch 0 (``offsets/0`` logged, not
+        committed), mid-snapshot (after one more batch), or after the snapshot phase."""
+        self.plan()
+        self.execute()
+        if point in ("mid-snapshot", "after the snapshot phase"):
+            self.finish()
+            self.drain() if point == "after the snapshot phase" else self.batch()
+        return self
+
     def drain(self, max_rows: int = 5) -> None:
         for _ in range(200):
             if not self.batch(max_rows):
@@ -268,12 +278,7 @@ def test_a_snapshot_lost_after_rows_were_read_is_data_loss(pk, clock):
 
 @pytest.mark.parametrize("point", ["inside batch 0", "mid-snapshot"])
 def test_a_start_that_cannot_succeed_leaves_no_new_pins(pk, clock, point):
-    loop = SparkLoop(pk, clock).run()
-    loop.plan()
-    loop.execute()
-    if point == "mid-snapshot":
-        loop.finish()
-        loop.batch()
+    loop = SparkLoop(pk, clock).run().kill_at(point)
     lease_id = loop.offsets[0]["lease_id"]
     pk.leases.clear()                              # the lease expired while the query was down
     pk.remove_snapshot("db.pk", 0, 3)              # and retention took a snapshot it needs
@@ -318,12 +323,7 @@ MISMATCHES = [
 def test_a_checkpoint_of_another_query_is_refused_at_every_restart_point(
         pk, clock, point, changed, message):
     pk.add_table("db.other", buckets=1)
-    loop = SparkLoop(pk, clock).run()
-    loop.plan()
-    loop.execute()
-    if point != "after offsets/0":
-        loop.finish()
-        loop.drain() if point == "after the snapshot phase" else loop.batch()
+    loop = SparkLoop(pk, clock).run().kill_at(point)
     with pytest.raises(CheckpointMismatch, match=message) as err:
         loop.run(**changed)
         loop.drain()
@@ -332,12 +332,7 @@ def test_a_checkpoint_of_another_query_is_refused_at_every_restart_point(
 
 @pytest.mark.parametrize("point", ["after offsets/0", "mid-snapshot"])
 def test_a_dropped_and_recreated_table_is_refused(pk, clock, point):
-    loop = SparkLoop(pk, clock).run()
-    loop.plan()
-    loop.execute()
-    if point == "mid-snapshot":
-        loop.finish()
-        loop.batch()
+    loop = SparkLoop(pk, clock).run().kill_at(point)
     old = pk.tables.pop("db.pk").info.table_id
     pk.add_table("db.pk", buckets=2)
     with pytest.raises(CheckpointMismatch, match=f"has id {old}.*dropped and created again"):
