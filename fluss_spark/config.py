@@ -245,19 +245,22 @@ RPC_MAX_UNSENT_BYTES = size("rpc.response.max-unsent-bytes", "256mb",
                             "Reply bytes all connections together may leave unread; past it the "
                             "connections whose replies have waited longest are closed.")
 RPC_AUTH_TIMEOUT = duration("rpc.authentication.timeout", "10s",
-                            "With SASL: a connection that has not authenticated this long after "
-                            "it opened is closed.", minimum=100)
+                            "With SASL or TLS: a connection that has not finished its TLS "
+                            "handshake and authenticated this long after it opened is closed.",
+                            minimum=100)
 RPC_UNAUTH_MAX_REQUEST_SIZE = size("rpc.unauthenticated.max-request-size", "64kb",
                                    "With SASL: largest request frame read before a connection "
                                    "authenticated; a larger announced length closes it.",
                                    maximum=1 << 30)
 RPC_UNAUTH_MAX_CONNECTIONS = integer("rpc.unauthenticated.max-connections", 256,
-                                     "With SASL: connections not yet authenticated; past it the "
-                                     "oldest of the address holding most of them is closed.",
+                                     "With SASL or TLS: connections not yet authenticated; past "
+                                     "it the oldest of the address holding most of them is "
+                                     "closed.",
                                      minimum=1)
 RPC_UNAUTH_MAX_CONNECTIONS_PER_IP = integer("rpc.unauthenticated.max-connections-per-ip", 64,
-                                            "With SASL: connections not yet authenticated from "
-                                            "one client address; more are closed at once.",
+                                            "With SASL or TLS: connections not yet "
+                                            "authenticated from one client address; more are "
+                                            "closed at once.",
                                             minimum=1)
 ZOOKEEPER_DIGEST_FILE = string("zookeeper.auth.digest-file", None,
                                "File holding 'username:password': the servers authenticate to "
@@ -271,6 +274,21 @@ SASL_MECHANISM = choice("security.sasl.mechanism", ("PLAIN",), "PLAIN",
 SASL_USERS_FILE = string("security.sasl.users-file", None,
                          "File of 'username:password' lines: the principals a SASL server "
                          "accepts (keep it private: mode 600).")
+SSL_ENABLED = boolean("security.ssl.enabled", False,
+                      "The servers' listeners speak TLS (with SASL: the login runs inside TLS); "
+                      "needs security.ssl.certificate-file and security.ssl.key-file.")
+SSL_CERTIFICATE_FILE = string("security.ssl.certificate-file", None,
+                              "PEM file of the server's certificate (and any intermediate CA "
+                              "certificates) that TLS clients verify.")
+SSL_KEY_FILE = string("security.ssl.key-file", None,
+                      "PEM file of the private key of security.ssl.certificate-file (keep it "
+                      "private: mode 600).")
+SSL_CA_FILE = string("security.ssl.ca-file", None,
+                     "PEM file of the CA certificates a server trusts when it calls another "
+                     "server over TLS (default: the system's trust store).")
+SSL_VERIFY_HOSTNAME = boolean("security.ssl.verify-hostname", True,
+                              "A server calling another over TLS checks that the certificate "
+                              "names the address it connects to.")
 SUPER_USERS = string("super.users", "",
                      "Comma-separated principals allowed everything: create and drop tables, "
                      "release or drop any lease.")
@@ -315,7 +333,8 @@ SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SC
                   RPC_IDLE_TIMEOUT, RPC_READ_TIMEOUT, RPC_HANDLER_THREADS, RPC_WRITE_TIMEOUT,
                   RPC_MAX_UNSENT_BYTES, RPC_AUTH_TIMEOUT, RPC_UNAUTH_MAX_REQUEST_SIZE,
                   RPC_UNAUTH_MAX_CONNECTIONS, RPC_UNAUTH_MAX_CONNECTIONS_PER_IP, SECURITY_PROTOCOL,
-                  SASL_MECHANISM, SASL_USERS_FILE, SUPER_USERS, INTERNAL_USERNAME,
+                  SASL_MECHANISM, SASL_USERS_FILE, SSL_ENABLED, SSL_CERTIFICATE_FILE,
+                  SSL_KEY_FILE, SSL_CA_FILE, SSL_VERIFY_HOSTNAME, SUPER_USERS, INTERNAL_USERNAME,
                   ZOOKEEPER_DIGEST_FILE, SECURITY_LOGIN_MAX_FAILURES_PER_ADDRESS,
                   SECURITY_LOGIN_MAX_FAILURES_PER_USER, SECURITY_LOGIN_FAILURE_WINDOW,
                   SECURITY_LOGIN_LOCKOUT, SECURITY_LOGIN_LOG_INTERVAL, SERVER_LOG_MAX_FILE_SIZE,

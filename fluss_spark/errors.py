@@ -15,7 +15,8 @@
     │   ├── LeaseHeldByOther        (1004) another query's holder pins the table under the lease
     │   ├── MetadataStoreUnavailable (1005, retriable) the coordinator lost ZooKeeper
     │   ├── AuthenticationFailed    (1006) no or wrong SASL credentials
-    │   └── AuthorizationFailed     (1007) the principal may not do this
+    │   ├── AuthorizationFailed     (1007) the principal may not do this
+    │   └── TlsHandshakeFailed      (1008) certificate not trusted, or TLS on one end only
     └── ConfigError                 bad option or argument, raised before any I/O
 
 Codes that Apache Fluss also has keep Fluss's number; codes of our own start at 1000.
@@ -327,6 +328,15 @@ class AuthorizationFailed(ApiError):
     """The authenticated principal may not do this."""
 
     code = 1007
+    retriable = False
+    refresh_metadata = False
+
+
+class TlsHandshakeFailed(ApiError):
+    """TLS could not be set up: the server's certificate is not trusted, or only one end
+    speaks TLS."""
+
+    code = 1008
     retriable = False
     refresh_metadata = False
 

@@ -38,6 +38,14 @@ def _common() -> argparse.ArgumentParser:
     p.add_argument("--username", default=argparse.SUPPRESS, metavar="NAME",
                    help="SASL username (default $FLUSS_USERNAME); the password is read from "
                         "$FLUSS_PASSWORD, never from the command line")
+    p.add_argument("--tls", action="store_true", default=argparse.SUPPRESS,
+                   help="connect with TLS, trusting the system's CAs (default $FLUSS_TLS; the "
+                        "local cluster's own CA when it was started with --tls); `cluster "
+                        "start --tls`: the cluster listens with TLS")
+    p.add_argument("--tls-ca-file", default=argparse.SUPPRESS, metavar="PEM",
+                   help="connect with TLS, trusting the CA certificates in this file (default "
+                        "$FLUSS_TLS_CA_FILE); $FLUSS_TLS_VERIFY_HOSTNAME=false skips the "
+                        "hostname check")
     p.add_argument("--timeout", type=bounded(float, 0.001, MAX_TIMEOUT_S),
                    default=argparse.SUPPRESS, metavar="SECONDS",
                    help=f"request timeout including retries (default {DEFAULT_TIMEOUT_S:.0f})")

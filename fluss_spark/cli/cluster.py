@@ -17,8 +17,10 @@ def add_commands(sub, cmd) -> None:
     """Register `cluster start|status|stop`."""
     cluster = sub.add_parser("cluster", help="start, inspect and stop a local cluster")
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
-    c = cmd(csub, "start", "start a local cluster in the background (idempotent)",
-            cmd_cluster_start)
+    c = cmd(csub, "start", "start a local cluster in the background (idempotent); with --tls it "
+            "listens with TLS (with --sasl the login runs inside TLS): a CA made for the cluster "
+            "signs a certificate for localhost and its host (DIR/security/tls/, mode 600), which "
+            "the commands of this machine trust", cmd_cluster_start)
     _dir_arg(c)
     c.add_argument("--engine", choices=ENGINES, default=None,
                    help="embedded: this project's servers; apache-fluss: a real Apache Fluss "
@@ -42,6 +44,11 @@ def add_commands(sub, cmd) -> None:
     _dir_arg(cmd(csub, "status", "every process of the local cluster, and metrics",
                  cmd_cluster_status))
     _dir_arg(cmd(csub, "stop", "stop the local cluster", cmd_cluster_stop))
+
+
+def _tls(args) -> bool:
+    """``cluster start --tls`` (the flag every command has: here the cluster listens with TLS)."""
+    return bool(getattr(args, "tls", False))
 
 
 def _dir_arg(p: argparse.ArgumentParser) -> None:
@@ -75,8 +82,8 @@ def start_engine(args) -> str:
     if engine != "apache-fluss":
         if args.fluss_version:
             raise ConfigError("--fluss-version needs --engine apache-fluss")
-    elif args.sasl or args.disable_api:
-        raise ConfigError("--sasl and --disable-api are options of the embedded engine")
+    elif args.sasl or args.disable_api or _tls(args):
+        raise ConfigError("--sasl, --tls and --disable-api are options of the embedded engine")
     return engine
 
 
@@ -98,7 +105,7 @@ def cmd_cluster_start(args) -> int:
     else:
         cluster = EmbeddedProcesses(d, tablets=args.tablets or 1, zookeeper=args.zookeeper,
                                     server_options=args.option, disabled_apis=args.disable_api,
-                                    sasl=args.sasl)
+                                    sasl=args.sasl, tls=_tls(args))
     cluster.start()
     if _json(args):
         emit_json({"dir": str(d), "bootstrap_servers": cluster.bootstrap_servers,
@@ -158,11 +165,8 @@ def cmd_cluster_status(args) -> int:
     metrics = None
     coord_up = any(p["role"] == "coordinator" and p["alive"] for p in procs)
     if coord_up:
-        from fluss_spark.client import FlussConnection
         try:
-            user, password = cluster.credentials or (None, None)
-            with FlussConnection(cluster.bootstrap_servers, request_timeout_s=5.0,
-                                 username=user, password=password) as conn:
+            with cluster.connection(request_timeout_s=5.0) as conn:
                 metrics = conn.admin().metrics()
         except FlussError:
             metrics = None   # coordinator still starting or not the active one: status only
@@ -170,7 +174,8 @@ def cmd_cluster_status(args) -> int:
         emit_json({"dir": str(d), "bootstrap_servers": cluster.bootstrap_servers,
                    "zookeeper": cluster.zookeeper_address, "processes": procs,
                    "metrics": metrics,
-                   "users_file": str(cluster.users_file) if cluster.sasl else None})
+                   "users_file": str(cluster.users_file) if cluster.sasl else None,
+                   "tls_ca_file": str(cluster.tls_files.ca_file) if cluster.tls else None})
         return 0
     print(f"cluster {d}  bootstrap {cluster.bootstrap_servers}  "
           f"zookeeper {cluster.zookeeper_address}")

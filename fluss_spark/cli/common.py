@@ -11,8 +11,10 @@ from fluss_spark.config import MAX_BUCKETS, bounded  # noqa: F401 - for the comm
 from fluss_spark.errors import ConfigError, FlussError, UnsupportedVersion
 
 if TYPE_CHECKING:   # the client is imported when a command runs, not to parse arguments
+    from fluss_spark.client import TlsClientConfig
     from fluss_spark.client.cluster import Capabilities, Cluster, TableAdmin
     from fluss_spark.client.embedded import FlussConnection
+    from fluss_spark.local.embedded import EmbeddedProcesses
 
 DEFAULT_TIMEOUT_S = 30.0
 #: Largest row or record count an argument takes.
@@ -124,7 +126,7 @@ def connect(args, needs: str | None = None) -> "FlussConnection":
     servers = _reachable_servers(args)
     user, password = credentials(args, servers) or (None, None)
     cluster = open_cluster(servers, request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S),
-                           username=user, password=password)
+                           username=user, password=password, tls=tls(args, servers))
     try:
         if needs is not None:
             require(args, cluster, needs)
@@ -152,7 +154,7 @@ def connect_cluster(args) -> "closing[Cluster]":
     user, password = credentials(args, servers) or (None, None)
     return closing(open_cluster(servers,
                                 request_timeout_s=getattr(args, "timeout", DEFAULT_TIMEOUT_S),
-                                username=user, password=password))
+                                username=user, password=password, tls=tls(args, servers)))
 
 
 def credentials(args, servers: str) -> tuple[str, str] | None:
@@ -166,6 +168,24 @@ def credentials(args, servers: str) -> tuple[str, str] | None:
             raise ConfigError("a SASL login needs a username (--username or FLUSS_USERNAME) and "
                               "a password (FLUSS_PASSWORD)")
         return user, password
+    local = _local_cluster(servers)
+    return local.credentials if local is not None else None
+
+
+def tls(args, servers: str) -> "TlsClientConfig | None":
+    """TLS settings: ``--tls-ca-file`` / ``FLUSS_TLS_CA_FILE``, ``--tls`` / ``FLUSS_TLS``
+    (``transport.tls.from_environment``); else, for the local cluster of this machine when it
+    speaks TLS, its CA. None: plaintext."""
+    from fluss_spark.client import tls_from_environment
+    given = tls_from_environment(getattr(args, "tls", False), getattr(args, "tls_ca_file", None))
+    if given is not None:
+        return given
+    local = _local_cluster(servers)
+    return local.tls_client if local is not None else None
+
+
+def _local_cluster(servers: str) -> "EmbeddedProcesses | None":
+    """The local cluster of this machine when ``servers`` names one of its servers."""
     from fluss_spark.client.bootstrap import parse_bootstrap
     from fluss_spark.local.embedded import EmbeddedProcesses, read_state
     d = default_cluster_dir()
@@ -173,7 +193,7 @@ def credentials(args, servers: str) -> tuple[str, str] | None:
         return None
     local = EmbeddedProcesses.load(d)
     if set(parse_bootstrap(local.bootstrap_servers)) & set(parse_bootstrap(servers)):
-        return local.credentials
+        return local
     return None
 
 

@@ -13,10 +13,12 @@ from fluss_spark.client.embedded.log_scanner import LogScanner
 from fluss_spark.client.embedded.model import LogBatch
 from fluss_spark.client.embedded.writer import TableWriter
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.transport.tls import TlsClientConfig
+from fluss_spark.transport.tls import from_environment as tls_from_environment
 
 #: Compatibility: the former name of ``EmbeddedCluster``, kept so existing callers still import.
 FlussCluster = EmbeddedCluster
 
 __all__ = ["Admin", "Capabilities", "Cluster", "EmbeddedCluster", "FlussCluster",
            "FlussConnection", "LeaseInfo", "LogBatch", "LogScanner", "SnapshotInfo", "TableInfo",
-           "TableWriter"]
+           "TableWriter", "TlsClientConfig", "tls_from_environment"]

@@ -9,10 +9,14 @@ process, so a Spark worker probes once. An explicit engine skips the probe.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from fluss_spark.client.cluster import Cluster
 from fluss_spark.client.bootstrap import parse_bootstrap
 from fluss_spark.errors import ConfigError, NetworkError
+
+if TYPE_CHECKING:
+    from fluss_spark.transport.tls import TlsClientConfig
 
 EMBEDDED, APACHE_FLUSS, AUTO = "embedded", "apache-fluss", "auto"
 #: What an engine option or flag may say.
@@ -46,20 +50,28 @@ def detect_engine(bootstrap_servers: str, timeout_s: float = 5.0) -> str:
 
 
 def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_s: float = 60.0,
-                 username: str | None = None, password: str | None = None) -> Cluster:
+                 username: str | None = None, password: str | None = None,
+                 tls: "TlsClientConfig | None" = None) -> Cluster:
     """The ``Cluster`` at ``bootstrap_servers``: this project's servers (``EmbeddedCluster``) or an
-    Apache Fluss cluster (``ApacheFlussWireCluster``); ``engine`` ``auto`` probes."""
+    Apache Fluss cluster (``ApacheFlussWireCluster``); ``engine`` ``auto`` probes, except with
+    ``tls``: only this project's servers speak TLS to this client, and a plaintext probe of a
+    TLS listener would only be refused."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == AUTO and tls is not None:
+        engine = EMBEDDED
     if engine == AUTO:
         engine = detect_engine(bootstrap_servers, timeout_s=min(5.0, request_timeout_s))
     if engine == APACHE_FLUSS:
         if username is not None:
             raise ConfigError("SASL credentials are not supported for Apache Fluss clusters yet: "
                               "use a PLAINTEXT listener, or drop the username and password")
+        if tls is not None:
+            raise ConfigError("TLS is not supported for Apache Fluss clusters yet: use a "
+                              "PLAINTEXT listener, or connect without TLS")
         from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
         return ApacheFlussWireCluster.connect(bootstrap_servers,
                                               request_timeout_s=request_timeout_s)
     from fluss_spark.client.embedded.cluster import EmbeddedCluster
     return EmbeddedCluster.connect(bootstrap_servers, request_timeout_s=request_timeout_s,
-                                   username=username, password=password)
+                                   username=username, password=password, tls=tls)

@@ -126,6 +126,17 @@ SASL_USERNAME = _string("client.security.sasl.username",
                         "SASL PLAIN username, for a cluster with security.protocol=SASL.")
 SASL_PASSWORD = _string("client.security.sasl.password",
                         "SASL PLAIN password (never logged); give it with the username.")
+SSL_ENABLED = boolean("client.security.ssl.enabled", False,
+                      "Connect with TLS, to servers with security.ssl.enabled (with SASL the "
+                      "login runs inside TLS).")
+SSL_CA_FILE = _string("client.security.ssl.ca-file",
+                      "With TLS: PEM file of the CA certificates that signed the servers' "
+                      "certificates, at this path on the driver and every executor (default: "
+                      "the system's trust store).")
+SSL_VERIFY_HOSTNAME = boolean("client.security.ssl.verify-hostname", True,
+                              "With TLS: a server's certificate must name the address connected "
+                              "to; false only for servers reached by an address their "
+                              "certificate does not list.")
 LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
                                 "How often list -> acquire is retried for snapshots that vanished "
                                 "before they could be leased.", minimum=0)
@@ -137,7 +148,8 @@ SOURCE_OPTIONS: list[Option] = [
     FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, KV_READ, LIVE_MAX_BUCKETS, ENGINE,
     REQUEST_TIMEOUT,
     LEASE_ACQUIRE_RETRIES,
-    SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD,
+    SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD, SSL_ENABLED, SSL_CA_FILE,
+    SSL_VERIFY_HOSTNAME,
 ]
 
 #: ``load("name")`` puts the argument under ``path``; it is accepted as a synonym of ``table``.
@@ -171,6 +183,9 @@ class SourceOptions:
     lease_acquire_retries: int = 5
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)   # never in logs or errors
+    ssl_enabled: bool = False
+    ssl_ca_file: str | None = None
+    ssl_verify_hostname: bool = True
 
     @property
     def request_timeout_s(self) -> float:
@@ -178,10 +193,13 @@ class SourceOptions:
 
     def connect(self) -> "Cluster":
         """The cluster at these options' servers, with their timeout and credentials."""
+        from fluss_spark.client import TlsClientConfig
         from fluss_spark.client.backends import open_cluster
+        tls = (TlsClientConfig(self.ssl_ca_file, self.ssl_verify_hostname) if self.ssl_enabled
+               else None)
         return open_cluster(self.bootstrap_servers, engine=self.engine,
                             request_timeout_s=self.request_timeout_s,
-                            username=self.sasl_username, password=self.sasl_password)
+                            username=self.sasl_username, password=self.sasl_password, tls=tls)
 
 
 def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
@@ -270,6 +288,12 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         raise ConfigError("a SASL username was given with client.security.protocol=PLAINTEXT; "
                           "drop one of them")
 
+    ssl_enabled = SSL_ENABLED.get(values)
+    for opt in (SSL_CA_FILE, SSL_VERIFY_HOSTNAME):
+        if opt.key in values and not ssl_enabled:
+            raise ConfigError(f"option {opt.key!r} is a TLS setting: set "
+                              f"'client.security.ssl.enabled' to true as well, or drop it")
+
     max_rows = MAX_OFFSETS_PER_TRIGGER.get(values)
     min_rows = MIN_OFFSETS_PER_TRIGGER.get(values)
     if max_rows is not None and min_rows is not None and min_rows > max_rows:
@@ -300,6 +324,9 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
         sasl_username=username,
         sasl_password=password,
+        ssl_enabled=ssl_enabled,
+        ssl_ca_file=SSL_CA_FILE.get(values),
+        ssl_verify_hostname=SSL_VERIFY_HOSTNAME.get(values),
     )
 
 

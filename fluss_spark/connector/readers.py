@@ -1,7 +1,7 @@
 """Executor-side split readers: snapshot pages, changelog ranges, and folded batch reads.
 
 Clusters are opened lazily inside ``read()`` and cached per worker process (Spark reuses Python
-workers), one per bootstrap servers, timeout and credentials.
+workers), one per bootstrap servers, timeout, credentials and TLS settings.
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ log = logging.getLogger(__name__)
 #: How often a lost live scan is reopened in the hope of finding the same state again.
 _LIVE_REOPENS = 2
 
-_ClusterKey = tuple[str, int, str | None, str | None]
+_ClusterKey = tuple[str, int, str | None, str | None, bool, str | None, bool]
 _CLUSTERS: dict[_ClusterKey, Cluster] = {}
 _CLUSTERS_LOCK = threading.Lock()
 
 
 def _key(options: SourceOptions) -> _ClusterKey:
     return (options.bootstrap_servers, options.request_timeout_ms, options.sasl_username,
-            options.sasl_password)
+            options.sasl_password, options.ssl_enabled, options.ssl_ca_file,
+            options.ssl_verify_hostname)
 
 
 def cached_cluster(options: SourceOptions) -> Cluster:

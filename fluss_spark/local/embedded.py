@@ -18,9 +18,11 @@ import time
 from pathlib import Path
 
 from fluss_spark.errors import FlussError
+from fluss_spark.local.certificates import TlsFiles
 from fluss_spark.local.ports import free_port
 from fluss_spark.local.processes import LocalProcesses, read_state_file
 from fluss_spark.local.server_process import ServerProcess, pid_alive, stop_all
+from fluss_spark.transport.tls import TlsClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +54,11 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
 
     def __init__(self, base_dir: str | Path, tablets: int = 1, zookeeper: str | None = None,
                  server_options=(), disabled_apis=(), host: str = "127.0.0.1",
-                 startup_timeout_s: float = 60.0, sasl: bool = False):
+                 startup_timeout_s: float = 60.0, sasl: bool = False, tls: bool = False):
         """``sasl``: servers require SASL PLAIN (``security.protocol=SASL``); the principals
-        ``admin`` (a super user) and ``internal`` get random passwords in ``users_file``."""
+        ``admin`` (a super user) and ``internal`` get random passwords in ``users_file``.
+        ``tls``: servers listen with TLS, with a certificate signed by a CA made for this
+        cluster (``tls_files``), which its clients (``tls_client``) trust."""
         self.server_options = list(server_options)
         self.disabled_apis = list(disabled_apis)
         super().__init__(base_dir, tablets, zookeeper, host, startup_timeout_s)
@@ -63,6 +67,12 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
                                     f"security.sasl.users-file={self.users_file}",
                                     "super.users=admin",
                                     f"zookeeper.auth.digest-file={self.zookeeper_digest_file}"]
+        if tls and not self.tls:
+            files = self.tls_files
+            self.server_options += ["security.ssl.enabled=true",
+                                    f"security.ssl.certificate-file={files.certificate_file}",
+                                    f"security.ssl.key-file={files.key_file}",
+                                    f"security.ssl.ca-file={files.ca_file}"]
 
     @property
     def users_file(self) -> Path:
@@ -75,6 +85,21 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
     @property
     def sasl(self) -> bool:
         return "security.protocol=SASL" in self.server_options
+
+    @property
+    def tls_files(self) -> TlsFiles:
+        return TlsFiles(self.base_dir / "security" / "tls")
+
+    @property
+    def tls(self) -> bool:
+        return "security.ssl.enabled=true" in self.server_options
+
+    @property
+    def tls_client(self) -> TlsClientConfig | None:
+        """How this cluster's clients check its certificates (None: no TLS)."""
+        if not self.tls:
+            return None
+        return TlsClientConfig(str(self.tls_files.ca_file))
 
     @property
     def credentials(self) -> tuple[str, str] | None:
@@ -147,7 +172,7 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         from fluss_spark.client import FlussConnection
         user, password = self.credentials or (None, None)
         return FlussConnection(self.bootstrap_servers, request_timeout_s=request_timeout_s,
-                               username=user, password=password)
+                               username=user, password=password, tls=self.tls_client)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "EmbeddedProcesses":
@@ -158,6 +183,8 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         self.snapshot_dir.mkdir(exist_ok=True, mode=0o700)
         self._ensure_zookeeper()
         self._ensure_users()
+        if self.tls:
+            self.tls_files.create(self.host)
         self._save_state()
         for s in self.servers.values():
             if s.alive and not self._serving(s):
@@ -185,7 +212,7 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         if server.port is None:   # never got ready, so nothing of it can answer
             return False
         rpc = RpcConnection(self.host, server.port, timeout_s=timeout_s,
-                            connect_timeout_s=timeout_s)
+                            connect_timeout_s=timeout_s, tls=self.tls_client)
         try:
             rpc.call_raw(ApiKey.API_VERSIONS)
             return True
@@ -225,7 +252,8 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         coord = self._server("coordinator", 0)
         if coord.port is None:
             raise FlussError("the coordinator has not started (no port yet); call start()")
-        rpc = RpcConnection(self.host, coord.port, timeout_s=5.0, credentials=self.credentials)
+        rpc = RpcConnection(self.host, coord.port, timeout_s=5.0, credentials=self.credentials,
+                            tls=self.tls_client)
         deadline = time.monotonic() + (timeout_s or self.startup_timeout_s)
         seen, last_error = set(), None
         try:

@@ -6,6 +6,9 @@ b"\\0username\\0password"}``, as in RFC 4616). The principal of the connection i
 every handler of its requests (``current_principal()``). With PLAINTEXT (the default, like a
 Fluss PLAINTEXT listener) nobody authenticates and everything is allowed.
 
+TLS (``security.ssl.enabled``) is independent of the protocol: alone it encrypts; with SASL the
+login runs inside TLS. A server calling another (``internal_tls``) then uses TLS too.
+
 Rules (``authorize_*``): creating and dropping tables needs a super user (``super.users``);
 committing KV snapshots needs the internal principal (``security.internal.username``), which
 the servers use among themselves; a lease may be renewed, released or dropped by the principal
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -24,6 +28,7 @@ from fluss_spark import config
 from fluss_spark.errors import AuthenticationFailed, AuthorizationFailed, ConfigError
 from fluss_spark.server.login_throttle import LoginThrottle
 from fluss_spark.transport.server import current_principal
+from fluss_spark.transport.tls import TlsClientConfig, server_context
 
 def read_users_file(path: str | Path) -> dict[str, str]:
     """``username:password`` lines (blank lines and ``#`` comments ignored) -> {user: password}."""
@@ -53,13 +58,18 @@ class Security:
     internal_user: str = "internal"
     #: Failed logins per address and username (None: no throttling, e.g. PLAINTEXT).
     throttle: LoginThrottle | None = field(default=None, compare=False, repr=False)
+    #: The listener's TLS context (None: no TLS).
+    tls: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
+    #: How this server checks another server's certificate when it calls it (None: no TLS).
+    internal_tls: TlsClientConfig | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "Security":
         def get(opt):
             return options.get(opt.key, opt.default)
+        tls, internal_tls = _tls_from_options(get)
         if get(config.SECURITY_PROTOCOL) != "SASL":
-            return cls()
+            return cls(tls=tls, internal_tls=internal_tls)
         users_file = get(config.SASL_USERS_FILE)
         if not users_file:
             raise ConfigError("security.protocol=SASL needs security.sasl.users-file")
@@ -69,7 +79,8 @@ class Security:
             raise ConfigError(f"the internal principal {internal!r} (security.internal.username) "
                               f"has no password in {users_file}")
         supers = frozenset(u.strip() for u in get(config.SUPER_USERS).split(",") if u.strip())
-        return cls(True, users, supers, internal, LoginThrottle.from_options(options))
+        return cls(True, users, supers, internal, LoginThrottle.from_options(options), tls,
+                   internal_tls)
 
     @property
     def internal_credentials(self) -> tuple[str, str] | None:
@@ -135,6 +146,19 @@ class Security:
         if self.sasl and owner is not None and who != owner and not self.is_super(who):
             raise AuthorizationFailed(f"principal {who!r} may not {action}: it belongs to "
                                       f"{owner!r} (or ask a super user)")
+
+
+def _tls_from_options(get) -> tuple[ssl.SSLContext | None, TlsClientConfig | None]:
+    """The listener's TLS context and how servers check each other (None, None: no TLS)."""
+    if not get(config.SSL_ENABLED):
+        return None, None
+    cert, key = get(config.SSL_CERTIFICATE_FILE), get(config.SSL_KEY_FILE)
+    if not cert or not key:
+        raise ConfigError("security.ssl.enabled=true needs security.ssl.certificate-file and "
+                          "security.ssl.key-file (PEM files of the server's certificate and key)")
+    internal = TlsClientConfig(get(config.SSL_CA_FILE) or None, get(config.SSL_VERIFY_HOSTNAME))
+    internal.context()          # a missing or unreadable CA file stops the server at start
+    return server_context(cert, key), internal
 
 
 def _plain_user(token: Any) -> str | None:

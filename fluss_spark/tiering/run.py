@@ -73,7 +73,7 @@ def config_from_args(args: argparse.Namespace,
                          max_restarts=args.max_restarts,
                          copy_on_write=getattr(args, "copy_on_write", "auto"),
                          catalog=_catalog(getattr(args, "catalog", None)),
-                         source_options=_sasl_options())
+                         source_options={**_sasl_options(), **_tls_options(args)})
 
 
 def _catalog(items: list[str] | None) -> dict | None:
@@ -97,6 +97,20 @@ def _sasl_options() -> dict:
     if not (user and password):
         raise ConfigError("set both FLUSS_USERNAME and FLUSS_PASSWORD, or neither")
     return {"client.security.sasl.username": user, "client.security.sasl.password": password}
+
+
+def _tls_options(args: argparse.Namespace) -> dict:
+    """TLS settings (``--tls``, ``--tls-ca-file``, FLUSS_TLS, FLUSS_TLS_CA_FILE,
+    FLUSS_TLS_VERIFY_HOSTNAME) as source options."""
+    from fluss_spark.client import tls_from_environment
+    tls = tls_from_environment(getattr(args, "tls", False), getattr(args, "tls_ca_file", None))
+    if tls is None:
+        return {}
+    options = {"client.security.ssl.enabled": "true",
+               "client.security.ssl.verify-hostname": str(tls.verify_hostname).lower()}
+    if tls.ca_file:
+        options["client.security.ssl.ca-file"] = tls.ca_file
+    return options
 
 
 def run_job(spark: Any, config: TieringConfig, duration_s: float | None = None,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import threading
 from typing import Callable
 
 from fluss_spark.errors import CorruptMessage, NetworkError
+from fluss_spark.transport import tls as _tls
 from fluss_spark.transport.frames import recv_exact
 
 #: Both protocols prefix a frame with its length in 4 bytes.
@@ -19,8 +21,10 @@ class SocketChannel:
     server closed it between requests, closed on any failure (the caller holds ``_lock``)."""
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
-                 connect_timeout_s: float = 5.0):
+                 connect_timeout_s: float = 5.0, tls: _tls.TlsClientConfig | None = None):
+        """``tls``: connect with TLS, checking the server's certificate so (None: plaintext)."""
         self.host, self.port = host, int(port)
+        self.tls = tls
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._sock: socket.socket | None = None
@@ -43,6 +47,8 @@ class SocketChannel:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
+                if self.tls is not None:
+                    sock = _tls.wrap_client(sock, self.tls, self.host, self.address)
                 self._on_connect(sock)
             except BaseException:
                 sock.close()
@@ -87,9 +93,12 @@ def still_open(sock: socket.socket) -> bool:
     poller = select.poll()     # poll, not select: no limit on descriptor numbers
     try:
         poller.register(sock, select.POLLIN)
-        return not poller.poll(0)
+        readable = bool(poller.poll(0))
     except (OSError, ValueError):
         return False
+    if isinstance(sock, ssl.SSLSocket) and (readable or sock.pending()):
+        return _tls.still_open(sock)     # a TLS message without data leaves it open
+    return not readable
 
 
 def recv_or_eof(sock: socket.socket, n: int) -> bytearray:

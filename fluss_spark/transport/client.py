@@ -6,12 +6,14 @@ import itertools
 import socket
 from typing import Any, TypeVar
 
-from fluss_spark.errors import ConfigError, CorruptMessage, NetworkError, UnsupportedVersion
+from fluss_spark.errors import (ConfigError, CorruptMessage, NetworkError, TlsHandshakeFailed,
+                                UnsupportedVersion)
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
 from fluss_spark.protocol.messages import (ApiVersionsRequest, AuthenticateRequest, Message,
                                            Request)
 from fluss_spark.transport.channel import SocketChannel, recv_or_eof
+from fluss_spark.transport.tls import TlsClientConfig
 
 R = TypeVar("R", bound=Message)
 
@@ -25,12 +27,15 @@ class RpcConnection(SocketChannel):
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
                  connect_timeout_s: float = 5.0, credentials: tuple[str, str] | None = None,
-                 max_response_bytes: int = framing.MAX_FRAME_BYTES):
+                 max_response_bytes: int = framing.MAX_FRAME_BYTES,
+                 tls: TlsClientConfig | None = None):
         """``credentials``: (username, password) for a server with SASL (PLAIN) authentication;
         every new socket authenticates before its first request. ``max_response_bytes``: a
         response frame announcing more is refused (CorruptMessage) and the socket closed; a
-        smaller one is read as its bytes arrive (``transport.frames``)."""
-        super().__init__(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
+        smaller one is read as its bytes arrive (``transport.frames``). ``tls``: connect with
+        TLS (SASL then runs inside it)."""
+        super().__init__(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
+                         tls=tls)
         self.max_response_bytes = max_response_bytes
         self._credentials = credentials
         self._ids = itertools.count(1)
@@ -57,6 +62,7 @@ class RpcConnection(SocketChannel):
         resp = codec.decode_response(payload)
         if resp.correlation_id != cid:
             self.close()
+            self._raise_refusal(resp)
             raise NetworkError(f"{self.address} answered correlation id {resp.correlation_id}, "
                                f"expected {cid}")
         return resp.raise_for_error()
@@ -85,7 +91,14 @@ class RpcConnection(SocketChannel):
         sock.sendall(framing.encode_frame(codec.encode_request(
             request.API_KEY, CURRENT_VERSION, next(self._ids), request.to_wire())))
         header = recv_or_eof(sock, framing.HEADER.size)
-        codec.decode_response(recv_or_eof(sock, self._decode_length(header))).raise_for_error()
+        resp = codec.decode_response(recv_or_eof(sock, self._decode_length(header)))
+        self._raise_refusal(resp)
+        resp.raise_for_error()
+
+    def _raise_refusal(self, resp: codec.ResponseEnvelope) -> None:
+        """A TLS listener answers a plaintext client this way (correlation id -1): say where."""
+        if resp.error_code == TlsHandshakeFailed.code:
+            raise TlsHandshakeFailed(f"{self.address}: {resp.error_message}")
 
     def _decode_length(self, header: bytes | bytearray) -> int:
         (length,) = framing.HEADER.unpack(header)

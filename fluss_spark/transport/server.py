@@ -18,7 +18,9 @@ With SASL, a connection that has not authenticated may send only small frames
 (``rpc.unauthenticated.max-request-size``), must authenticate within
 ``rpc.authentication.timeout``, and counts against caps of its own
 (``rpc.unauthenticated.max-connections[-per-ip]``); it is the first evicted when a cap is
-reached, so a flood of sockets that never log in cannot lock out clients that do.
+reached, so a flood of sockets that never log in cannot lock out clients that do. With TLS
+(``transport.tls``) the loop runs each handshake without blocking; a connection still in its
+handshake counts as one that has not authenticated (the same deadline, caps and eviction).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import logging
 import queue
 import selectors
 import socket
+import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +48,7 @@ from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
 from fluss_spark.protocol.messages import (ApiVersionsRequest, ApiVersionsResponse,
                                            AuthenticateRequest, AuthenticateResponse, Message,
                                            Request)
+from fluss_spark.transport import tls as _tls
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +153,7 @@ class _Connection:
 
     __slots__ = ("sock", "fd", "ip", "head", "buf", "got", "length", "last_active", "opened",
                  "request_started", "busy", "principal", "trusted", "out", "out_bytes",
-                 "write_started", "keep")
+                 "write_started", "keep", "handshaking")
 
     def __init__(self, sock: socket.socket, ip: str, now: float):
         self.sock, self.fd, self.ip = sock, sock.fileno(), ip
@@ -168,6 +172,7 @@ class _Connection:
         self.out_bytes = 0
         self.write_started = 0.0
         self.keep = True                # read on once the reply is out (else close)
+        self.handshaking = False        # a TLS handshake is under way
 
 
 class _LogLimiter:
@@ -216,10 +221,14 @@ class RpcServer:
 
     def __init__(self, host: str, port: int, *, role: str, server_id: int,
                  disabled: frozenset[int] = frozenset(), limits: RpcLimits | None = None,
-                 security: Authenticator | None = None):
+                 security: Authenticator | None = None, tls: ssl.SSLContext | None = None):
+        """``tls``: the listener speaks TLS with this context (None: plaintext)."""
         self.role = role
         self.security: Authenticator = security or _NoAuthentication()
         self._sasl = bool(self.security.sasl)
+        self._tls = tls
+        #: Connections must pass a gate (TLS handshake, SASL login) before they are trusted.
+        self._gated = self._sasl or tls is not None
         self.server_id = server_id
         self.limits = limits or RpcLimits()
         self._handlers: dict[int, tuple[type[Request], Handler]] = {}
@@ -300,6 +309,8 @@ class RpcServer:
                         self._accept()
                     elif key.data == "wake":
                         self._drain_wake()
+                    elif key.data.handshaking:
+                        self._handshake(key.data)
                     elif key.data.out:
                         self._write(key.data)
                     else:
@@ -327,7 +338,7 @@ class RpcServer:
             ip = addr[0]
             refused = None
             untrusted_here = len(self._untrusted.get(ip, ()))
-            if self._sasl and untrusted_here >= limits.unauth_max_connections_per_ip:
+            if self._gated and untrusted_here >= limits.unauth_max_connections_per_ip:
                 refused = (f"{untrusted_here} connections from that address have not "
                            f"authenticated (rpc.unauthenticated.max-connections-per-ip="
                            f"{limits.unauth_max_connections_per_ip})")
@@ -337,7 +348,7 @@ class RpcServer:
             elif len(self._conns) >= limits.max_connections and not self._evict():
                 refused = (f"{len(self._conns)} connections open "
                            f"(rpc.max-connections={limits.max_connections})")
-            elif (self._sasl and self._untrusted_count >= limits.unauth_max_connections
+            elif (self._gated and self._untrusted_count >= limits.unauth_max_connections
                     and not self._evict()):
                 refused = (f"{self._untrusted_count} connections have not authenticated "
                            f"(rpc.unauthenticated.max-connections="
@@ -351,11 +362,46 @@ class RpcServer:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Connection(sock, ip, time.monotonic())
+            conn.handshaking = self._tls is not None
             self._conns[conn.fd] = conn
             self._per_ip[ip] += 1
             self._untrusted.setdefault(ip, collections.OrderedDict())[conn.fd] = conn
             self._untrusted_count += 1
             self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _handshake(self, conn: _Connection) -> None:
+        """Advance a TLS connection's handshake without blocking; a plaintext client is told to
+        use TLS, a failed handshake closes the connection."""
+        assert self._tls is not None
+        if not isinstance(conn.sock, ssl.SSLSocket):
+            head = _tls.first_bytes(conn.sock)
+            if head is None:
+                return
+            if not _tls.is_client_hello(head):      # EOF, or a plaintext request
+                if head:
+                    self.stats["plaintext"] += 1
+                    self._warn.warning(conn.ip, "closing the connection from %s: it does not "
+                                       "speak TLS (security.ssl.enabled)", conn.ip)
+                    _tls.refuse_plaintext(conn.sock, self.role)
+                self._close(conn)
+                return
+            self._selector.unregister(conn.sock)
+            conn.sock = self._tls.wrap_socket(conn.sock, server_side=True,
+                                              do_handshake_on_connect=False)
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+        try:
+            wait = _tls.handshake_step(conn.sock)
+        except OSError as e:            # ssl.SSLError: e.g. the client does not trust us
+            self.stats["handshake"] += 1
+            self._warn.warning(conn.ip, "closing the connection from %s: TLS handshake failed: "
+                               "%s", conn.ip, e)
+            self._close(conn)
+            return
+        self._selector.modify(conn.sock, wait or selectors.EVENT_READ, conn)
+        if not wait:
+            conn.handshaking = False
+            conn.last_active = time.monotonic()
+            self._read(conn)            # a request may have come with the handshake's end
 
     def _evict(self, ip: str | None = None) -> bool:
         """Close the oldest connection not trusted yet (of ``ip``, else of the address holding
@@ -401,7 +447,7 @@ class RpcServer:
         buf = conn.head if conn.length is None else cast(bytearray, conn.buf)
         try:
             n = conn.sock.recv_into(memoryview(buf)[conn.got:])
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return False
         except OSError:
             self._close(conn)
@@ -424,7 +470,13 @@ class RpcServer:
                 conn.length = framing.decode_length(bytes(conn.head), limit)
             except CorruptMessage as e:
                 self.stats["oversized"] += 1
-                if authenticated:
+                if self._tls is None and _tls.is_client_hello(conn.head):
+                    # A TLS client: an alert makes it fail at once, not wait for a reply.
+                    self._warn.warning(conn.ip, "closing the connection from %s: it speaks "
+                                       "TLS, this listener does not (security.ssl.enabled)",
+                                       conn.ip)
+                    _tls.send_alert(conn.sock)
+                elif authenticated:
                     self._warn.warning(conn.ip, "closing the connection from %s: %s", conn.ip, e)
                 else:
                     self._warn.warning(conn.ip, "closing the connection from %s: it announced "
@@ -488,6 +540,8 @@ class RpcServer:
                 self._limit_unsent()
             elif keep:
                 self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+                if _tls.pending(conn.sock):   # already decrypted: the selector cannot see it
+                    self._read(conn)
             else:
                 self._close(conn)
 
@@ -531,11 +585,13 @@ class RpcServer:
         for conn in list(self._conns.values()):
             if conn.busy:
                 continue
-            if self._sasl and not conn.trusted and now - conn.opened > limits.auth_timeout_s:
+            if ((conn.handshaking or (self._sasl and not conn.trusted))
+                    and now - conn.opened > limits.auth_timeout_s):
                 self.stats["unauthenticated"] += 1
-                self._warn.warning(conn.ip, "closing the connection from %s: not authenticated "
-                                   "%.0fs after it opened (rpc.authentication.timeout)",
-                                   conn.ip, now - conn.opened)
+                self._warn.warning(conn.ip, "closing the connection from %s: %s %.0fs after it "
+                                   "opened (rpc.authentication.timeout)", conn.ip,
+                                   "TLS handshake not finished" if conn.handshaking
+                                   else "not authenticated", now - conn.opened)
                 self._close(conn)
             elif conn.out:
                 if now - conn.write_started > limits.write_timeout_s:
@@ -658,10 +714,12 @@ def send_some(sock: socket.socket, views: list[memoryview],
               budget: int | None = None) -> list[memoryview]:
     """Send what a non-blocking socket takes now (at least ``budget`` bytes, when given, then
     stop); the views still to send (empty: all sent)."""
+    tls = isinstance(sock, ssl.SSLSocket)
     while views:
         try:
-            sent = sock.sendmsg(views[:_IOV_MAX])
-        except (BlockingIOError, InterruptedError):
+            sent = (_tls.send_views(cast(ssl.SSLSocket, sock), views) if tls
+                    else sock.sendmsg(views[:_IOV_MAX]))
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             return views
         views = _advance(views, sent)
         if budget is not None:

@@ -13,6 +13,7 @@ from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabiliti
 from fluss_spark.client.embedded.connection import FlussConnection
 from fluss_spark.errors import UnsupportedVersion
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.transport.tls import TlsClientConfig
 
 
 class EmbeddedCluster:
@@ -25,9 +26,10 @@ class EmbeddedCluster:
 
     @classmethod
     def connect(cls, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
-                username: str | None = None, password: str | None = None) -> "EmbeddedCluster":
+                username: str | None = None, password: str | None = None,
+                tls: TlsClientConfig | None = None) -> "EmbeddedCluster":
         return cls(FlussConnection(bootstrap_servers, request_timeout_s=request_timeout_s,
-                                   username=username, password=password))
+                                   username=username, password=password, tls=tls))
 
     def capabilities(self) -> Capabilities:
         # Asked once: the coordinator's API set does not change under a running connection.

@@ -15,6 +15,7 @@ from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.protocol.messages import GetMetadataRequest, Message, Request, TableInfo
 from fluss_spark.retry import retry
 from fluss_spark.transport.client import RpcConnection
+from fluss_spark.transport.tls import TlsClientConfig
 
 R = TypeVar("R", bound=Message)
 T = TypeVar("T")
@@ -32,6 +33,9 @@ class FlussConnection:
         How long a call keeps retrying retriable errors (and waits for one response).
     username, password:
         SASL PLAIN credentials, for a cluster with ``security.protocol=SASL``.
+    tls:
+        Connect with TLS, checking the servers' certificates so (a cluster with
+        ``security.ssl.enabled``); None: plaintext.
     ipc_limits:
         What the Arrow IPC payload of one response may make this client decode (rows, decoded
         bytes per batch and per response); more is refused with RecordTooLarge from the
@@ -47,7 +51,8 @@ class FlussConnection:
                  sleep: Callable[[float], None] = time.sleep,
                  username: str | None = None, password: str | None = None,
                  ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
-                 max_response_bytes: int = MAX_FRAME_BYTES):
+                 max_response_bytes: int = MAX_FRAME_BYTES,
+                 tls: TlsClientConfig | None = None):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.request_timeout_s = float(request_timeout_s)
         if (username is None) != (password is None):
@@ -57,7 +62,7 @@ class FlussConnection:
         self.ipc_limits = ipc_limits
         self._rpc_factory = rpc_factory or (
             lambda h, p, t: RpcConnection(h, p, timeout_s=t, credentials=credentials,
-                                          max_response_bytes=max_response_bytes))
+                                          max_response_bytes=max_response_bytes, tls=tls))
         self._clock, self._sleep = clock, sleep
         self._meta = MetadataCache()
         self._lock = threading.Lock()

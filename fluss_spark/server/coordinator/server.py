@@ -57,7 +57,7 @@ class CoordinatorServer:
         self._rpc = RpcServer(settings.host, settings.port, role="coordinator",
                               server_id=settings.server_id, disabled=settings.disabled_apis,
                               limits=RpcLimits.from_options(settings.options),
-                              security=self.security)
+                              security=self.security, tls=self.security.tls)
         self.host, self.port = self._rpc.host, self._rpc.port
         self._leader = threading.Event()
         #: The ZooKeeper connection is up (cleared while it is SUSPENDED or LOST): background

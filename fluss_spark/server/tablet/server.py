@@ -57,7 +57,7 @@ class TabletServer:
         self.rpc = RpcServer(settings.host, settings.port, role="tablet",
                              server_id=settings.server_id, disabled=settings.disabled_apis,
                              limits=RpcLimits.from_options(settings.options),
-                             security=self.security)
+                             security=self.security, tls=self.security.tls)
         self.host, self.port = self.rpc.host, self.rpc.port
         self.stopping = threading.Event()
         self._registered = threading.Event()

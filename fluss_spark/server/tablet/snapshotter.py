@@ -128,8 +128,10 @@ class Snapshotter:
                     or (self._conn.host, self._conn.port) != (active.host, active.port)):
                 if self._conn is not None:
                     self._conn.close()
+                security = self.server.security
                 self._conn = RpcConnection(active.host, active.port, connect_timeout_s=2.0,
-                                           credentials=self.server.security.internal_credentials)
+                                           credentials=security.internal_credentials,
+                                           tls=security.internal_tls)
             return self._conn
 
     def _drop_connection(self) -> None:
