@@ -163,6 +163,38 @@ def test_security_options_are_checked_together():
             parse_options({**base, **extra})
 
 
+def test_tls_options_need_tls_enabled_and_reach_the_cluster(monkeypatch):
+    base = {"bootstrap.servers": "h:1", "table": "t"}
+    assert not parse_options(base).ssl_enabled
+    ok = parse_options({**base, "client.security.ssl.enabled": "true",
+                        "client.security.ssl.ca-file": " /etc/fluss/ca.pem ",
+                        "client.security.ssl.verify-hostname": "false"})
+    assert (ok.ssl_enabled, ok.ssl_ca_file, ok.ssl_verify_hostname) == \
+        (True, "/etc/fluss/ca.pem", False)
+    for extra, error in (({"client.security.ssl.ca-file": "/ca.pem"},
+                          "'client.security.ssl.ca-file' is a TLS setting: set "
+                          "'client.security.ssl.enabled' to true"),
+                         ({"client.security.ssl.enabled": "yes please"}, "expected true or false"),
+                         ({"client.security.ssl.enabled": "true",
+                           "client.security.ssl.verify-hostname": "no way"}, "true or false")):
+        with pytest.raises(ConfigError, match=error):
+            parse_options({**base, **extra})
+    from fluss_spark.client import TlsClientConfig, backends
+    opened = {}
+    monkeypatch.setattr(backends, "open_cluster", lambda servers, **kw: opened.update(kw))
+    ok.connect()
+    assert opened["tls"] == TlsClientConfig("/etc/fluss/ca.pem", verify_hostname=False)
+    parse_options(base).connect()
+    assert opened["tls"] is None
+
+
+def test_tls_picks_the_embedded_engine_and_is_refused_for_apache_fluss():
+    from fluss_spark.client import TlsClientConfig
+    from fluss_spark.client.backends import open_cluster
+    with pytest.raises(ConfigError, match="TLS is not supported for Apache Fluss clusters"):
+        open_cluster("h:1", engine="apache-fluss", tls=TlsClientConfig())
+
+
 # (Option values are stripped first: "id\n" as an option is the lease id "id".)
 @pytest.mark.parametrize("lease_id", [".", "..", "a b", "x" * 129, "a/b"])
 def test_the_source_refuses_every_lease_id_the_coordinator_refuses(lease_id):
