@@ -16,7 +16,6 @@ import struct
 import termios
 import time
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
@@ -24,9 +23,9 @@ from fluss_spark.errors import NetworkError
 from fluss_spark.local.ports import wait_until
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import ApiKey
-from fluss_spark.protocol.messages.base import Bytes, Int, Message, Request, wire
 from fluss_spark.transport.client import RpcConnection
 from fluss_spark.transport.frames import recv_exact
+from fluss_spark.testing.blob_api import GetBlob, pattern, serve_blobs
 from fluss_spark.transport.server import RpcLimits, RpcServer
 
 READ_TIMEOUT_S = 3.0
@@ -314,29 +313,14 @@ def test_a_connection_that_does_not_log_in_is_closed_at_the_handshake_deadline(p
 
 
 # -- one RpcServer in this process: replies nobody reads ------------------------------------------
-@dataclass(frozen=True)
-class Blob(Message):
-    data: bytes = wire(Bytes())
-
-
-@dataclass(frozen=True)
-class GetBlob(Request[Blob]):
-    API_KEY, RESPONSE = ApiKey.GET_METRICS, Blob
-    size: int = wire(Int())
-
-
 @pytest.fixture
 def blob_server(request):
     limits = RpcLimits(handler_threads=2, **getattr(request, "param", {}))
     srv = RpcServer("127.0.0.1", 0, role="tablet", server_id=1, limits=limits)
-    srv.register(GetBlob, lambda req: Blob(_pattern(req.size)))
+    serve_blobs(srv)
     srv.start()
     yield srv
     srv.stop()
-
-
-def _pattern(size: int) -> bytes:
-    return (bytes(range(256)) * (size // 256 + 1))[:size]
 
 
 def test_large_replies_the_loop_finishes_arrive_whole_and_in_order(blob_server):
@@ -353,7 +337,7 @@ def test_large_replies_the_loop_finishes_arrive_whole_and_in_order(blob_server):
                            "the loop to take over the rest of the reply")
             reply = read_reply(s)
             assert reply.correlation_id == cid
-            assert reply.raise_for_error()["data"] == _pattern(size)
+            assert reply.raise_for_error()["data"] == pattern(size)
     finally:
         s.close()
     wait_until(lambda: blob_server._unsent == 0 and not blob_server._writers, 5,

@@ -26,7 +26,7 @@ def test_without_tls_nothing_is_loaded():
 
 
 def test_tls_alone_and_with_sasl(files, tmp_path):
-    tls = [f"security.ssl.enabled=true", f"security.ssl.certificate-file={files.certificate_file}",
+    tls = ["security.ssl.enabled=true", f"security.ssl.certificate-file={files.certificate_file}",
            f"security.ssl.key-file={files.key_file}", f"security.ssl.ca-file={files.ca_file}"]
     alone = security(*tls)
     assert alone.tls is not None and not alone.sasl

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass
 
 import pytest
 
@@ -14,22 +13,11 @@ from fluss_spark.errors import ConfigError, TlsHandshakeFailed
 from fluss_spark.local.certificates import TlsFiles
 from fluss_spark.local.ports import wait_until
 from fluss_spark.protocol.api import ApiKey
-from fluss_spark.protocol.messages.base import Bytes, Int, Message, Request, wire
+from fluss_spark.testing.blob_api import GetBlob, pattern, serve_blobs
 from fluss_spark.transport.client import RpcConnection
 from fluss_spark.transport.server import RpcLimits, RpcServer
 from fluss_spark.transport.tls import (TlsClientConfig, client_context, from_environment,
                                        server_context)
-
-
-@dataclass(frozen=True)
-class Blob(Message):
-    data: bytes = wire(Bytes())
-
-
-@dataclass(frozen=True)
-class GetBlob(Request[Blob]):
-    API_KEY, RESPONSE = ApiKey.GET_METRICS, Blob
-    size: int = wire(Int())
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +30,7 @@ def tls_server(tls_files):
     srv = RpcServer("127.0.0.1", 0, role="tablet", server_id=1,
                     limits=RpcLimits(handler_threads=2, auth_timeout_s=0.5),
                     tls=server_context(str(tls_files.certificate_file), str(tls_files.key_file)))
-    srv.register(GetBlob, lambda req: Blob(bytes(range(256)) * (req.size // 256)))
+    serve_blobs(srv)
     srv.start()
     yield srv
     srv.stop()
@@ -60,10 +48,10 @@ def test_tls_alone_carries_small_and_large_replies_on_one_connection(tls_server,
         rpc = RpcConnection(host, tls_server.port, timeout_s=10,
                             tls=TlsClientConfig(str(tls_files.ca_file)))
         try:
-            assert rpc.call(GetBlob(size=256)).data == bytes(range(256))
+            assert rpc.call(GetBlob(size=256)).data == pattern(256)
             first = rpc._sock
             big = rpc.call(GetBlob(size=12 << 20)).data        # more than a socket takes at once
-            assert len(big) == 12 << 20 and big[-256:] == bytes(range(256))
+            assert big == pattern(12 << 20)
             assert rpc.call_raw(ApiKey.API_VERSIONS)["server"] == "tablet"
             assert rpc._sock is first                            # never reconnected
         finally:
