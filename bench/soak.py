@@ -2,11 +2,13 @@
 
 Faults, one at a time in a loop: kill -9 of a tablet server or the coordinator (started again),
 kill -9 of ZooKeeper for 5-20 s, SIGSTOP of a tablet server past its ZooKeeper session. At the
-end it counts what must all be zero: acknowledged writes missing from the log, server processes
-that died without being killed, scan sessions still open after every client closed, and file
-descriptors the servers hold beyond what they held after warm-up.
+end it counts what must all be zero: acknowledged log writes missing from the log, primary
+keys whose value in the PK table's changelog is older than their last acknowledged upsert,
+server processes that died without being killed, scan sessions still open after every client
+closed, and file descriptors the servers hold beyond what they held after warm-up.
 
     .venv/bin/python bench/soak.py --duration 300
+    .venv/bin/python bench/soak.py --duration 240 --sasl    # SASL PLAIN on every connection
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fluss_spark.local.embedded import EmbeddedProcesses
 from fluss_spark.local.ports import wait_until
 
 SESSION_S = 4
+KEYS = 500          # the PK table's keys; upsert i writes key i % KEYS with value i
 
 
 def sockets(pid: int | None) -> int:
@@ -53,6 +56,8 @@ class Load:
         self.cluster = cluster
         self.stop = threading.Event()
         self.acked: list[int] = []
+        #: key -> the value of its last acknowledged upsert (values only grow per key)
+        self.acked_pk: dict[int, int] = {}
         self.counts = {"writes": 0, "scans": 0, "lease_calls": 0, "errors": 0}
         self.threads = [threading.Thread(target=f, daemon=True)
                         for f in (self.write, self.upsert, self.scan, self.lease)]
@@ -80,8 +85,9 @@ class Load:
 
     def upsert(self) -> None:
         def step(conn, i):
-            conn.writer("soak.pk").upsert(pa.table({"id": pa.array([i % 500], pa.int64()),
+            conn.writer("soak.pk").upsert(pa.table({"id": pa.array([i % KEYS], pa.int64()),
                                                     "v": pa.array([i], pa.int64())}))
+            self.acked_pk[i % KEYS] = i
             self.counts["writes"] += 1
         self._loop(step)
 
@@ -134,25 +140,40 @@ def inject(cluster: EmbeddedProcesses, rng: random.Random, log) -> str:
     return f"SIGSTOP tablet {sid} for {SESSION_S * 1.5:.0f}s"
 
 
+def stale_keys(conn, acked: dict[int, int]) -> int:
+    """Keys whose last changelog value is older than their last acknowledged upsert (a lost
+    acknowledged write: an unacknowledged later one may have landed, so newer is fine)."""
+    latest = conn.admin().list_offsets("soak.pk", spec="latest")
+    scanner = conn.log_scanner("soak.pk")
+    last: dict[int, int] = {}
+    for b, end in latest.items():
+        for batch in scanner.read(b, 0, end):
+            last.update(zip(batch.column("id").to_pylist(), batch.column("v").to_pylist()))
+    return sum(last.get(k, -1) < v for k, v in acked.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=float, default=300.0, help="seconds of faults")
     p.add_argument("--fault-every", type=float, default=15.0, help="seconds between faults")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--sasl", action="store_true",
+                   help="servers require SASL PLAIN; every client and server call logs in")
     a = p.parse_args(argv)
     rng = random.Random(a.seed)
     base = Path(tempfile.mkdtemp(prefix="fluss-soak-"))
     cluster = EmbeddedProcesses(base / "c", tablets=2,
                                 server_options=[f"zookeeper.client.session-timeout={SESSION_S}s",
                                                 "kv.scanner.ttl=20s",
-                                                "kv.scanner.expiration-interval=1s"])
+                                                "kv.scanner.expiration-interval=1s"],
+                                sasl=a.sasl)
     cluster.start()
     with cluster.connection() as conn:
         conn.admin().create_table("soak.log", "k BIGINT", num_buckets=4)
         conn.admin().create_table("soak.pk", "id BIGINT NOT NULL, v BIGINT", primary_key=["id"],
                                   num_buckets=2, properties={"kv.snapshot.interval": "2s"})
-        conn.writer("soak.pk").upsert(pa.table({"id": pa.array(range(500), pa.int64()),
-                                                "v": pa.array(range(500), pa.int64())}))
+        conn.writer("soak.pk").upsert(pa.table({"id": pa.array(range(KEYS), pa.int64()),
+                                                "v": pa.array(range(KEYS), pa.int64())}))
         conn.admin().trigger_kv_snapshot("soak.pk")
     load = Load(cluster)
     for t in load.threads:
@@ -182,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         got = {v for b, end in latest.items() for batch in scanner.read(b, 0, end)
                for v in batch.column("k").to_pylist()}
         lost = len(set(load.acked) - got)
+        stale = stale_keys(conn, load.acked_pk)
 
         def no_sessions():
             n = 0
@@ -214,10 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nsoak: {a.duration:.0f}s, {len(faults)} faults "
           f"({', '.join(sorted(set(f.split(' for ')[0] for f in faults)))})")
     print(f"load: {load.counts}")
+    print(f"cluster: {'SASL PLAIN' if a.sasl else 'PLAINTEXT'}, 2 tablets")
     print(f"acknowledged log writes: {len(load.acked)}, lost: {lost}")
+    print(f"PK keys with an acknowledged upsert: {len(load.acked_pk)}, "
+          f"older in the table than acknowledged: {stale}")
     print(f"server crashes: {crashes}; scan sessions left open: {leaked_sessions}; "
           f"sockets left open by servers after every client closed: {fd_growth}")
-    ok = lost == 0 and crashes == 0 and leaked_sessions == 0 and fd_growth == 0
+    ok = lost == 0 and stale == 0 and crashes == 0 and leaked_sessions == 0 and fd_growth == 0
     print("RESULT", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 
