@@ -58,3 +58,11 @@ API_GROUPS = {"kv_snapshot_lease": LEASE_APIS, "scan_kv": frozenset({ApiKey.SCAN
 
 #: The only api_version so far; a request with another version gets UNSUPPORTED_VERSION.
 CURRENT_VERSION = 1
+
+
+def api_name(key: int) -> str:
+    """The name of an api key for messages (``api 999`` for a key this version does not know)."""
+    try:
+        return ApiKey(key).name
+    except ValueError:
+        return f"api {key}"

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from fluss_spark import config
 from fluss_spark.errors import AuthenticationFailed, AuthorizationFailed, ConfigError
 from fluss_spark.server.login_throttle import LoginThrottle
-from fluss_spark.transport.server import current_principal
+from fluss_spark.transport.dispatch import current_principal
 from fluss_spark.transport.tls import TlsClientConfig, server_context
 
 def read_users_file(path: str | Path) -> dict[str, str]:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from fluss_spark.errors import (ConfigError, CorruptMessage, NetworkError, TlsHandshakeFailed,
                                 UnsupportedVersion)
 from fluss_spark.protocol import codec, framing
-from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
+from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey, api_name
 from fluss_spark.protocol.messages import (ApiVersionsRequest, AuthenticateRequest, Message,
                                            Request)
 from fluss_spark.transport.channel import SocketChannel, recv_or_eof
@@ -58,7 +58,7 @@ class RpcConnection(SocketChannel):
                                                           segments=True))
         with self._lock:
             payload = self._round_trip(frame, self._decode_length,
-                                       f"request {_api_name(api_key)}", timeout_s)
+                                       f"request {api_name(api_key)}", timeout_s)
         resp = codec.decode_response(payload)
         if resp.correlation_id != cid:
             self.close()
@@ -116,10 +116,3 @@ def parse_address(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ConfigError(f"bad server address {address!r}: expected host:port")
     return host.strip("[]"), int(port)
-
-
-def _api_name(key: int) -> str:
-    try:
-        return ApiKey(key).name
-    except ValueError:
-        return f"api {key}"

@@ -26,7 +26,6 @@ handshake counts as one that has not authenticated (the same deadline, caps and 
 from __future__ import annotations
 
 import collections
-import contextvars
 import logging
 import queue
 import selectors
@@ -36,61 +35,23 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, TypeVar, Union, cast
+from typing import Any, Callable, Mapping, TypeVar, Union, cast
 
 import numpy as np
 
 from fluss_spark import config
-from fluss_spark.errors import (ApiError, AuthenticationFailed, CorruptMessage,
-                                MetadataStoreUnavailable, UnknownServerError, UnsupportedVersion)
+from fluss_spark.errors import CorruptMessage, UnknownServerError
 from fluss_spark.protocol import codec, framing
-from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey
-from fluss_spark.protocol.messages import (ApiVersionsRequest, ApiVersionsResponse,
-                                           AuthenticateRequest, AuthenticateResponse, Message,
-                                           Request)
+from fluss_spark.protocol.messages import Message, Request
 from fluss_spark.transport import tls as _tls
+from fluss_spark.transport.admission import Admission
+from fluss_spark.transport.dispatch import Authenticator, Dispatcher, NoAuthentication
+from fluss_spark.transport.log_limiter import LogLimiter
+from fluss_spark.transport.sending import as_views, send_some
 
 log = logging.getLogger(__name__)
 
 Q = TypeVar("Q", bound=Request)
-#: A handler takes a decoded request and returns its response message.
-Handler = Callable[[Any], Message]
-
-#: Who sent the request a handler thread is running (None: not authenticated, PLAINTEXT).
-_principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("principal",
-                                                                         default=None)
-
-
-def current_principal() -> str | None:
-    """The principal of the request being handled in this thread."""
-    return _principal.get()
-
-
-def run_as(principal: str | None, fn: Callable, *args: Any) -> Any:
-    """Run ``fn(*args)`` with ``current_principal()`` answering ``principal``."""
-    token = _principal.set(principal)
-    try:
-        return fn(*args)
-    finally:
-        _principal.reset(token)
-
-
-class Authenticator(Protocol):
-    """What the server needs of its security settings."""
-
-    @property
-    def sasl(self) -> bool: ...
-
-    def authenticate(self, mechanism: Any, token: Any, peer: str | None = None) -> str: ...
-
-
-class _NoAuthentication:
-    """PLAINTEXT: every connection is served unauthenticated."""
-
-    sasl = False
-
-    def authenticate(self, mechanism: Any, token: Any, peer: str | None = None) -> str:
-        raise AuthenticationFailed("this server does not authenticate (PLAINTEXT)")
 
 #: Frames up to this size are read into a bytearray of their length. A larger frame is read
 #: into an uninitialised buffer of its announced length (numpy.empty: malloc, never written
@@ -103,15 +64,6 @@ _UNINITIALISED_ABOVE = 64 << 10
 _WRITE_BUDGET = 4 << 20
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
-#: Entries one msgpack array or map of a request may have: a 1,000,000-bucket lease fits; a
-#: frame of one huge container cannot make the decoder allocate far beyond the frame's size.
-_MAX_CONTAINER = 1 << 21
-#: Refusals and evictions are logged at most once per client address per this many seconds.
-_LOG_INTERVAL_S = 10.0
-#: Addresses the log limiter remembers; past it all further addresses share one entry.
-_LOG_MAX_ADDRESSES = 4096
-
-
 @dataclass(frozen=True)
 class RpcLimits:
     """What one server accepts on its port (the ``rpc.*`` server options)."""
@@ -175,43 +127,6 @@ class _Connection:
         self.handshaking = False        # a TLS handshake is under way
 
 
-class _LogLimiter:
-    """At most one warning per client address per interval (a flood cannot fill the logs);
-    the next line says how many were left out. Thread-safe."""
-
-    def __init__(self, interval_s: float = _LOG_INTERVAL_S,
-                 max_addresses: int = _LOG_MAX_ADDRESSES):
-        self.interval_s, self.max_addresses = interval_s, max_addresses
-        self._last: dict[str, list] = {}    # address -> [time logged, lines left out since]
-        self._lock = threading.Lock()
-
-    def warning(self, ip: str, msg: str, *args: Any) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if ip not in self._last and len(self._last) >= self.max_addresses:
-                self._prune(now)
-                if len(self._last) >= self.max_addresses:
-                    ip = "*other addresses*"
-            entry = self._last.get(ip)
-            if entry is not None and now - entry[0] < self.interval_s:
-                entry[1] += 1
-                return
-            skipped = entry[1] if entry is not None else 0
-            self._last[ip] = [now, 0]
-        if skipped:
-            msg += " (%d similar lines about %s left out in the last %.0fs)"
-            args = (*args, skipped, ip, self.interval_s)
-        log.warning(msg, *args)
-
-    def prune(self) -> None:
-        with self._lock:
-            self._prune(time.monotonic())
-
-    def _prune(self, now: float) -> None:
-        for ip in [ip for ip, (t, _) in self._last.items() if now - t >= self.interval_s]:
-            del self._last[ip]
-
-
 class RpcServer:
     """Serves handlers registered per api key on a loopback or public address.
 
@@ -224,16 +139,12 @@ class RpcServer:
                  security: Authenticator | None = None, tls: ssl.SSLContext | None = None):
         """``tls``: the listener speaks TLS with this context (None: plaintext)."""
         self.role = role
-        self.security: Authenticator = security or _NoAuthentication()
+        self.security: Authenticator = security or NoAuthentication()
         self._sasl = bool(self.security.sasl)
         self._tls = tls
-        #: Connections must pass a gate (TLS handshake, SASL login) before they are trusted.
-        self._gated = self._sasl or tls is not None
         self.server_id = server_id
         self.limits = limits or RpcLimits()
-        self._handlers: dict[int, tuple[type[Request], Handler]] = {}
-        self._disabled = disabled
-        self.register(ApiVersionsRequest, self._api_versions)
+        self.dispatcher = Dispatcher(role, server_id, self.security, disabled)
         self._listener = socket.create_server((host, port), backlog=self.limits.backlog)
         self._listener.setblocking(False)
         self.host, self.port = self._listener.getsockname()[:2]
@@ -243,25 +154,23 @@ class RpcServer:
         self._wake_w.setblocking(False)
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._conns: dict[int, _Connection] = {}
-        self._per_ip: collections.Counter = collections.Counter()
-        #: Connections not trusted yet, per address, oldest first (evicted first).
-        self._untrusted: dict[str, collections.OrderedDict[int, _Connection]] = {}
-        self._untrusted_count = 0
         #: Connections with an unsent reply, oldest reply first, and their unsent bytes.
         self._writers: collections.OrderedDict[int, _Connection] = collections.OrderedDict()
         self._unsent = 0
         self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._warn = _LogLimiter()
+        self._warn = LogLimiter()
         #: Counters for tests and operators: connections refused, evicted, closed as idle,
         #: stalled, unread or unauthenticated; replies the loop finished sending (deferred).
-        self.stats: collections.Counter = collections.Counter()
+        self.stats: collections.Counter[str] = collections.Counter()
+        # Connections must pass a gate (TLS handshake, SASL login) before they are trusted.
+        self._admission = Admission(self.limits, self._sasl or tls is not None, self._warn,
+                                    self.stats, self._close)
 
     def register(self, request_type: type[Q], handler: Callable[[Q], Message]) -> None:
         """Serve ``request_type``: its requests are decoded (and checked) into that type."""
-        if request_type.API_KEY not in self._disabled:
-            self._handlers[int(request_type.API_KEY)] = (request_type, handler)
+        self.dispatcher.register(request_type, handler)
 
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(self.limits.handler_threads,
@@ -286,12 +195,6 @@ class RpcServer:
             except OSError:
                 pass
         self._selector.close()
-
-    def _api_versions(self, request: ApiVersionsRequest) -> ApiVersionsResponse:
-        # AUTHENTICATE is answered by the server itself (PLAINTEXT: without a principal).
-        keys = set(self._handlers) | {int(ApiKey.AUTHENTICATE)}
-        return ApiVersionsResponse(api_keys=tuple(sorted(keys)), server=self.role,
-                                   server_id=self.server_id)
 
     # -- the event loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -326,7 +229,6 @@ class RpcServer:
                 next_sweep = now + _TICK_S
 
     def _accept(self) -> None:
-        limits = self.limits
         while True:
             try:
                 sock, addr = self._listener.accept()
@@ -336,23 +238,7 @@ class RpcServer:
                 log.warning("accepting a connection failed: %s", e)
                 return
             ip = addr[0]
-            refused = None
-            untrusted_here = len(self._untrusted.get(ip, ()))
-            if self._gated and untrusted_here >= limits.unauth_max_connections_per_ip:
-                refused = (f"{untrusted_here} connections from that address have not "
-                           f"authenticated (rpc.unauthenticated.max-connections-per-ip="
-                           f"{limits.unauth_max_connections_per_ip})")
-            elif self._per_ip[ip] >= limits.max_connections_per_ip and not self._evict(ip):
-                refused = (f"{self._per_ip[ip]} connections from that address "
-                           f"(rpc.max-connections-per-ip={limits.max_connections_per_ip})")
-            elif len(self._conns) >= limits.max_connections and not self._evict():
-                refused = (f"{len(self._conns)} connections open "
-                           f"(rpc.max-connections={limits.max_connections})")
-            elif (self._gated and self._untrusted_count >= limits.unauth_max_connections
-                    and not self._evict()):
-                refused = (f"{self._untrusted_count} connections have not authenticated "
-                           f"(rpc.unauthenticated.max-connections="
-                           f"{limits.unauth_max_connections})")
+            refused = self._admission.refusal(ip)
             if refused is not None:
                 self.stats["refused"] += 1
                 self._warn.warning(ip, "refused a connection from %s: %s; %d refused so far",
@@ -364,9 +250,7 @@ class RpcServer:
             conn = _Connection(sock, ip, time.monotonic())
             conn.handshaking = self._tls is not None
             self._conns[conn.fd] = conn
-            self._per_ip[ip] += 1
-            self._untrusted.setdefault(ip, collections.OrderedDict())[conn.fd] = conn
-            self._untrusted_count += 1
+            self._admission.admitted(conn)
             self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _handshake(self, conn: _Connection) -> None:
@@ -402,38 +286,6 @@ class RpcServer:
             conn.handshaking = False
             conn.last_active = time.monotonic()
             self._read(conn)            # a request may have come with the handshake's end
-
-    def _evict(self, ip: str | None = None) -> bool:
-        """Close the oldest connection not trusted yet (of ``ip``, else of the address holding
-        the most of them) whose request no handler is running; False when there is none."""
-        candidates: list[Mapping[int, _Connection]]
-        if ip is not None:
-            candidates = [self._untrusted.get(ip, {})]
-        else:
-            candidates = sorted(self._untrusted.values(), key=len, reverse=True)
-        for conns in candidates:
-            victim = next((c for c in conns.values() if not c.busy), None)
-            if victim is not None:
-                self.stats["evicted"] += 1
-                self._warn.warning(victim.ip, "closed a connection from %s that had not "
-                                   "authenticated after %.1fs to make room for a new one",
-                                   victim.ip, time.monotonic() - victim.opened)
-                self._close(victim)
-                return True
-        return False
-
-    def _trust(self, conn: _Connection) -> None:
-        if conn.trusted:
-            return
-        conn.trusted = True
-        self._forget_untrusted(conn)
-
-    def _forget_untrusted(self, conn: _Connection) -> None:
-        conns = self._untrusted.get(conn.ip)
-        if conns is not None and conns.pop(conn.fd, None) is not None:
-            self._untrusted_count -= 1
-            if not conns:
-                del self._untrusted[conn.ip]
 
     def _read(self, conn: _Connection) -> None:
         # Read until the socket is drained or a request is complete: one wake-up of the loop
@@ -500,8 +352,8 @@ class RpcServer:
         """In a handler thread: answer one request, send what the socket takes at once, and
         hand the connection (with the rest of the reply, if any) back to the loop."""
         try:
-            reply, keep = self._dispatch(payload, conn)
-        except Exception:  # noqa: BLE001 - _dispatch answers every error; belt and braces
+            reply, keep = self.dispatcher.handle(payload, conn)
+        except Exception:  # noqa: BLE001 - the dispatcher answers every error; belt and braces
             log.exception("request handling failed")
             reply = [codec.encode_response(-1, error=UnknownServerError("internal error"))]
             keep = False
@@ -509,7 +361,7 @@ class RpcServer:
         try:
             # Never blocks (the socket is non-blocking): a client that reads gets its reply
             # straight away; what its socket does not take now the loop sends when it can.
-            rest = send_some(conn.sock, _views(framing.frame_parts(reply)))
+            rest = send_some(conn.sock, as_views(framing.frame_parts(reply)))
         except OSError:
             rest, keep = [], False
         self._done.put((conn, keep, rest))
@@ -529,7 +381,7 @@ class RpcServer:
             now = time.monotonic()
             conn.last_active = now
             if conn.principal is not None or (keep and not self._sasl):
-                self._trust(conn)
+                self._admission.trust(conn)
             if rest:
                 self.stats["deferred"] += 1     # replies the loop finishes sending
                 conn.out, conn.keep, conn.write_started = rest, keep, now
@@ -621,11 +473,7 @@ class RpcServer:
         if not self._open(conn):
             return
         del self._conns[conn.fd]
-        self._per_ip[conn.ip] -= 1
-        if self._per_ip[conn.ip] <= 0:
-            del self._per_ip[conn.ip]
-        if not conn.trusted:
-            self._forget_untrusted(conn)
+        self._admission.closed(conn)
         if self._writers.pop(conn.fd, None) is not None:
             self._unsent -= conn.out_bytes
         conn.out, conn.out_bytes, conn.buf = [], 0, bytearray()
@@ -651,103 +499,6 @@ class RpcServer:
         except (BlockingIOError, OSError):
             pass
 
-    # -- requests ---------------------------------------------------------------------------------
-    def _dispatch(self, payload: bytes | _Buffer,
-                  conn: _Connection | None = None) -> tuple[list, bool]:
-        """The reply (as buffers to send in order) and whether to keep the connection."""
-        try:
-            # msgpack reads any buffer (a numpy array too) and copies what it keeps.
-            req = codec.decode_request(cast(bytearray, payload), max_container=_MAX_CONTAINER)
-        except CorruptMessage as e:
-            return [codec.encode_response(-1, error=e)], False
-        cid = req.correlation_id
-        if req.api_key == ApiKey.AUTHENTICATE:
-            return self._authenticate(req, conn)
-        if self.security.sasl and conn is not None and conn.principal is None \
-                and req.api_key != ApiKey.API_VERSIONS:
-            denied = AuthenticationFailed(
-                f"the {self.role} requires SASL authentication (security.protocol=SASL): "
-                f"authenticate before {_api_name(req.api_key)} (client username and password "
-                f"options)")
-            return [codec.encode_response(cid, error=denied)], False
-        served = self._handlers.get(req.api_key)
-        principal = conn.principal if conn is not None else None
-        try:
-            if served is None:
-                raise UnsupportedVersion(f"the {self.role} does not support API "
-                                         f"{_api_name(req.api_key)}")
-            if req.api_version != CURRENT_VERSION:
-                raise UnsupportedVersion(
-                    f"API {req.api_key} version {req.api_version} is not supported "
-                    f"(supported: {CURRENT_VERSION})")
-            request_type, handler = served
-            request = request_type.decode(req.body)     # InvalidRequest names a bad field
-            response = run_as(principal, handler, request)
-            return codec.encode_response_parts(cid, response.to_wire(),
-                                               segments=req.segments), True
-        except ApiError as e:
-            if isinstance(e, MetadataStoreUnavailable):  # an outage operators must see
-                log.warning("%s failed: %s", _api_name(req.api_key), e)
-            return [codec.encode_response(cid, error=e)], True
-        except Exception as e:  # noqa: BLE001 - a bug of ours, not the client's: say so
-            log.exception("%s failed", _api_name(req.api_key))
-            err = UnknownServerError(f"{_api_name(req.api_key)} failed inside the {self.role}: "
-                                     f"{type(e).__name__}: {e}")
-            return [codec.encode_response(cid, error=err)], True
-
-    def _authenticate(self, req: codec.RequestEnvelope,
-                      conn: _Connection | None) -> tuple[list, bool]:
-        cid = req.correlation_id
-        if not self.security.sasl or conn is None:
-            return [codec.encode_response(cid, AuthenticateResponse(None).to_wire())], True
-        try:
-            request = AuthenticateRequest.decode(req.body, error=AuthenticationFailed)
-            conn.principal = self.security.authenticate(request.mechanism, request.token,
-                                                        conn.ip)   # throttled per address
-        except AuthenticationFailed as e:
-            self._warn.warning(conn.ip, "authentication from %s failed", conn.ip)
-            return [codec.encode_response(cid, error=e)], False
-        return [codec.encode_response(cid, AuthenticateResponse(conn.principal).to_wire())], True
-
-
-def send_some(sock: socket.socket, views: list[memoryview],
-              budget: int | None = None) -> list[memoryview]:
-    """Send what a non-blocking socket takes now (at least ``budget`` bytes, when given, then
-    stop); the views still to send (empty: all sent)."""
-    tls = isinstance(sock, ssl.SSLSocket)
-    while views:
-        try:
-            sent = (_tls.send_views(cast(ssl.SSLSocket, sock), views) if tls
-                    else sock.sendmsg(views[:_IOV_MAX]))
-        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            return views
-        views = _advance(views, sent)
-        if budget is not None:
-            budget -= sent
-            if budget <= 0:
-                break
-    return views
-
-
-def _views(parts: list) -> list[memoryview]:
-    return [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
-
-
-def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
-    """``views`` without their first ``sent`` bytes."""
-    i = 0
-    while sent and sent >= views[i].nbytes:
-        sent -= views[i].nbytes
-        i += 1
-    views = views[i:]
-    if sent:
-        views[0] = views[0][sent:]
-    return views
-
-
-#: Buffers per sendmsg call (Linux's IOV_MAX is 1024).
-_IOV_MAX = 1024
-
 
 #: What a request's payload is read into.
 _Buffer = Union[bytearray, "np.ndarray"]
@@ -758,10 +509,3 @@ def _buffer(length: int) -> _Buffer:
     if length > _UNINITIALISED_ABOVE:
         return np.empty(length, np.uint8)
     return bytearray(length)
-
-
-def _api_name(key: int) -> str:
-    try:
-        return ApiKey(key).name
-    except ValueError:
-        return f"api {key}"

@@ -18,7 +18,7 @@ def test_a_5000_digit_map_key_is_an_invalid_request_without_a_traceback(caplog):
         body = {"lease_id": "L", "duration_ms": 1000, "tables": {"9" * 5000: {0: 1}}}
         payload = codec.encode_request(m.AcquireLeaseRequest.API_KEY, CURRENT_VERSION, 7, body)
         with caplog.at_level(logging.DEBUG):
-            parts, keep = srv._dispatch(payload)
+            parts, keep = srv.dispatcher.handle(payload)
         resp = codec.decode_response(b"".join(bytes(p) for p in parts))
         assert resp.correlation_id == 7
         assert resp.error_code == InvalidRequest.code, resp

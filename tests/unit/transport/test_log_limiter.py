@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from fluss_spark.transport.server import _LogLimiter
+from fluss_spark.transport.log_limiter import LogLimiter
 
 
 def test_one_line_per_address_per_interval_then_a_count_of_what_was_left_out(caplog, monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("fluss_spark.transport.server.time.monotonic", lambda: now[0])
-    limiter = _LogLimiter(interval_s=10, max_addresses=3)
+    monkeypatch.setattr("fluss_spark.transport.log_limiter.time.monotonic", lambda: now[0])
+    limiter = LogLimiter(interval_s=10, max_addresses=3)
     with caplog.at_level(logging.WARNING, "fluss_spark.transport.server"):
         for _ in range(1000):
             limiter.warning("10.0.0.1", "refused %s", "10.0.0.1")
@@ -24,8 +24,8 @@ def test_one_line_per_address_per_interval_then_a_count_of_what_was_left_out(cap
 
 
 def test_past_the_remembered_addresses_all_others_share_one_line(caplog, monkeypatch):
-    monkeypatch.setattr("fluss_spark.transport.server.time.monotonic", lambda: 5.0)
-    limiter = _LogLimiter(interval_s=10, max_addresses=2)
+    monkeypatch.setattr("fluss_spark.transport.log_limiter.time.monotonic", lambda: 5.0)
+    limiter = LogLimiter(interval_s=10, max_addresses=2)
     with caplog.at_level(logging.WARNING, "fluss_spark.transport.server"):
         for i in range(500):
             limiter.warning(f"10.0.{i // 256}.{i % 256}", "refused")

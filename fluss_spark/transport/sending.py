@@ -1,0 +1,48 @@
+"""Sending a reply's buffers on a non-blocking socket, plaintext or TLS, without blocking."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from typing import cast
+
+from fluss_spark.transport import tls as _tls
+
+
+def send_some(sock: socket.socket, views: list[memoryview],
+              budget: int | None = None) -> list[memoryview]:
+    """Send what a non-blocking socket takes now (at least ``budget`` bytes, when given, then
+    stop); the views still to send (empty: all sent)."""
+    tls = isinstance(sock, ssl.SSLSocket)
+    while views:
+        try:
+            sent = (_tls.send_views(cast(ssl.SSLSocket, sock), views) if tls
+                    else sock.sendmsg(views[:_IOV_MAX]))
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return views
+        views = advance(views, sent)
+        if budget is not None:
+            budget -= sent
+            if budget <= 0:
+                break
+    return views
+
+
+def as_views(parts: list) -> list[memoryview]:
+    return [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+
+
+def advance(views: list[memoryview], sent: int) -> list[memoryview]:
+    """``views`` without their first ``sent`` bytes."""
+    i = 0
+    while sent and sent >= views[i].nbytes:
+        sent -= views[i].nbytes
+        i += 1
+    views = views[i:]
+    if sent:
+        views[0] = views[0][sent:]
+    return views
+
+
+#: Buffers per sendmsg call (Linux's IOV_MAX is 1024).
+_IOV_MAX = 1024
