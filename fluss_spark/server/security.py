@@ -6,10 +6,10 @@ b"\\0username\\0password"}``, as in RFC 4616). The principal of the connection i
 every handler of its requests (``current_principal()``). With PLAINTEXT (the default, like a
 Fluss PLAINTEXT listener) nobody authenticates and everything is allowed.
 
-Rules (``authorize_*``): creating and dropping tables needs a super user (``super.users``);
-committing KV snapshots needs the internal principal (``security.internal.username``), which
-the servers use among themselves; a lease may be renewed, released or dropped by the principal
-that created it or a super user.
+Rules (``authorize_*``): committing KV snapshots needs the internal principal
+(``security.internal.username``), which the servers use among themselves; a lease may be
+renewed, released or dropped by the principal that created it or a super user. Everything else
+is decided by ACLs (``server/authorizer.py``), which super users bypass.
 """
 
 from __future__ import annotations
@@ -24,6 +24,18 @@ from fluss_spark import config
 from fluss_spark.errors import AuthenticationFailed, AuthorizationFailed, ConfigError
 from fluss_spark.server.login_throttle import LoginThrottle
 from fluss_spark.transport.server import current_principal
+
+class SessionPrincipal(str):
+    """An authenticated username that remembers the client address it logged in from, which
+    ACLs with a host other than ``*`` are matched against."""
+
+    host: str | None
+
+    def __new__(cls, name: str, host: str | None = None) -> "SessionPrincipal":
+        principal = super().__new__(cls, name)
+        principal.host = host
+        return principal
+
 
 def read_users_file(path: str | Path) -> dict[str, str]:
     """``username:password`` lines (blank lines and ``#`` comments ignored) -> {user: password}."""
@@ -92,7 +104,7 @@ class Security:
             raise
         if self.throttle is not None:
             self.throttle.succeeded(peer, user)
-        return user
+        return SessionPrincipal(user, peer)
 
     def _check_plain(self, mechanism: Any, token: Any) -> str:
         if mechanism != "PLAIN":
