@@ -49,7 +49,7 @@ class AclManager:
         with self._lock:
             try:
                 for resource, acls in sorted(wanted.items()):
-                    before, _ = self._store.update_acls(resource, lambda cur, a=acls: cur | a)
+                    before, _ = self._store.update_acls(resource, _adding(frozenset(acls)))
                     created.extend(sorted(acls - before))
             finally:
                 self._authorizer.cache.refresh(force=True)
@@ -80,6 +80,11 @@ class AclManager:
             finally:
                 self._authorizer.cache.refresh(force=True)
         return m.DropAclsResponse(tuple(m.AclInfo.of(a) for a in dropped))
+
+
+def _adding(acls: frozenset[AclBinding]):
+    """The change that adds ``acls`` to a resource's ACLs."""
+    return lambda current: current | acls
 
 
 def _any_match(filters: list[AclFilter], acl: AclBinding) -> bool:
