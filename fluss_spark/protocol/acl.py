@@ -84,12 +84,16 @@ class Resource:
     def table(cls, name: str) -> "Resource":
         return cls(ResourceType.TABLE, name)
 
+    @classmethod
+    def database_of(cls, table: str) -> "Resource":
+        """The database of table ``db.table`` (of ``*``: every database)."""
+        return cls.database(table.split(".", 1)[0])
+
     def lineage(self) -> tuple["Resource", ...]:
         """This resource, the ones above it, and the wildcards of their types: every resource
         an ACL may name to cover this one."""
         if self.type is ResourceType.TABLE:
-            db = self.name.split(".", 1)[0]
-            return (self, Resource.table(WILDCARD), Resource.database(db),
+            return (self, Resource.table(WILDCARD), Resource.database_of(self.name),
                     Resource.database(WILDCARD), Resource.cluster())
         if self.type is ResourceType.DATABASE:
             return self, Resource.database(WILDCARD), Resource.cluster()

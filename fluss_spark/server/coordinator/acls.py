@@ -32,7 +32,7 @@ class AclManager:
         for resource in sorted(set(resources)):
             owner = resource
             if resource.type is ResourceType.TABLE:
-                owner = Resource.database(resource.name.split(".", 1)[0])
+                owner = Resource.database_of(resource.name)
             if not self._authorizer.allowed(OperationType.ALL, owner):
                 raise AuthorizationFailed(
                     f"principal {current_principal()!r} may not change the ACLs of {resource}: "

@@ -260,7 +260,7 @@ class CoordinatorServer:
                                           if self.authorizer.visible(n)))
 
     def _create_table(self, req: m.CreateTableRequest) -> m.CreateTableResponse:
-        self.authorizer.check(OperationType.CREATE, Resource.database(req.name.split(".")[0]),
+        self.authorizer.check(OperationType.CREATE, Resource.database_of(req.name),
                               f"create table {req.name!r}")
         return m.CreateTableResponse(self.tables.create(req))
 
