@@ -48,19 +48,27 @@ def cluster(zookeeper, tmp_path_factory):
 
 #: Principals of the shared SASL cluster (``sasl_cluster``): username -> password.
 SASL_USERS = {"admin": "admin-secret", "internal": "internal-secret", "bob": "bob-secret",
-              "carol": "carol-secret", "reader": "s3cr3t-pw"}
+              "carol": "carol-secret", "reader": "s3cr3t-pw", "alice": "alice-secret"}
+#: Principals of ``sasl_cluster`` allowed READ (and so DESCRIBE) on the whole cluster; the
+#: others but ``admin`` have no ACL at first.
+SASL_READERS = ("bob", "carol", "reader")
 
 
 @pytest.fixture(scope="session")
 def sasl_cluster(zookeeper, tmp_path_factory):
     """An EmbeddedProcesses (coordinator + 1 tablet) that requires SASL PLAIN, with the principals
-    of ``SASL_USERS`` (``admin`` is the super user), shared by the whole test session."""
+    of ``SASL_USERS`` (``admin`` is the super user; ``SASL_READERS`` may read every table),
+    shared by the whole test session."""
     from fluss_spark.local.embedded import EmbeddedProcesses
     local = EmbeddedProcesses(tmp_path_factory.mktemp("sasl") / "c", tablets=1, sasl=True,
                               zookeeper=f"{zookeeper.address}/fluss-sasl-{uuid.uuid4().hex[:12]}")
     local.users_file.parent.mkdir(parents=True)
     local.users_file.write_text("".join(f"{u}:{p}\n" for u, p in SASL_USERS.items()))
     local.start()
+    from fluss_spark.protocol.acl import AclBinding, OperationType, Resource
+    with local.connection() as conn:
+        conn.admin().create_acls([AclBinding(Resource.cluster(), f"User:{u}", OperationType.READ)
+                                  for u in SASL_READERS])
     yield local
     local.stop()
 

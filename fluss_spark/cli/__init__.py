@@ -1,4 +1,4 @@
-"""The ``fluss-spark`` command: local cluster, tables, demo data, snapshots, leases, scans.
+"""The ``fluss-spark`` command: local cluster, tables, demo data, snapshots, leases, scans, ACLs.
 
 Human-readable tables by default; ``--json`` prints one JSON document instead. Errors print one
 line ``error: ...`` on stderr and exit non-zero.
@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from fluss_spark.cli import cluster, leases, scans, snapshots, tables, tiering
+from fluss_spark.cli import acls, cluster, leases, scans, snapshots, tables, tiering
 from fluss_spark.cli.common import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, bootstrap_servers, bounded
 from fluss_spark.cli.output import _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError, FlussError
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.set_defaults(func=func)
         return c
 
-    for module in (cluster, tables, snapshots, leases, scans, tiering):
+    for module in (cluster, tables, snapshots, leases, scans, tiering, acls):
         module.add_commands(sub, cmd)
     return p
 

@@ -57,6 +57,7 @@ _MISSING = {
     "snapshot_trigger": "it takes KV snapshots on its own schedule (the table's "
                         "kv.snapshot.interval)",
     "scan_sessions": "it has no scan sessions",
+    "acls": "this client does not manage its ACLs (use Apache Fluss's own tools)",
 }
 
 

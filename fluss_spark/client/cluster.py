@@ -46,6 +46,9 @@ class Capabilities:
     #: Server-side scan sessions of this project's servers: listed by the CLI's ``scanner list``,
     #: and read a bucket's snapshot or live state page by page (``scan --snapshot live``).
     scan_sessions: bool = False
+    #: ACLs are granted, listed and removed through this client (the CLI's ``acl`` commands;
+    #: this project's servers). Apache Fluss 0.9.1 has ACL calls this client does not speak.
+    acls: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@
                                               read and migrated, never written)
     /fluss/leases/kv_snapshot/<lease_id>  LeaseRecord header (see leases below)
     /fluss/leases/kv_snapshot/<lease_id>/part-<table_id>-<part>-<generation>   one lease part
+    /fluss/acls/<cluster|database|table>/<name>   AclRecord: the ACLs of one resource
+    /fluss/acl_changes                    empty; its znode version moves with every ACL change
 
 Every record is a msgpack map with a ``v`` field. Version history:
 
@@ -22,6 +24,7 @@ Every record is a msgpack map with a ``v`` field. Version history:
   snapshots, so recovery reads O(tables + buckets/128) znodes. A coordinator moves v1 snapshot
   znodes into the pages when it takes over; until then (and if that is cut off) both are read.
 - LeaseRecord v4: pins in independently encoded parts (see ``LeaseRecord``).
+- AclRecord v1: the ACLs of one resource (see ``AclRecord``).
 
 Decoders accept every version listed here; a newer, unknown version is refused with a clear
 error rather than misread. docs/zookeeper_layout.md describes the stored formats byte by byte.
@@ -34,6 +37,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 from fluss_spark.errors import CorruptMessage, InvalidTable
 from fluss_spark.metadata import lease_codec
+from fluss_spark.protocol.acl import (AclBinding, OperationType, PermissionType, Resource,
+                                      ResourceType, make_resource)
 from fluss_spark.protocol.codec import packb, unpackb
 from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
 
@@ -48,6 +53,9 @@ TABLES = f"{ROOT}/tables"
 SNAPSHOTS = f"{ROOT}/snapshots"
 SNAPSHOT_INDEX = f"{ROOT}/snapshot_index"
 LEASES = f"{ROOT}/leases/kv_snapshot"
+ACLS = f"{ROOT}/acls"
+#: Readers of the ACLs poll this znode's version, one cheap read, and reload when it moved.
+ACL_CHANGES = f"{ROOT}/acl_changes"
 
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_]{1,100}\.[A-Za-z0-9_]{1,100}$")
 
@@ -378,3 +386,58 @@ class LeaseRecord:
                    tables=lease_codec.decode_lease_pins(entries),
                    holders={int(t): str(h) for t, h in (raw.get("holders") or {}).items()},
                    owner=raw.get("owner"))
+
+
+# -- ACLs -----------------------------------------------------------------------------------
+def acl_type_path(rtype: ResourceType) -> str:
+    return f"{ACLS}/{rtype.value.lower()}"
+
+
+def acl_path(resource: Resource) -> str:
+    return f"{acl_type_path(resource.type)}/{resource.name}"
+
+
+#: The resource types whose ACLs are stored (ANY only appears in filters).
+ACL_RESOURCE_TYPES = (ResourceType.CLUSTER, ResourceType.DATABASE, ResourceType.TABLE)
+
+
+@dataclass(frozen=True)
+class AclRecord:
+    """The ACLs of one resource, at ``/fluss/acls/<type>/<name>``::
+
+        {v, resource_type, resource_name,
+         entries: [{principal, host, operation, permission}]}
+
+    with the type and operation names of ``protocol.acl`` (``TABLE``, ``READ``, ``ALLOW``).
+    A resource without ACLs has no znode.
+
+    Versions:
+
+    - v1: the layout above.
+    """
+
+    VERSION = 1
+
+    resource: Resource
+    acls: frozenset = frozenset()
+
+    def encode(self) -> bytes:
+        entries = [{"principal": a.principal, "host": a.host, "operation": a.operation.value,
+                    "permission": a.permission.value} for a in sorted(self.acls)]
+        return packb({"v": self.VERSION, "resource_type": self.resource.type.value,
+                      "resource_name": self.resource.name, "entries": entries})
+
+    @classmethod
+    def decode(cls, data: bytes) -> "AclRecord":
+        try:
+            raw = _check_version("AclRecord", unpackb(data), cls.VERSION)
+            resource = make_resource(ResourceType(raw["resource_type"]), raw["resource_name"])
+            acls = frozenset(
+                AclBinding(resource, str(e["principal"]), OperationType(e["operation"]),
+                           str(e["host"]), PermissionType(e["permission"]))
+                for e in raw["entries"])
+        except CorruptMessage:
+            raise
+        except Exception as e:  # noqa: BLE001 - msgpack, key and value errors on damaged data
+            raise CorruptMessage(f"undecodable AclRecord: {type(e).__name__}: {e}") from None
+        return cls(resource, acls)

@@ -10,11 +10,13 @@ from kazoo.recipe.election import Election
 
 from fluss_spark.errors import FlussError, TableAlreadyExist, TableNotExist
 from fluss_spark.metadata import layout
+from fluss_spark.metadata.acl_store import AclMap, ZkAclStore
 from fluss_spark.metadata.layout import (AssignmentRecord, CoordinatorRecord, LeaseRecord,
                                          SnapshotRecord, TableRecord, TabletRecord)
 from fluss_spark.metadata.lease_store import ZkLeaseStore
 from fluss_spark.metadata.snapshot_index import SnapshotIndex
 from fluss_spark.metadata.zk import ZkSession, retriable_on_connection_loss
+from fluss_spark.protocol.acl import AclBinding, Resource
 
 __all__ = ["Election", "MetadataStore"]
 
@@ -24,7 +26,8 @@ class MetadataStore:
     """Owns one kazoo session; every method maps to one layout path.
 
     Coordinator, tablet and table records are read and written here; KV snapshots go to
-    ``SnapshotIndex`` and leases to ``ZkLeaseStore``, over the same ``ZkSession``.
+    ``SnapshotIndex``, leases to ``ZkLeaseStore`` and ACLs to ``ZkAclStore``, over the same
+    ``ZkSession``.
 
     ``zookeeper_address`` is ``host:port[,host:port...][/chroot]``. A call that ZooKeeper does
     not answer (connection lost, or not reconnected within ``session_timeout_s``) raises the
@@ -42,6 +45,7 @@ class MetadataStore:
                                   session_timeout_s=session_timeout_s, digest=digest)
         self._snapshots = SnapshotIndex(self._session)
         self._leases = ZkLeaseStore(self._session)
+        self._acls = ZkAclStore(self._session)
 
     @property
     def zk(self):
@@ -249,3 +253,18 @@ class MetadataStore:
     def lease_stored_bytes(self, lease_id: str) -> int:
         """Bytes the lease occupies in ZooKeeper (header plus children), for metrics and benches."""
         return self._leases.lease_stored_bytes(lease_id)
+
+    # -- ACLs (ZkAclStore) ------------------------------------------------------------------
+    def acl_change_version(self) -> int:
+        """Moves with every ACL change (-1 before the first); one cheap read to poll."""
+        return self._acls.acl_change_version()
+
+    def load_acls(self) -> tuple[int, AclMap]:
+        """(change version, every ACL by resource)."""
+        return self._acls.load_acls()
+
+    def update_acls(self, resource: Resource,
+                    change: Callable[[frozenset[AclBinding]], frozenset[AclBinding]]
+                    ) -> tuple[frozenset[AclBinding], frozenset[AclBinding]]:
+        """Compare-and-set the ACLs of ``resource``; returns (before, after)."""
+        return self._acls.update_acls(resource, change)

@@ -2,7 +2,7 @@
 
 Each request and response body is a msgpack map, declared by one frozen dataclass per request
 and response in ``protocol/messages/`` (grouped by area: meta, tables, snapshots, leases, log,
-scan), with the type and bounds of every field; ``bytes`` fields that carry rows are Arrow IPC
+scan, acls), with the type and bounds of every field; ``bytes`` fields that carry rows are Arrow IPC
 streams (``protocol.arrow_ipc``). A response body is returned only when ``error_code`` is 0.
 Decoding refuses a malformed request with INVALID_REQUEST (INVALID_SCAN_REQUEST for SCAN_KV)
 naming the field; nothing is clamped unless its message says so.
@@ -44,6 +44,9 @@ class ApiKey(enum.IntEnum):
     TRIGGER_KV_SNAPSHOT = 33
     SCAN_KV = 34
     LIST_SCANNERS = 35
+    CREATE_ACLS = 40
+    LIST_ACLS = 41
+    DROP_ACLS = 42
 
 
 #: The lease APIs, which a server started with ``--disable-api kv_snapshot_lease`` omits.

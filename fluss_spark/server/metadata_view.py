@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from fluss_spark.errors import TableNotExist
 from fluss_spark.metadata.layout import AssignmentRecord, LeaseRecord, SnapshotRecord, TableRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol import messages as m
+from fluss_spark.protocol.acl import OperationType
 from fluss_spark.protocol.arrow_ipc import deserialize_schema
+
+if TYPE_CHECKING:
+    from fluss_spark.server.authorizer import Authorizer
 
 
 def table_info(table: TableRecord, assignment: AssignmentRecord | None) -> m.TableInfo:
@@ -20,11 +24,19 @@ def table_info(table: TableRecord, assignment: AssignmentRecord | None) -> m.Tab
         assignment=dict(enumerate(assignment.buckets)) if assignment else {})
 
 
-def build_metadata(store: MetadataStore, names: Iterable[str] | None) -> m.GetMetadataResponse:
-    """Coordinator address, live tablets, and the requested tables (all when ``names`` is None)."""
+def build_metadata(store: MetadataStore, names: Iterable[str] | None,
+                   authorizer: "Authorizer | None" = None) -> m.GetMetadataResponse:
+    """Coordinator address, live tablets, and the requested tables (all when ``names`` is None).
+
+    With an ``authorizer``, naming a table needs DESCRIBE on it, and "all" lists only the
+    tables the caller may DESCRIBE."""
     coord = store.active_coordinator()
+    if authorizer is not None and names is not None:
+        authorizer.check_tables(OperationType.DESCRIBE, names, "get the metadata")
     tables = []
     for name in (names if names is not None else store.table_names()):
+        if names is None and authorizer is not None and not authorizer.visible(name):
+            continue
         rec = store.table(name)
         if rec is None:
             if names is not None:

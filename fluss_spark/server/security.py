@@ -9,10 +9,10 @@ Fluss PLAINTEXT listener) nobody authenticates and everything is allowed.
 TLS (``security.ssl.enabled``) is independent of the protocol: alone it encrypts; with SASL the
 login runs inside TLS. A server calling another (``internal_tls``) then uses TLS too.
 
-Rules (``authorize_*``): creating and dropping tables needs a super user (``super.users``);
-committing KV snapshots needs the internal principal (``security.internal.username``), which
-the servers use among themselves; a lease may be renewed, released or dropped by the principal
-that created it or a super user.
+Rules (``authorize_*``): committing KV snapshots needs the internal principal
+(``security.internal.username``), which the servers use among themselves; a lease may be
+renewed, released or dropped by the principal that created it or a super user. Everything else
+is decided by ACLs (``server/authorizer.py``), which super users bypass.
 """
 
 from __future__ import annotations

@@ -30,9 +30,12 @@ Reply = tuple[list[Any], bool]
 #: frame of one huge container cannot make the decoder allocate far beyond the frame's size.
 _MAX_CONTAINER = 1 << 21
 
-#: Who sent the request a handler thread is running (None: not authenticated, PLAINTEXT).
+#: Who sent the request a handler thread is running (None: not authenticated, PLAINTEXT), and
+#: from which client address (None: not known, e.g. a request handed in directly).
 _principal: contextvars.ContextVar[str | None] = contextvars.ContextVar("principal",
                                                                          default=None)
+_peer_address: contextvars.ContextVar[str | None] = contextvars.ContextVar("peer_address",
+                                                                            default=None)
 
 
 def current_principal() -> str | None:
@@ -40,13 +43,21 @@ def current_principal() -> str | None:
     return _principal.get()
 
 
-def run_as(principal: str | None, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run ``fn(*args)`` with ``current_principal()`` answering ``principal``."""
-    token = _principal.set(principal)
+def current_peer_address() -> str | None:
+    """The client address of the request being handled in this thread (ACL host matching)."""
+    return _peer_address.get()
+
+
+def run_as(principal: str | None, fn: Callable[..., Any], *args: Any,
+           address: str | None = None) -> Any:
+    """Run ``fn(*args)`` with ``current_principal()`` answering ``principal`` and
+    ``current_peer_address()`` answering ``address``."""
+    token, address_token = _principal.set(principal), _peer_address.set(address)
     try:
         return fn(*args)
     finally:
         _principal.reset(token)
+        _peer_address.reset(address_token)
 
 
 class Authenticator(Protocol):
@@ -114,6 +125,7 @@ class Dispatcher:
             return [codec.encode_response(cid, error=denied)], False
         served = self._handlers.get(req.api_key)
         principal = peer.principal if peer is not None else None
+        address = peer.ip if peer is not None else None
         try:
             if served is None:
                 raise UnsupportedVersion(f"the {self.role} does not support API "
@@ -124,7 +136,7 @@ class Dispatcher:
                     f"(supported: {CURRENT_VERSION})")
             request_type, handler = served
             request = request_type.decode(req.body)     # InvalidRequest names a bad field
-            response = run_as(principal, handler, request)
+            response = run_as(principal, handler, request, address=address)
             return codec.encode_response_parts(cid, response.to_wire(),
                                                segments=req.segments), True
         except ApiError as e:

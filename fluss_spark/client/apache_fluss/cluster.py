@@ -77,7 +77,8 @@ class ApacheFlussWireCluster:
             self._capabilities = Capabilities(leases=leases, lease_renewal="reacquire",
                                               snapshot_read="files", live_kv_scan=live,
                                               lease_describe=False, lease_listing=False,
-                                              snapshot_trigger=False, scan_sessions=False)
+                                              snapshot_trigger=False, scan_sessions=False,
+                                              acls=False)
         return self._capabilities
 
     # -- databases and tables (admin) -----------------------------------------------------------

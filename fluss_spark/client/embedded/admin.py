@@ -1,4 +1,4 @@
-"""Admin: tables, offsets, KV snapshots, KV snapshot leases, metrics and scan sessions."""
+"""Admin: tables, offsets, KV snapshots, KV snapshot leases, ACLs, metrics and scan sessions."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pyarrow as pa
 from fluss_spark.config import validate_table_properties
 from fluss_spark.errors import ConfigError, NetworkError, TableNotExist
 from fluss_spark.protocol import messages as m
+from fluss_spark.protocol.acl import AclBinding, AclFilter
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.types import parse_schema, validate_table_schema
@@ -180,6 +181,26 @@ class Admin:
 
     def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:
         return self._lease_call(m.DescribeLeaseRequest(lease_id=lease_id))
+
+    # -- ACLs -----------------------------------------------------------------------------------
+    def create_acls(self, acls: Iterable[AclBinding]) -> list[AclBinding]:
+        """Grant ``acls``; returns those that did not exist yet. Needs a super user, ALTER on
+        the cluster, or ALL on the resource (a table's: its database)."""
+        resp = self._conn.call_coordinator(m.CreateAclsRequest(
+            tuple(m.AclInfo.of(a) for a in acls)))
+        return [a.binding() for a in resp.created]
+
+    def list_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches (all by default) on resources the caller may see."""
+        resp = self._conn.call_coordinator(m.ListAclsRequest(
+            m.AclFilterInfo.of(acl_filter or AclFilter())))
+        return sorted(a.binding() for a in resp.acls)
+
+    def drop_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        """Remove every ACL one of ``filters`` matches; returns what was removed."""
+        resp = self._conn.call_coordinator(m.DropAclsRequest(
+            tuple(m.AclFilterInfo.of(f) for f in filters)))
+        return sorted(a.binding() for a in resp.dropped)
 
     # -- operations -----------------------------------------------------------------------------
     def metrics(self) -> dict:

@@ -43,7 +43,7 @@ class EmbeddedCluster:
                                                   snapshot_read="scan_session",
                                                   live_kv_scan=True, lease_describe=leases,
                                                   lease_listing=leases, snapshot_trigger=True,
-                                                  scan_sessions=True)
+                                                  scan_sessions=True, acls=True)
             return self._capabilities
 
     # -- tables and offsets -----------------------------------------------------------------------

@@ -8,6 +8,10 @@ to the type a server decodes its requests with.
 from __future__ import annotations
 
 from fluss_spark.protocol.api import ApiKey
+from fluss_spark.protocol.messages.acls import (AclFilterInfo, AclInfo, CreateAclsRequest,
+                                                CreateAclsResponse, DropAclsRequest,
+                                                DropAclsResponse, ListAclsRequest,
+                                                ListAclsResponse)
 from fluss_spark.protocol.messages.base import Empty, Message, Request
 from fluss_spark.protocol.messages.leases import (AcquireLeaseRequest, AcquireLeaseResponse,
                                                   DescribeLeaseRequest, DropLeaseRequest,
@@ -42,19 +46,21 @@ REQUESTS: dict[ApiKey, type[Request]] = {cls.API_KEY: cls for cls in (
     AcquireLeaseRequest, RenewLeaseRequest, ReleaseLeaseRequest, DropLeaseRequest,
     ListLeasesRequest, DescribeLeaseRequest, GetMetricsRequest, ProduceRequest,
     ListOffsetsRequest, FetchLogRequest, TriggerKvSnapshotRequest, ScanKvRequest,
-    ListScannersRequest)}
+    ListScannersRequest, CreateAclsRequest, ListAclsRequest, DropAclsRequest)}
 
-__all__ = ["AcquireLeaseRequest", "AcquireLeaseResponse", "ApiVersionsRequest",
-           "ApiVersionsResponse", "AuthenticateRequest", "AuthenticateResponse", "CloseScan",
-           "CommitKvSnapshotRequest", "ContinueScan", "CreateTableRequest", "CreateTableResponse",
-           "DescribeLeaseRequest", "DropLeaseRequest", "DropLeaseResponse", "DropTableRequest",
-           "Empty", "FetchLogRequest", "FetchLogResponse", "GetMetadataRequest",
-           "GetMetadataResponse", "GetMetricsRequest", "GetMetricsResponse", "LeaseInfo",
-           "ListKvSnapshotsRequest", "ListKvSnapshotsResponse", "ListLeasesRequest",
-           "ListLeasesResponse", "ListOffsetsRequest", "ListOffsetsResponse",
-           "ListScannersRequest", "ListScannersResponse", "ListTablesRequest",
-           "ListTablesResponse", "Message", "OpenScan", "ProduceRequest", "ProduceResponse",
-           "ReleaseLeaseRequest", "ReleaseLeaseResponse", "RenewLeaseRequest",
-           "RenewLeaseResponse", "Request", "ScanKvRequest", "ScanKvResponse", "ScannerInfo",
-           "ServerAddress", "SnapshotInfo", "TableInfo", "TabletAddress",
-           "TriggerKvSnapshotRequest", "TriggerKvSnapshotResponse", "REQUESTS"]
+__all__ = ["AclFilterInfo", "AclInfo", "AcquireLeaseRequest", "AcquireLeaseResponse",
+           "ApiVersionsRequest", "ApiVersionsResponse", "AuthenticateRequest",
+           "AuthenticateResponse", "CloseScan", "CommitKvSnapshotRequest", "ContinueScan",
+           "CreateAclsRequest", "CreateAclsResponse", "CreateTableRequest", "CreateTableResponse",
+           "DescribeLeaseRequest", "DropAclsRequest", "DropAclsResponse", "DropLeaseRequest",
+           "DropLeaseResponse", "DropTableRequest", "Empty", "FetchLogRequest", "FetchLogResponse",
+           "GetMetadataRequest", "GetMetadataResponse", "GetMetricsRequest", "GetMetricsResponse",
+           "LeaseInfo", "ListAclsRequest", "ListAclsResponse", "ListKvSnapshotsRequest",
+           "ListKvSnapshotsResponse", "ListLeasesRequest", "ListLeasesResponse",
+           "ListOffsetsRequest", "ListOffsetsResponse", "ListScannersRequest",
+           "ListScannersResponse", "ListTablesRequest", "ListTablesResponse", "Message",
+           "OpenScan", "ProduceRequest", "ProduceResponse", "ReleaseLeaseRequest",
+           "ReleaseLeaseResponse", "RenewLeaseRequest", "RenewLeaseResponse", "Request",
+           "ScanKvRequest", "ScanKvResponse", "ScannerInfo", "ServerAddress", "SnapshotInfo",
+           "TableInfo", "TabletAddress", "TriggerKvSnapshotRequest", "TriggerKvSnapshotResponse",
+           "REQUESTS"]

@@ -167,6 +167,12 @@ class LeaseManager:
             rec = self._live(lease_id, self._clock())
             return rec.owner if rec is not None else None
 
+    def pinned_tables(self, lease_id: str) -> list[int]:
+        """The table ids a live lease pins (none for an unknown lease)."""
+        with self.lock:
+            rec = self._live(lease_id, self._clock())
+            return sorted(rec.tables) if rec is not None else []
+
     def renew(self, lease_id: str, duration_ms: int) -> int:
         """Extend a live lease to now + ``duration_ms``; LeaseNotFound if unknown or expired."""
         check_lease_id(lease_id)

@@ -13,6 +13,9 @@ from fluss_spark.errors import (InvalidRequest, MetadataStoreUnavailable,
 from fluss_spark.metadata.layout import CoordinatorRecord, SnapshotRecord
 from fluss_spark.metadata.store import Election, MetadataStore
 from fluss_spark.protocol import messages as m
+from fluss_spark.protocol.acl import OperationType, Resource
+from fluss_spark.server.authorizer import AclCache, Authorizer
+from fluss_spark.server.coordinator.acls import AclManager
 from fluss_spark.server.coordinator.leases import LeaseManager
 from fluss_spark.server.coordinator.recovery import recover
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_path, join_path
@@ -54,6 +57,8 @@ class CoordinatorServer:
                                    lock=self._lock)
         self.snapshots.is_pinned = self.leases.is_pinned
         self.security = Security.from_options(settings.options)
+        self.authorizer = Authorizer(self.security, AclCache(self._store))
+        self.acls = AclManager(self._store, self.authorizer, self._lock)
         self._rpc = RpcServer(settings.host, settings.port, role="coordinator",
                               server_id=settings.server_id, disabled=settings.disabled_apis,
                               limits=RpcLimits.from_options(settings.options),
@@ -86,6 +91,7 @@ class CoordinatorServer:
         self._zk_connected.set()
         self._store.zk.add_listener(self._on_session_state)
         self._rpc.start()
+        self.authorizer.cache.start(self._stopping, "coordinator-acls")
         identifier = f"{self.host}:{self.port}"
         if self._store.remove_stale_election_nodes(identifier):
             log.info("removed the election node of a dead coordinator at %s", identifier)
@@ -222,6 +228,9 @@ class CoordinatorServer:
             (m.DropLeaseRequest, self._drop_lease),
             (m.ListLeasesRequest, self._list_leases),
             (m.DescribeLeaseRequest, self._describe_lease),
+            (m.CreateAclsRequest, self.acls.create),
+            (m.ListAclsRequest, self.acls.list),
+            (m.DropAclsRequest, self.acls.drop),
         ]
         for request_type, fn in leader_only:
             reg(request_type, self._leader_only(fn))
@@ -244,17 +253,20 @@ class CoordinatorServer:
         return handler
 
     def _get_metadata(self, req: m.GetMetadataRequest) -> m.GetMetadataResponse:
-        return build_metadata(self._store, req.tables)
+        return build_metadata(self._store, req.tables, self.authorizer)
 
     def _list_tables(self, req: m.ListTablesRequest) -> m.ListTablesResponse:
-        return m.ListTablesResponse(tuple(self._store.table_names()))
+        return m.ListTablesResponse(tuple(n for n in self._store.table_names()
+                                          if self.authorizer.visible(n)))
 
     def _create_table(self, req: m.CreateTableRequest) -> m.CreateTableResponse:
-        self.security.authorize_super(f"create table {req.name!r}")
+        self.authorizer.check(OperationType.CREATE, Resource.database_of(req.name),
+                              f"create table {req.name!r}")
         return m.CreateTableResponse(self.tables.create(req))
 
     def _drop_table(self, req: m.DropTableRequest) -> m.Empty:
-        self.security.authorize_super(f"drop table {req.name!r}")
+        self.authorizer.check(OperationType.DROP, Resource.table(req.name),
+                              f"drop table {req.name!r}")
         with self._lock:
             rec = self.tables.drop(req.name, req.ignore_if_not_exists)
             if rec is None:
@@ -308,8 +320,11 @@ class CoordinatorServer:
 
     def _list_snapshots(self, req: m.ListKvSnapshotsRequest) -> m.ListKvSnapshotsResponse:
         with self._lock:
-            if self.tables.by_id(req.table_id) is None:
+            table = self.tables.by_id(req.table_id)
+            if table is None:
                 raise TableNotExist(f"table id {req.table_id} does not exist")
+            self.authorizer.check(OperationType.DESCRIBE, Resource.table(table.name),
+                                  f"list the KV snapshots of {table.name}")
             recs = self.snapshots.find(req.table_id, req.bucket, req.latest_only)
             return m.ListKvSnapshotsResponse(tuple(snapshot_info(r, self.leases.pinned_by(
                 r.table_id, r.bucket, r.snapshot_id)) for r in recs))
@@ -334,27 +349,38 @@ class CoordinatorServer:
     def _acquire(self, req: m.AcquireLeaseRequest) -> m.AcquireLeaseResponse:
         with self._lock:
             self._authorize_lease(req.lease_id, "change")
+            self._authorize_pins(req.tables, f"pin snapshots under lease {req.lease_id!r}")
             unavailable, expires = self.leases.acquire(req.lease_id, req.duration_ms, req.tables,
                                                        req.holder, owner=current_principal())
         return m.AcquireLeaseResponse(unavailable=unavailable, expires_at_ms=expires)
 
-    def _authorize_lease(self, lease_id: str, action: str) -> None:
+    def _authorize_lease(self, lease_id: str, action: str, *, pinned: bool = False) -> None:
+        """The lease's creator (or a super user); with ``pinned``, READ on the tables it pins."""
         self.security.authorize_owner(self.leases.owner_of(lease_id),
                                       f"{action} KV snapshot lease {lease_id!r}")
+        if pinned:
+            held = self.leases.pinned_tables(lease_id)
+            self._authorize_pins(held, f"{action} KV snapshot lease {lease_id!r}")
+
+    def _authorize_pins(self, table_ids, action: str) -> None:
+        """READ on every (existing) table of ``table_ids``: a lease keeps its data readable."""
+        tables = (self.tables.by_id(t) for t in table_ids)
+        self.authorizer.check_tables(OperationType.READ, (t.name for t in tables if t), action)
 
     def _renew(self, req: m.RenewLeaseRequest) -> m.RenewLeaseResponse:
         with self._lock:
-            self._authorize_lease(req.lease_id, "renew")
+            self._authorize_lease(req.lease_id, "renew", pinned=True)
             return m.RenewLeaseResponse(self.leases.renew(req.lease_id, req.duration_ms))
 
     def _release(self, req: m.ReleaseLeaseRequest) -> m.ReleaseLeaseResponse:
         with self._lock:
             self._authorize_lease(req.lease_id, "release pins of")
+            self._authorize_pins(req.tables, f"release pins of lease {req.lease_id!r}")
             return m.ReleaseLeaseResponse(self.leases.release(req.lease_id, req.tables))
 
     def _drop_lease(self, req: m.DropLeaseRequest) -> m.DropLeaseResponse:
         with self._lock:
-            self._authorize_lease(req.lease_id, "drop")
+            self._authorize_lease(req.lease_id, "drop", pinned=True)
             return m.DropLeaseResponse(self.leases.drop(req.lease_id))
 
     def _list_leases(self, req: m.ListLeasesRequest) -> m.ListLeasesResponse:

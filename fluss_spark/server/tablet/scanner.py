@@ -27,6 +27,7 @@ from fluss_spark.clock import Clock, monotonic_ms
 from fluss_spark.errors import (InvalidColumnProjection, InvalidScanRequest, KvSnapshotNotExist,
                                 NonPrimaryKeyTable, ScannerExpired, TooManyScanners,
                                 UnknownScannerId)
+from fluss_spark.protocol.acl import OperationType
 from fluss_spark.protocol.messages import (CloseScan, ContinueScan, ListScannersRequest,
                                            ListScannersResponse, OpenScan, ScanKvRequest,
                                            ScanKvResponse, ScannerInfo)
@@ -206,6 +207,7 @@ class ScannerManager:
     # -- open -------------------------------------------------------------------------------------
     def _open(self, req: OpenScan) -> ScanKvResponse:
         bucket = self.server.bucket(req.table_id, req.bucket)
+        self.server.authorize(OperationType.READ, req.table_id, "scan")
         name = getattr(bucket.table, "name", req.table_id)
         if not bucket.is_primary_key:
             raise NonPrimaryKeyTable(f"table {name} has no primary key: scan sessions read KV "
@@ -294,6 +296,8 @@ class ScannerManager:
             if finished is not None and finished[0] == req.call_seq_id:
                 return finished[1]           # the final response was lost: serve it again
             raise self._gone_error(req.scanner_id)
+        # Checked on every page, so removing an ACL also stops the sessions opened before.
+        self.server.authorize(OperationType.READ, session.table_id, "scan")
         with session.lock:
             if session.closed:
                 raise self._gone_error(req.scanner_id)

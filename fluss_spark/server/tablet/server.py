@@ -15,8 +15,10 @@ from fluss_spark.errors import NonPrimaryKeyTable, NotLeaderOrFollower, UnknownT
 from fluss_spark.metadata.layout import SnapshotRecord, TableRecord, TabletRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol import messages as m
+from fluss_spark.protocol.acl import OperationType, Resource
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.ipc_limits import IpcLimits
+from fluss_spark.server.authorizer import AclCache, Authorizer
 from fluss_spark.server.metadata_view import build_metadata, snapshot_info
 from fluss_spark.server.security import Security
 from fluss_spark.server.settings import ServerSettings
@@ -53,6 +55,7 @@ class TabletServer:
                                    session_timeout_s=settings.zk_session_timeout_s,
                                    digest=settings.zk_digest)
         self.security = Security.from_options(settings.options)
+        self.authorizer = Authorizer(self.security, AclCache(self.store))
         self.ipc_limits = IpcLimits.from_options(settings.options)
         self.rpc = RpcServer(settings.host, settings.port, role="tablet",
                              server_id=settings.server_id, disabled=settings.disabled_apis,
@@ -86,6 +89,8 @@ class TabletServer:
         self.store.zk.add_listener(self._on_session_state)
         self._register()
         self.scanners.start()
+        self._threads.append(self.authorizer.cache.start(self.stopping,
+                                                         f"tablet-{self.server_id}-acls"))
         for name, target in (("sync", self._sync_loop), ("retention", self._retention_loop),
                              ("snapshots", self._snapshot_loop)):
             t = threading.Thread(target=target, name=f"tablet-{self.server_id}-{name}", daemon=True)
@@ -225,6 +230,14 @@ class TabletServer:
         except Exception as e:  # noqa: BLE001 - ZooKeeper down: answer from what is known
             log.warning("refreshing the assignment failed: %s: %s", type(e).__name__, e)
 
+    def authorize(self, operation: OperationType, table_id: int, action: str) -> None:
+        """AuthorizationFailed unless the caller may do ``operation`` on table ``table_id``
+        (a table this server does not know is left to the caller's own lookup)."""
+        known = self._tables.get(table_id)
+        if known is not None:
+            name = known[0].name
+            self.authorizer.check(operation, Resource.table(name), f"{action} table {name}")
+
     def buckets(self) -> list[Bucket]:
         return list(self._buckets.values())
 
@@ -273,10 +286,11 @@ class TabletServer:
 
     # -- handlers --------------------------------------------------------------------------------
     def _get_metadata(self, req: m.GetMetadataRequest) -> m.GetMetadataResponse:
-        return build_metadata(self.store, req.tables)
+        return build_metadata(self.store, req.tables, self.authorizer)
 
     def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
         bucket = self.bucket(req.table_id, req.bucket)
+        self.authorize(OperationType.WRITE, req.table_id, "write to")
         # Bounded before anything is decompressed: a refused request writes nothing.
         rows = bytes_to_table(req.records, limits=self.ipc_limits, validate=True,
                               what=f"PRODUCE to table {bucket.table.name} bucket {req.bucket} "
@@ -285,12 +299,16 @@ class TabletServer:
         return m.ProduceResponse(base, end)
 
     def _list_offsets(self, req: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+        for b in req.buckets[:1]:
+            self.bucket(req.table_id, b)        # learns the table (or raises what is wrong)
+        self.authorize(OperationType.DESCRIBE, req.table_id, "list the offsets of")
         return m.ListOffsetsResponse({b: self.bucket(req.table_id, b).offset_for(req.spec,
                                                                                  req.timestamp_ms)
                                       for b in req.buckets})
 
     def _fetch_log(self, req: m.FetchLogRequest) -> m.FetchLogResponse:
         bucket = self.bucket(req.table_id, req.bucket)
+        self.authorize(OperationType.READ, req.table_id, "read")
         projection = list(req.projection) if req.projection is not None else None
         return bucket.fetch(req.offset, req.end_offset, req.max_bytes, req.max_wait_ms,
                             projection)
@@ -304,6 +322,9 @@ class TabletServer:
                 raise UnknownTableOrBucket(f"table id {table_id} is not known to tablet server "
                                            f"{self.server_id}")
         hosted = [self.bucket(table_id, b) for b in buckets]
+        # Taking a snapshot changes what the table stores: a writer's call, as Fluss's
+        # snapshots follow writes.
+        self.authorize(OperationType.WRITE, table_id, "snapshot")
         if hosted and not hosted[0].is_primary_key:
             raise NonPrimaryKeyTable(f"table {hosted[0].table.name} is a log table; only "
                                      "primary-key tables have KV snapshots")

@@ -21,6 +21,8 @@ SNAPSHOT = m.SnapshotInfo(table_id=4, bucket=1, snapshot_id=3, path="p", log_off
                           row_count=5, size_bytes=99, created_ms=7, pinned_by=("L",))
 LEASE = m.LeaseInfo(lease_id="L", expires_at_ms=10, created_ms=1, tables={4: {1: 3}},
                     pin_count=1, holders={4: "q"}, owner="bob")
+ACL = m.AclInfo("TABLE", "db.t", "User:alice", "READ", "10.0.0.1", "ALLOW")
+ACL_FILTER = m.AclFilterInfo("DATABASE", "db", "User:bob", "ALL", "*", "ALLOW")
 
 #: One instance of every message, with its optional fields set where it has them.
 EXAMPLES = [
@@ -49,6 +51,9 @@ EXAMPLES = [
     m.ScanKvResponse("s", b"x", True, 10, 3, 0, 5),
     m.ListScannersRequest(),
     m.ListScannersResponse((m.ScannerInfo("s", 4, 1, 3, False, 9, 2, 5, 5),)),
+    m.CreateAclsRequest((ACL,)), m.CreateAclsResponse((ACL,)),
+    m.ListAclsRequest(ACL_FILTER), m.ListAclsResponse((ACL,)),
+    m.DropAclsRequest((ACL_FILTER, m.AclFilterInfo())), m.DropAclsResponse((ACL,)),
 ]
 
 
@@ -155,3 +160,29 @@ def test_a_twenty_digit_map_key_still_decodes_and_is_range_checked():
     assert m.ListOffsetsResponse.decode({"offsets": {"12": 1}}).offsets == {12: 1}
     with pytest.raises(InvalidRequest, match="too large"):
         m.ListOffsetsResponse.decode({"offsets": {"9" * 20: 1}}, error=InvalidRequest)
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"resource_type": "ANY", "resource_name": "x", "principal": "User:a", "operation": "READ"},
+     "resource type ANY"),
+    ({"resource_type": "TABLE", "resource_name": "nodot", "principal": "User:a",
+      "operation": "READ"}, "invalid resource table name"),
+    ({"resource_type": "TABLE", "resource_name": "db.t", "principal": "alice",
+      "operation": "READ"}, "malformed principal"),
+    ({"resource_type": "TABLE", "resource_name": "db.t", "principal": "User:a",
+      "operation": "ANY"}, "operation ANY"),
+    ({"resource_type": "TABLE", "resource_name": "db.t", "principal": "User:a",
+      "operation": "FLY"}, "operation"),
+    ({"resource_type": "CLUSTER", "resource_name": "other", "principal": "User:a",
+      "operation": "ALTER"}, "named 'cluster'"),
+])
+def test_an_invalid_acl_is_refused_naming_what_is_wrong(body, field):
+    with pytest.raises(InvalidRequest, match=field):
+        m.CreateAclsRequest.decode({"acls": [body]})
+
+
+def test_an_acl_request_needs_at_least_one_acl_and_at_most_a_thousand():
+    with pytest.raises(InvalidRequest, match="non-empty"):
+        m.CreateAclsRequest.decode({"acls": []})
+    with pytest.raises(InvalidRequest, match="at most 1000"):
+        m.DropAclsRequest.decode({"filters": [{}] * 1001})

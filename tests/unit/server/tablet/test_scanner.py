@@ -64,6 +64,9 @@ class FakeServer:
         self.buckets[(table_id, bucket)] = b
         return b
 
+    def authorize(self, operation, table_id, action) -> None:
+        """Everything is allowed (a PLAINTEXT server): ACLs are tested in test_authorizer.py."""
+
     def unhost(self, table_id: int, bucket: int) -> None:
         self.buckets.pop((table_id, bucket)).close()
 
