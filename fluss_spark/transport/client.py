@@ -47,12 +47,12 @@ class RpcConnection(SocketChannel):
         return request.decode_response(body)
 
     def call_raw(self, api_key: ApiKey | int, body: Any = None, *,
-                 timeout_s: float | None = None) -> dict:
+                 timeout_s: float | None = None) -> dict[str, Any]:
         """Send any body under ``api_key`` and return the response body as decoded msgpack
         (tools and tests that speak the wire directly, malformed requests included)."""
         return self._exchange(api_key, {} if body is None else body, timeout_s)
 
-    def _exchange(self, api_key: ApiKey | int, body: Any, timeout_s: float | None) -> dict:
+    def _exchange(self, api_key: ApiKey | int, body: Any, timeout_s: float | None) -> dict[str, Any]:
         cid = next(self._ids)
         frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body,
                                                           segments=True))

@@ -20,7 +20,7 @@ from fluss_spark.protocol.messages import (ApiVersionsRequest, ApiVersionsRespon
 
 log = logging.getLogger("fluss_spark.transport.server")
 
-Q = TypeVar("Q", bound=Request)
+Q = TypeVar("Q", bound="Request[Any]")
 #: A handler takes a decoded request and returns its response message.
 Handler = Callable[[Any], Message]
 #: A reply: the buffers to send in order, and whether to keep the connection.
@@ -91,7 +91,7 @@ class Dispatcher:
     def __init__(self, role: str, server_id: int, security: Authenticator,
                  disabled: frozenset[int] = frozenset()):
         self.role, self.server_id, self.security = role, server_id, security
-        self._handlers: dict[int, tuple[type[Request], Handler]] = {}
+        self._handlers: dict[int, tuple[type[Request[Any]], Handler]] = {}
         self._disabled = disabled
         self.register(ApiVersionsRequest, self._api_versions)
 

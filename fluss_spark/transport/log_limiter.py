@@ -22,7 +22,7 @@ class LogLimiter:
     def __init__(self, interval_s: float = LOG_INTERVAL_S,
                  max_addresses: int = LOG_MAX_ADDRESSES):
         self.interval_s, self.max_addresses = interval_s, max_addresses
-        self._last: dict[str, list] = {}    # address -> [time logged, lines left out since]
+        self._last: dict[str, list[float]] = {}    # address -> [time logged, lines left out since]
         self._lock = threading.Lock()
 
     def warning(self, ip: str, msg: str, *args: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import ssl
-from typing import cast
+from typing import Any, cast
 
 from fluss_spark.transport import tls as _tls
 
@@ -28,7 +28,7 @@ def send_some(sock: socket.socket, views: list[memoryview],
     return views
 
 
-def as_views(parts: list) -> list[memoryview]:
+def as_views(parts: list[Any]) -> list[memoryview]:
     return [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
 
 

@@ -51,7 +51,7 @@ from fluss_spark.transport.sending import as_views, send_some
 
 log = logging.getLogger(__name__)
 
-Q = TypeVar("Q", bound=Request)
+Q = TypeVar("Q", bound="Request[Any]")
 
 #: Frames up to this size are read into a bytearray of their length. A larger frame is read
 #: into an uninitialised buffer of its announced length (numpy.empty: malloc, never written
@@ -84,7 +84,7 @@ class RpcLimits:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "RpcLimits":
-        def get(opt):
+        def get(opt: config.Option) -> Any:
             return options.get(opt.key, opt.default)
         return cls(max_request_bytes=get(config.RPC_MAX_REQUEST_SIZE),
                    max_connections=get(config.RPC_MAX_CONNECTIONS),
@@ -152,7 +152,8 @@ class RpcServer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[_Connection, bool, list[memoryview]]] = \
+            queue.SimpleQueue()
         self._conns: dict[int, _Connection] = {}
         #: Connections with an unsent reply, oldest reply first, and their unsent bytes.
         self._writers: collections.OrderedDict[int, _Connection] = collections.OrderedDict()
