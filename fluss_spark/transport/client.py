@@ -52,7 +52,8 @@ class RpcConnection(SocketChannel):
         (tools and tests that speak the wire directly, malformed requests included)."""
         return self._exchange(api_key, {} if body is None else body, timeout_s)
 
-    def _exchange(self, api_key: ApiKey | int, body: Any, timeout_s: float | None) -> dict[str, Any]:
+    def _exchange(self, api_key: ApiKey | int, body: Any,
+                  timeout_s: float | None) -> dict[str, Any]:
         cid = next(self._ids)
         frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body,
                                                           segments=True))
