@@ -68,7 +68,8 @@ case "${1:-}" in
            typecheck          # a type error fails the run (and CI) before any test
            lint               # so does a lint finding
            fluss_jars >/dev/null   # the real Apache Fluss cluster of the tests runs these jars
-           exec python -m pytest "$@" ;;
+           # The 20 slowest tests close the report: the place to look when CI time grows.
+           exec python -m pytest --durations=20 "$@" ;;
   check)   shift
            typecheck
            lint
