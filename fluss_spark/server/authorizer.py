@@ -61,14 +61,24 @@ class AclCache:
 
     def start(self, stopping: threading.Event, name: str) -> threading.Thread:
         """Poll for changes every ``interval_s`` until ``stopping`` is set."""
-        def loop():
+        def loop() -> None:
+            failures = 0
             while not stopping.wait(self.interval_s):
                 try:
                     self.refresh()
                 except Exception as e:  # noqa: BLE001 - keep the last ACLs; retried next round
-                    if not stopping.is_set():
-                        log.warning("re-reading the ACLs from ZooKeeper failed: %s: %s",
+                    # One line when reading starts failing (e.g. ZooKeeper is down), one when
+                    # it works again: a poll every interval must not flood the log.
+                    if failures == 0 and not stopping.is_set():
+                        log.warning("re-reading the ACLs from ZooKeeper failed: %s: %s; "
+                                    "enforcing the ACLs read last until it works again",
                                     type(e).__name__, e)
+                    failures += 1
+                    continue
+                if failures:
+                    log.info("ACLs re-read from ZooKeeper again after %d failed attempts",
+                             failures)
+                    failures = 0
         thread = threading.Thread(target=loop, name=name, daemon=True)
         thread.start()
         return thread

@@ -91,7 +91,8 @@ class CoordinatorServer:
         self._zk_connected.set()
         self._store.zk.add_listener(self._on_session_state)
         self._rpc.start()
-        self.authorizer.cache.start(self._stopping, "coordinator-acls")
+        if self.security.sasl:      # PLAINTEXT allows everything: no ACL to follow
+            self.authorizer.cache.start(self._stopping, "coordinator-acls")
         identifier = f"{self.host}:{self.port}"
         if self._store.remove_stale_election_nodes(identifier):
             log.info("removed the election node of a dead coordinator at %s", identifier)

@@ -89,8 +89,9 @@ class TabletServer:
         self.store.zk.add_listener(self._on_session_state)
         self._register()
         self.scanners.start()
-        self._threads.append(self.authorizer.cache.start(self.stopping,
-                                                         f"tablet-{self.server_id}-acls"))
+        if self.security.sasl:      # PLAINTEXT allows everything: no ACL to follow
+            self._threads.append(self.authorizer.cache.start(self.stopping,
+                                                             f"tablet-{self.server_id}-acls"))
         for name, target in (("sync", self._sync_loop), ("retention", self._retention_loop),
                              ("snapshots", self._snapshot_loop)):
             t = threading.Thread(target=target, name=f"tablet-{self.server_id}-{name}", daemon=True)
