@@ -11,7 +11,6 @@ descriptors the servers hold beyond what they held after warm-up.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from common import parser  # bench/common.py
 from fluss_spark.errors import FlussError
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.local.embedded import EmbeddedProcesses
@@ -135,10 +135,9 @@ def inject(cluster: EmbeddedProcesses, rng: random.Random, log) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__, seed=1)
     p.add_argument("--duration", type=float, default=300.0, help="seconds of faults")
     p.add_argument("--fault-every", type=float, default=15.0, help="seconds between faults")
-    p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
     rng = random.Random(a.seed)
     base = Path(tempfile.mkdtemp(prefix="fluss-soak-"))
