@@ -43,7 +43,7 @@ from fluss_spark.metadata.layout import LeaseRecord, SnapshotIndexPage, Snapshot
 from fluss_spark.metadata.store import MetadataStore  # noqa: E402
 from fluss_spark.server.coordinator.leases import LeaseManager  # noqa: E402
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry  # noqa: E402
-from fluss_spark.testing.coordinator import FakeClock  # noqa: E402
+from fluss_spark.testing.clock import FakeClock  # noqa: E402
 
 HOUR = 3_600_000
 
