@@ -31,57 +31,23 @@ prints its top entries.
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import io
 import os
-import pstats
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
-
-import pyarrow as pa
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession  # noqa: E402
-
-from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.client.backends import open_cluster  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
-from fluss_spark.testing.apache_fluss import PyFluss  # noqa: E402
 
+from common import add_profile, noop_read, parser, print_profiles  # noqa: E402
 from engines import APACHE, EMBEDDED, Engines  # noqa: E402 - bench/engines.py
 
 SCHEMA = "id BIGINT, v STRING, amount DOUBLE"
 TABLE = "bench.events"
-
-
-def make_rows(lo: int, hi: int) -> pa.Table:
-    return pa.table({"id": pa.array(range(lo, hi), pa.int64()),
-                     "v": pa.array([f"value-{i}" for i in range(lo, hi)], pa.string()),
-                     "amount": pa.array([i * 0.5 for i in range(lo, hi)], pa.float64())})
-
-
-def load_embedded(servers: str, rows: int, buckets: int, chunk: int) -> float:
-    t0 = time.perf_counter()
-    with FlussConnection(servers) as conn:
-        conn.admin().create_table(TABLE, SCHEMA, num_buckets=buckets)
-        writer = conn.writer(TABLE)
-        for lo in range(0, rows, chunk):
-            writer.append(make_rows(lo, min(rows, lo + chunk)))
-    return time.perf_counter() - t0
-
-
-def load_apache(servers: str, rows: int, buckets: int, chunk: int) -> float:
-    t0 = time.perf_counter()
-    with PyFluss(servers) as pf:
-        pf.create_table(TABLE, SCHEMA, buckets=buckets)
-        for lo in range(0, rows, chunk):
-            # PyFluss.append takes rows (tuples in schema order); pyfluss batches them itself.
-            pf.append(TABLE, make_rows(lo, min(rows, lo + chunk)).to_pylist())
-    return time.perf_counter() - t0
 
 
 def bucket_ranges(servers: str) -> dict[int, tuple[int, int]]:
@@ -114,49 +80,19 @@ def spark_read(spark, servers: str, checkpoint: Path) -> tuple[float, float, int
     micro-batches that read rows, rows read)."""
     df = (spark.readStream.format("fluss").option("bootstrap.servers", servers)
           .option("table", TABLE).option("scan.startup.mode", "earliest").load())
-    t0 = time.perf_counter()
-    q = (df.writeStream.format("noop").trigger(availableNow=True)
-         .option("checkpointLocation", str(checkpoint)).start())
-    q.awaitTermination()
-    wall = time.perf_counter() - t0
-    if q.exception():
-        raise RuntimeError(str(q.exception()))
-    busy = [p for p in q.recentProgress if p["numInputRows"]]
-    return (wall, sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000.0,
-            sum(p["numInputRows"] for p in busy))
-
-
-def profile_client(servers: str, ranges, top: int) -> str:
-    prof = cProfile.Profile()
-    prof.enable()
-    client_read(servers, ranges)
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
+    return noop_read(df, checkpoint)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--buckets", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = parser(__doc__, rows=1_000_000, buckets=2, repeat=3, write_batch_rows=50_000)
     ap.add_argument("--tablets", type=int, default=1, help="tablet servers of each cluster")
-    ap.add_argument("--write-batch-rows", type=int, default=50_000)
-    ap.add_argument("--profile", action="store_true",
-                    help="then profile one client-only read per engine (cProfile, top entries)")
-    ap.add_argument("--profile-top", type=int, default=15)
+    add_profile(ap, "one client-only read per engine (cProfile, top entries)")
     args = ap.parse_args(argv)
 
     engines = Engines("bench-apache-fluss-", args.tablets)
-    spark = None
     try:
         servers, work = engines.servers, engines.work
-
-        for engine, load in ((EMBEDDED, load_embedded), (APACHE, load_apache)):
-            secs = load(servers[engine], args.rows, args.buckets, args.write_batch_rows)
-            print(f"wrote {args.rows:,} rows into {engine} in {secs:.1f}s "
-                  f"({args.rows / secs:,.0f} rows/s)")
+        engines.load(TABLE, SCHEMA, args.rows, args.buckets, args.write_batch_rows)
         ranges = {e: bucket_ranges(s) for e, s in servers.items()}
         for engine, r in ranges.items():
             total = sum(hi - lo for lo, hi in r.values())
@@ -164,12 +100,7 @@ def main(argv=None) -> int:
             if total != args.rows:
                 raise RuntimeError(f"{engine} holds {total} records, expected {args.rows}")
 
-        spark = (SparkSession.builder.master("local[2]").appName("bench-apache-fluss")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = engines.start_spark("bench-apache-fluss")
         register(spark)
 
         # Warm-up (Python workers, JIT of the Spark side, connections), not counted.
@@ -206,13 +137,11 @@ def main(argv=None) -> int:
                       f"{args.rows / med[engine]:>13,.0f}{ratio:>8.2f}")
 
         if args.profile:
-            for engine in (EMBEDDED, APACHE):
-                print(f"\n=== cProfile of one client-only read, {engine} (by own time)")
-                print(profile_client(servers[engine], ranges[engine], args.profile_top))
+            print_profiles("one client-only read",
+                           {e: partial(client_read, servers[e], ranges[e])
+                            for e in (EMBEDDED, APACHE)}, args.profile_top)
         return 0
     finally:
-        if spark is not None:
-            spark.stop()
         engines.stop()
 
 

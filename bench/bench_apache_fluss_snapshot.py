@@ -46,14 +46,11 @@ cProfile and prints its top entries.
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import io
 import os
-import pstats
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -61,20 +58,16 @@ import pyarrow.ipc as ipc
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.datasource import (DataSource, DataSourceStreamReader,  # noqa: E402
-                                    InputPartition)
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa: E402
 
-from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.client.apache_fluss import kv_snapshot  # noqa: E402
 from fluss_spark.client.backends import open_cluster  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
 from fluss_spark.connector.schema import with_snapshot_metadata  # noqa: E402
 from fluss_spark.local.ports import wait_until  # noqa: E402
-from fluss_spark.testing.apache_fluss import PyFluss  # noqa: E402
 
+from common import (ArrowFilesSource, add_profile, noop_read, parser,  # noqa: E402
+                    print_profiles)
 from engines import APACHE, EMBEDDED, Engines  # noqa: E402 - bench/engines.py
 
 SCHEMA = "id BIGINT NOT NULL, v STRING, amount DOUBLE"
@@ -82,86 +75,7 @@ TABLE = "bench.kv"
 CEILING = "ceiling"
 
 
-# -- the ceiling: a minimal Python Data Source over the same Arrow batches ----------------------
-# (bench_spark.py has its twin: Spark pickles a data source defined in __main__ by value, so each
-# script defines its own instead of importing one that Spark's Python workers could not find.)
-class _FilePartition(InputPartition):
-    """One bucket's batches, as one Arrow IPC file."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-
-class SameBatchesSource(DataSource):
-    """Yields pre-built Arrow batches, one IPC file (= one partition) per bucket."""
-
-    @classmethod
-    def name(cls):
-        return "bench_same_batches"
-
-    def schema(self):
-        return self.options["schema"]
-
-    def streamReader(self, schema):
-        return _SameBatchesReader(self.options["dir"], schema)
-
-
-class _SameBatchesReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """One micro-batch holding every file; read() yields each file's batches unchanged."""
-
-    def __init__(self, directory, schema):
-        self.directory = directory
-        self.schema = schema
-
-    def initialOffset(self):
-        return {"done": 0}
-
-    def latestOffset(self, start, limit):
-        return {"done": 1}
-
-    def prepareForTriggerAvailableNow(self):
-        pass
-
-    def partitions(self, start, end):
-        if start == end:
-            return []
-        return [_FilePartition(str(p)) for p in sorted(Path(self.directory).glob("*.arrow"))]
-
-    def read(self, partition):
-        with pa.memory_map(partition.path) as source:
-            reader = ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-
-
-# -- loading -------------------------------------------------------------------------------------
-def make_rows(lo: int, hi: int) -> pa.Table:
-    return pa.table({"id": pa.array(range(lo, hi), pa.int64()),
-                     "v": pa.array([f"value-{i}" for i in range(lo, hi)], pa.string()),
-                     "amount": pa.array([i * 0.5 for i in range(lo, hi)], pa.float64())})
-
-
-def load_embedded(servers: str, rows: int, buckets: int, chunk: int) -> float:
-    t0 = time.perf_counter()
-    with FlussConnection(servers) as conn:
-        admin = conn.admin()
-        admin.create_table(TABLE, SCHEMA, primary_key=["id"], num_buckets=buckets)
-        writer = conn.writer(TABLE)
-        for lo in range(0, rows, chunk):
-            writer.upsert(make_rows(lo, min(rows, lo + chunk)))
-        admin.trigger_kv_snapshot(TABLE)
-    return time.perf_counter() - t0
-
-
-def load_apache(servers: str, rows: int, buckets: int, chunk: int) -> float:
-    t0 = time.perf_counter()
-    with PyFluss(servers) as pf:
-        pf.create_table(TABLE, SCHEMA, primary_key=["id"], buckets=buckets)
-        for lo in range(0, rows, chunk):
-            pf.upsert(TABLE, make_rows(lo, min(rows, lo + chunk)).to_pylist())
-    return time.perf_counter() - t0
-
-
+# -- the snapshots ------------------------------------------------------------------------------
 def covering_snapshots(servers: str, timeout_s: float) -> dict[int, tuple[int, int, int]]:
     """``{bucket: (snapshot id, rows, log offset)}`` once each bucket's latest KV snapshot covers
     every write of it (Apache Fluss snapshots periodically; the embedded one was triggered)."""
@@ -237,57 +151,20 @@ def export_batches(servers: str, snaps: dict[int, tuple[int, int, int]], target:
     return rows, count
 
 
-def spark_read(spark, df, checkpoint: Path) -> tuple[float, float, int]:
-    """One AvailableNow query to the noop sink: (wall s from start() to termination, s of the
-    micro-batches that read rows, rows read)."""
-    t0 = time.perf_counter()
-    q = (df.writeStream.format("noop").trigger(availableNow=True)
-         .option("checkpointLocation", str(checkpoint)).start())
-    q.awaitTermination()
-    wall = time.perf_counter() - t0
-    if q.exception():
-        raise RuntimeError(str(q.exception()))
-    busy = [p for p in q.recentProgress if p["numInputRows"]]
-    return (wall, sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000.0,
-            sum(p["numInputRows"] for p in busy))
-
-
-def profile_client(servers: str, snaps, top: int) -> str:
-    drop_checkpoint_copies()
-    prof = cProfile.Profile()
-    prof.enable()
-    client_read(servers, snaps, cold=False)
-    prof.disable()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--buckets", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = parser(__doc__, rows=1_000_000, buckets=2, repeat=3, write_batch_rows=50_000)
     ap.add_argument("--tablets", type=int, default=1, help="tablet servers of each cluster")
-    ap.add_argument("--write-batch-rows", type=int, default=50_000)
     ap.add_argument("--snapshot-interval", default="2s",
                     help="Apache Fluss kv.snapshot.interval (how soon the writes are snapshotted)")
-    ap.add_argument("--profile", action="store_true",
-                    help="then profile one client-only read of Apache Fluss (and of the embedded "
-                         "cluster) under cProfile")
-    ap.add_argument("--profile-top", type=int, default=15)
+    add_profile(ap, "one client-only read of Apache Fluss (and of the embedded cluster) under "
+                "cProfile")
     args = ap.parse_args(argv)
 
     engines = Engines("bench-apache-fluss-snapshot-", args.tablets,
                       {"kv.snapshot.interval": args.snapshot_interval})
-    spark = None
     try:
         servers, work = engines.servers, engines.work
-
-        for engine, load in ((EMBEDDED, load_embedded), (APACHE, load_apache)):
-            secs = load(servers[engine], args.rows, args.buckets, args.write_batch_rows)
-            print(f"wrote {args.rows:,} rows into {engine} in {secs:.1f}s "
-                  f"({args.rows / secs:,.0f} rows/s)")
+        engines.load(TABLE, SCHEMA, args.rows, args.buckets, args.write_batch_rows, ["id"])
         snaps = {}
         for engine in (EMBEDDED, APACHE):
             t0 = time.perf_counter()
@@ -298,14 +175,9 @@ def main(argv=None) -> int:
             if total != args.rows:
                 raise RuntimeError(f"{engine}'s snapshots hold {total} rows, expected {args.rows}")
 
-        spark = (SparkSession.builder.master("local[2]").appName("bench-apache-fluss-snapshot")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = engines.start_spark("bench-apache-fluss-snapshot")
         register(spark)
-        spark.dataSource.register(SameBatchesSource)
+        spark.dataSource.register(ArrowFilesSource)
         frames = {e: (spark.readStream.format("fluss").option("bootstrap.servers", s)
                       .option("table", TABLE).option("scan.startup.mode", "full").load())
                   for e, s in servers.items()}
@@ -319,12 +191,12 @@ def main(argv=None) -> int:
             raise RuntimeError(f"exported {n} rows for the ceiling, expected {args.rows}")
         print(f"ceiling: {count} Arrow batches in {args.buckets} IPC files, schema "
               f"{', '.join(f'{f.name} {f.type}' for f in target)}")
-        frames[CEILING] = (spark.readStream.format("bench_same_batches")
+        frames[CEILING] = (spark.readStream.format(ArrowFilesSource.name())
                            .option("dir", str(work / "arrow")).schema(schema).load())
 
         # Warm-up (Python workers, JIT of the Spark side, connections), not counted.
         for name in (EMBEDDED, APACHE, CEILING):
-            spark_read(spark, frames[name], work / "ck" / f"warm-{name}")
+            noop_read(frames[name], work / "ck" / f"warm-{name}")
             if name in servers:
                 _, _, batches = client_read(servers[name], snaps[name])
                 print(f"{name}: read_snapshot yields {batches} batches")
@@ -335,7 +207,7 @@ def main(argv=None) -> int:
             order = names[i % 3:] + names[:i % 3]
             line = []
             for name in order:
-                wall, batches, n = spark_read(spark, frames[name], work / "ck" / f"{name}-{i}")
+                wall, batches, n = noop_read(frames[name], work / "ck" / f"{name}-{i}")
                 if n != args.rows:
                     raise RuntimeError(f"spark read {n} rows from {name}, expected {args.rows}")
                 times.setdefault((name, "spark"), []).append(wall)
@@ -379,13 +251,13 @@ def main(argv=None) -> int:
               "embedded")
 
         if args.profile:
-            for engine in (APACHE, EMBEDDED):
-                print(f"\n=== cProfile of one client-only read_snapshot, {engine} (by own time)")
-                print(profile_client(servers[engine], snaps[engine], args.profile_top))
+            # Copies dropped first, so that each profiled read copies and opens the checkpoints.
+            print_profiles("one client-only read_snapshot",
+                           {e: partial(client_read, servers[e], snaps[e], cold=False)
+                            for e in (APACHE, EMBEDDED)}, args.profile_top,
+                           before=drop_checkpoint_copies)
         return 0
     finally:
-        if spark is not None:
-            spark.stop()
         engines.stop()
 
 

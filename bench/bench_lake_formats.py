@@ -39,7 +39,6 @@ time over the job's writer's time in the same repeat (min/median/max of those pa
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import random
 import shutil
@@ -53,6 +52,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from common import parser
 from fluss_spark.client.cluster import (APPEND, CHANGE_TYPE, DELETE, INSERT, LOG_OFFSET,
                                         UPDATE_AFTER, UPDATE_BEFORE)
 from fluss_spark.protocol.rows import bucket_ids
@@ -281,14 +281,9 @@ def _stats(xs: list[float]) -> tuple[float, float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pk-rows", type=int, default=300_000)
-    p.add_argument("--log-rows", type=int, default=300_000)
-    p.add_argument("--updates", type=int, default=50_000)
-    p.add_argument("--buckets", type=int, default=4)
+    p = parser(__doc__, pk_rows=300_000, log_rows=300_000, updates=50_000, buckets=4, repeat=3)
     p.add_argument("--round-rows", type=int, default=None,
                    help="rows per round at most (default: one round per table and phase)")
-    p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--work-dir", type=Path, default=None,
                    help="where the lakes are written (default: a temporary directory)")
     args = p.parse_args(argv)

@@ -25,7 +25,6 @@ prints one JSON document. Measured:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -37,13 +36,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from common import parser  # noqa: E402 - bench/common.py
 from fluss_spark.local.zookeeper import ZooKeeperProcess  # noqa: E402
 from fluss_spark.metadata import layout  # noqa: E402
 from fluss_spark.metadata.layout import LeaseRecord, SnapshotIndexPage, SnapshotRecord  # noqa: E402
 from fluss_spark.metadata.store import MetadataStore  # noqa: E402
 from fluss_spark.server.coordinator.leases import LeaseManager  # noqa: E402
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry  # noqa: E402
-from fluss_spark.testing.coordinator import FakeClock  # noqa: E402
+from fluss_spark.testing.clock import FakeClock  # noqa: E402
 
 HOUR = 3_600_000
 
@@ -190,11 +190,7 @@ def bench_change(address: str, n: int, runs: int, changes: int) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--acquire-buckets", type=int, default=100_000)
-    p.add_argument("--lease-buckets", type=int, default=1_000_000)
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--changes", type=int, default=20)
+    p = parser(__doc__, acquire_buckets=100_000, lease_buckets=1_000_000, runs=3, changes=20)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         zk = ZooKeeperProcess(d).start()

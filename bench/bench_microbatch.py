@@ -30,7 +30,6 @@ the rounds), to show where a micro-batch's time goes.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -40,12 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.datasource import (DataSource, DataSourceStreamReader,  # noqa: E402
                                     InputPartition)
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,  # noqa: E402
@@ -55,6 +50,7 @@ from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
 from fluss_spark.local.embedded import EmbeddedProcesses  # noqa: E402
 
+from common import available_now, local_spark, make_rows, parser  # noqa: E402
 from kafka_local import KafkaBroker, connector_jars  # noqa: E402 - bench/kafka_local.py
 
 SCHEMA = "id BIGINT, v STRING, amount DOUBLE"
@@ -62,13 +58,6 @@ TABLE = "bench.events"
 TOPIC = "bench-events"
 SOURCES = ("fluss", "kafka", "python-floor")
 PHASES = ("latestOffset", "queryPlanning", "getBatch", "walCommit", "addBatch", "commitOffsets")
-
-
-def make_rows(lo: int, hi: int) -> pa.Table:
-    ids = pa.array(range(lo, hi), pa.int64())
-    return pa.table({"id": ids,
-                     "v": pc.binary_join_element_wise("value-", pc.cast(ids, pa.string()), ""),
-                     "amount": pc.multiply(pc.cast(ids, pa.float64()), 0.5)})
 
 
 class _Range(InputPartition):
@@ -161,13 +150,7 @@ def reader(spark, source: str, max_rows: int, servers: str, bootstrap: str, rows
 def run(df, checkpoint: Path, rows: int, what: str) -> dict:
     """One AvailableNow query into noop: wall s, summed triggerExecution s, micro-batches that
     read rows, and the per-phase ms summed over them."""
-    t0 = time.perf_counter()
-    q = (df.writeStream.format("noop").trigger(availableNow=True)
-         .option("checkpointLocation", str(checkpoint)).start())
-    q.awaitTermination()
-    wall = time.perf_counter() - t0
-    if q.exception():
-        raise RuntimeError(f"{what}: {q.exception()}")
+    q, wall = available_now(df, checkpoint, what=what)
     progress = q.recentProgress
     seen = sum(p["numInputRows"] for p in progress)
     if seen != rows:
@@ -188,12 +171,9 @@ def _raise_on_sigterm(signum, frame):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=200_000)
+    ap = parser(__doc__, rows=200_000, tablets=1, repeat=3)
     ap.add_argument("--batches", type=int, default=50, help="micro-batches of the 'many' runs")
     ap.add_argument("--buckets", type=int, default=2, help="buckets = Kafka partitions")
-    ap.add_argument("--tablets", type=int, default=1)
-    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     if args.batches < 2 or args.rows < args.batches:
         ap.error("need --batches >= 2 and --rows >= --batches")
@@ -212,15 +192,9 @@ def main(argv=None) -> int:
         servers = cluster.bootstrap_servers
         load_fluss(servers, args.rows, args.buckets)
 
-        spark = (SparkSession.builder.master("local[2]").appName("bench-microbatch")
-                 .config("spark.jars", ",".join(str(j) for j in connector_jars()))
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.sql.streaming.numRecentProgressUpdates",
-                         str(max(100, 4 * args.batches)))
-                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_spark("bench-microbatch", {
+            "spark.jars": ",".join(str(j) for j in connector_jars()),
+            "spark.sql.streaming.numRecentProgressUpdates": str(max(100, 4 * args.batches))})
         register(spark)
         spark.dataSource.register(FloorSource)
         held = load_kafka(spark, broker.bootstrap, args.rows)

@@ -28,7 +28,6 @@ run, paired:
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -39,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from common import parser  # noqa: E402 - bench/common.py
 from fluss_spark.local.zookeeper import ZooKeeperProcess  # noqa: E402
 from fluss_spark.metadata import layout  # noqa: E402
 from fluss_spark.metadata.layout import (AssignmentRecord, LeaseRecord,  # noqa: E402
@@ -231,12 +231,7 @@ def summary(runs: list[dict], key: str) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tables", type=int, default=100)
-    p.add_argument("--buckets", type=int, default=500)
-    p.add_argument("--per-bucket", type=int, default=2)
-    p.add_argument("--leases", type=int, default=100)
-    p.add_argument("--runs", type=int, default=3)
+    p = parser(__doc__, tables=100, buckets=500, per_bucket=2, leases=100, runs=3)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         zk = ZooKeeperProcess(Path(d) / "zk").start()

@@ -10,12 +10,13 @@ had limits). The ratio is what the limits cost per round trip.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+from common import parser  # bench/common.py
 
 SERVER = r"""
 import socket, sys, threading, time
@@ -112,7 +113,7 @@ def measure(kind: str, calls: dict[str, int]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--repeat", type=int, default=3, help="paired runs (median is printed)")
     a = p.parse_args(argv)
     calls = {"small request": 3000, "1 MB request": 300, "4 MB reply": 200}

@@ -11,7 +11,6 @@ block pair by block pair (the median is printed), so drift of the machine's spee
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rpc import SERVER  # noqa: E402  (the same server script and messages)
+from common import parser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,7 @@ def timed(call, n: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--baseline", required=True, type=Path, help="checkout to compare against (B)")
     p.add_argument("--candidate", type=Path, default=ROOT, help="checkout measured (A)")
     p.add_argument("--rounds", type=int, default=15, help="pairs of timed blocks per workload")

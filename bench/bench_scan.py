@@ -22,7 +22,6 @@ Printed: rows/s as min / median / max over the repeats, and each ratio to ``dire
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import socket
 import statistics
@@ -33,6 +32,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from common import parser  # bench/common.py
 from fluss_spark.config import parse_size_bytes
 from fluss_spark.local.embedded import EmbeddedProcesses
 
@@ -132,10 +132,7 @@ def spread(values: list[float]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--parallel", type=int, default=2)
-    p.add_argument("--batch-sizes", default="1mb,4mb")
+    p = parser(__doc__, rows=1_000_000, parallel=2, batch_sizes="1mb,4mb")
     p.add_argument("--repeat", type=int, default=3, help="paired repeats of every measurement")
     a = p.parse_args(argv)
     sizes = [parse_size_bytes(s.strip()) for s in a.batch_sizes.split(",")]

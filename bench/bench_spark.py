@@ -41,7 +41,6 @@ yields). ``--profile`` adds one more fluss run whose ``read()`` generators run u
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
 import os
@@ -60,13 +59,11 @@ import pyarrow.parquet as pq
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.datasource import (DataSource, DataSourceStreamReader,  # noqa: E402
-                                    InputPartition)
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa: E402
 
 from bench_scan import loopback_s  # noqa: E402  (bench/ is the script's directory)
+from common import (ArrowFilesReader, ArrowFilesSource, available_now,  # noqa: E402
+                    local_spark, parser)
 
 from fluss_spark.client import FlussConnection  # noqa: E402
 from fluss_spark.connector import register  # noqa: E402
@@ -123,57 +120,29 @@ def _instrumented(inner, out_dir: str | None, tag: str | None, label: str, profi
         prof.dump_stats(os.path.join(out_dir, name + ".prof"))
 
 
-class _FilePartition(InputPartition):
-    """One Arrow IPC file of the ceiling source."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-
-class MemoryBatchesSource(DataSource):
-    """The ceiling: yields pre-built Arrow batches (one IPC file per partition)."""
+class MemoryBatchesSource(ArrowFilesSource):
+    """The ceiling, its batches cast to the query's schema and ``read()`` wrapped by
+    ``_instrumented``."""
 
     @classmethod
     def name(cls):
         return "bench_memory"
-
-    def schema(self):
-        return self.options["schema"]
 
     def streamReader(self, schema):
         return _MemoryReader(self.options["dir"], schema, self.options.get("bench.timing"),
                              self.options.get("bench.tag"))
 
 
-class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """One micro-batch holding every file; read() yields each file's batches."""
-
+class _MemoryReader(ArrowFilesReader):
     def __init__(self, directory, schema, timing_dir=None, tag=None):
-        self.directory = directory
-        self.schema = schema
+        super().__init__(directory, schema)
         self.timing_dir = timing_dir
         self.tag = tag
 
-    def initialOffset(self):
-        return {"done": 0}
-
-    def latestOffset(self, start, limit):
-        return {"done": 1}
-
-    def prepareForTriggerAvailableNow(self):
-        pass
-
-    def partitions(self, start, end):
-        if start == end:
-            return []
-        return [_FilePartition(str(p)) for p in sorted(Path(self.directory).glob("*.arrow"))]
-
     def _batches(self, partition):
         target = to_arrow_schema(self.schema, timezone="UTC")
-        with pa.memory_map(partition.path) as source:
-            reader = ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield pa.RecordBatch.from_arrays(reader.get_batch(i).columns, schema=target)
+        for batch in super().read(partition):
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=target)
 
     def read(self, partition):
         return _instrumented(self._batches(partition), self.timing_dir, self.tag,
@@ -325,15 +294,7 @@ def run_stream(spark, df, sink: str, out: Path, checkpoint: Path, rows: int) -> 
     (whole: triggerExecution, exec: addBatch alone) and every batch's durationMs. The query's
     fixed start-up (~5 s here) is left out so that the figures measure throughput; the first
     batch adds planning (offsets, lease, splits)."""
-    writer = df.writeStream.trigger(availableNow=True).option("checkpointLocation", str(checkpoint))
-    if sink == "parquet":
-        writer = writer.format("parquet").option("path", str(out))
-    else:
-        writer = writer.format("noop")
-    q = writer.start()
-    q.awaitTermination()
-    if q.exception():
-        raise RuntimeError(str(q.exception()))
+    q, _ = available_now(df, checkpoint, sink, out if sink == "parquet" else None)
     progress = list(q.recentProgress)
     if progress and progress[0]["batchId"] != 0:
         raise RuntimeError("recentProgress lost the first batches; raise "
@@ -409,9 +370,7 @@ def print_breakdown(runs: dict, repeat: int) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--buckets", type=int, default=4)
+    ap = parser(__doc__, rows=1_000_000, buckets=4)
     ap.add_argument("--repeat", type=int, default=5, help="paired repeats per sink (default 5)")
     ap.add_argument("--warmup", type=int, default=1,
                     help="uncounted runs of every source per sink first (default 1; 0: none)")
@@ -436,12 +395,7 @@ def main(argv=None) -> int:
             load_table(conn, table, args.rows, args.buckets)
             print(f"loaded {args.rows} rows into {args.buckets} buckets in "
                   f"{time.perf_counter() - t0:.1f}s")
-            spark = (SparkSession.builder.master("local[2]").appName("bench-fluss")
-                     .config("spark.ui.enabled", "false")
-                     .config("spark.ui.showConsoleProgress", "false")
-                     .config("spark.sql.shuffle.partitions", "2")
-                     .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-            spark.sparkContext.setLogLevel("ERROR")
+            spark = local_spark("bench-fluss")
             register(spark)
             spark.dataSource.register(MemoryBatchesSource)
             spark.dataSource.register(TimedFlussSource)

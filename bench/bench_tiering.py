@@ -23,7 +23,6 @@ snapshotted) and a log table of the same columns, ``--rows`` rows each. Then:
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import random
@@ -38,8 +37,7 @@ import pyarrow as pa
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession  # noqa: E402
-
+from common import local_spark, parser  # noqa: E402 - bench/common.py
 from fluss_spark.local.embedded import EmbeddedProcesses  # noqa: E402
 from fluss_spark.tiering.job import TieringConfig, TieringJob  # noqa: E402
 from fluss_spark.tiering.lake import LakeTable  # noqa: E402
@@ -112,21 +110,13 @@ def busy(job: TieringJob, table: str, since: int) -> tuple[int, float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--updates", type=int, default=100_000)
-    p.add_argument("--buckets", type=int, default=4)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--trigger", default="1 second")
+    p = parser(__doc__, rows=1_000_000, updates=100_000, buckets=4, repeat=3, trigger="1 second")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
 
     work = Path(tempfile.mkdtemp(prefix="bench-tiering-"))
     cluster = EmbeddedProcesses(work / "cluster", tablets=2).start()
-    spark = (SparkSession.builder.master("local[2]").appName("bench-tiering")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark("bench-tiering")
     servers = cluster.bootstrap_servers
     n = args.rows
     try:

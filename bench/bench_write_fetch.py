@@ -37,7 +37,6 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import statistics
@@ -49,6 +48,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from common import parser  # bench/common.py
 from fluss_spark.transport.client import RpcConnection, parse_address
 from fluss_spark.config import parse_size_bytes
 from fluss_spark.protocol.api import ApiKey
@@ -310,11 +310,7 @@ def run_repeat(rep: int, cluster: EmbeddedProcesses, conn, coord: RpcConnection,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--batch-rows", type=int, default=20_000)
-    p.add_argument("--fetch-bytes", default="4mb")
-    p.add_argument("--repeat", type=int, default=3)
+    p = parser(__doc__, rows=1_000_000, batch_rows=20_000, fetch_bytes="4mb", repeat=3)
     a = p.parse_args(argv)
     batches = [make_rows(s, min(a.batch_rows, a.rows - s)) for s in range(0, a.rows, a.batch_rows)]
     mb = sum(len(table_to_bytes(b)) for b in batches) / 1e6

@@ -11,6 +11,9 @@ the jars of Spark's Kafka source, both fetched from Maven Central by Maven and c
 Maven runs with a settings file of its own whose mirror sends every repository a pom names to
 Maven Central (Spark's poms name others).
 
+The broker is a ``fluss_spark.local.processes.ManagedServer`` (role ``kafka``), started, stopped
+and killed with the helpers of ``fluss_spark.local.server_process`` like the clusters' servers.
+
 Run ``python bench/kafka_local.py`` to fetch both sets and print the jars.
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from fluss_spark.local.maven import DEPENDENCY_PLUGIN, cache_root
 from fluss_spark.local.ports import free_port, wait_until
+from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
 from fluss_spark.local.zookeeper import java_binary
 
 #: The broker's version; the same as the ``kafka-clients`` of the connector below.
@@ -129,22 +133,33 @@ class KafkaBroker:
     """One KRaft node (``process.roles=broker,controller``) in ``work_dir``; ``bootstrap`` is
     ``127.0.0.1:<port>``. New topics get ``partitions`` partitions, replication factor 1."""
 
+    role = "kafka"
+    server_id = 1
+
     def __init__(self, work_dir: str | Path, partitions: int = 1, heap: str = "512m"):
         self.work = Path(work_dir)
         self.partitions = partitions
         self.heap = heap
         self.host = "127.0.0.1"
-        self.port = free_port(self.host)
+        self.port: int | None = free_port(self.host)
         self.controller_port = free_port(self.host)
         self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.log_path = self.work / "broker.out"
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.server_id}"
+
+    @property
+    def alive(self) -> bool:
+        # The config file is on the command line, so a reused pid is never taken for the broker.
+        return self.pid is not None and pid_alive(self.pid, self.proc,
+                                                  str(self.work / "server.properties"))
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.work / "broker.out"
 
     def _write_config(self) -> Path:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -198,6 +213,7 @@ class KafkaBroker:
         self.proc = subprocess.Popen(self._java("kafka.Kafka", str(cfg)), stdout=log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
+        self.pid = self.proc.pid
         log.close()
         try:
             wait_until(self._ready, timeout_s, f"Kafka on {self.bootstrap}")
@@ -208,8 +224,9 @@ class KafkaBroker:
         return self
 
     def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"Kafka exited with status {self.proc.returncode}")
+        if not self.alive:
+            code = self.proc.returncode if self.proc is not None else None
+            raise RuntimeError(f"Kafka exited with status {code}")
         if "started (kafka.server.KafkaRaftServer)" not in self.log_path.read_text(
                 errors="replace"):
             return False
@@ -221,14 +238,15 @@ class KafkaBroker:
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout_s``; the process is gone when this returns."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.alive:
+            signal_pid(self.pid, signal.SIGTERM)
+            wait_dead([(self.pid, self.proc)], timeout_s)
+
+    def kill(self) -> None:
+        """kill -9 (no shutdown code runs) and wait until the process is gone."""
+        if self.alive:
+            signal_pid(self.pid, signal.SIGKILL)
+            wait_dead([(self.pid, self.proc)], 10.0)
 
     def __enter__(self) -> "KafkaBroker":
         return self.start()

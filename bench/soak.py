@@ -13,7 +13,6 @@ closed, and file descriptors the servers hold beyond what they held after warm-u
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from common import parser  # bench/common.py
 from fluss_spark.errors import FlussError
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.local.embedded import EmbeddedProcesses
@@ -153,10 +153,9 @@ def stale_keys(conn, acked: dict[int, int]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__, seed=1)
     p.add_argument("--duration", type=float, default=300.0, help="seconds of faults")
     p.add_argument("--fault-every", type=float, default=15.0, help="seconds between faults")
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--sasl", action="store_true",
                    help="servers require SASL PLAIN; every client and server call logs in")
     a = p.parse_args(argv)

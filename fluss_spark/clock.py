@@ -1,6 +1,7 @@
 """Clocks, in one unit: integer milliseconds since the epoch (wall) or since boot (monotonic).
 
-Every component that takes a clock takes a ``Clock``; tests pass a ``FakeClock``.
+Every component that takes a clock takes a ``Clock``; tests pass a
+``fluss_spark.testing.clock.FakeClock``.
 """
 
 from __future__ import annotations
@@ -20,16 +21,3 @@ def wall_ms() -> int:
 def monotonic_ms() -> int:
     """Milliseconds of a clock that never goes back (deadlines, intervals)."""
     return time.monotonic_ns() // 1_000_000
-
-
-class FakeClock:
-    """A millisecond clock that moves only when a test advances it."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000):
-        self.now_ms = int(now_ms)
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += int(ms)

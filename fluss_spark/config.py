@@ -13,7 +13,7 @@ import math
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from fluss_spark.errors import ConfigError
 
@@ -341,13 +341,21 @@ SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SC
                   SERVER_LOG_MAX_BACKUPS]
 
 
+def parse_pairs(items: Iterable[str], what: str, example: str = "") -> dict[str, str]:
+    """``["key=value", ...]`` -> {key: value}, both stripped; ConfigError naming ``what`` (and
+    showing ``example``) for an item without ``=`` or with an empty key."""
+    out = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} {item!r} must be key=value"
+                              + (f" (e.g. {example})" if example else ""))
+        out[key.strip()] = value.strip()
+    return out
+
+
 def parse_server_options(pairs: list[str]) -> dict[str, Any]:
     """``["kv.scanner.ttl=1s", ...]`` -> {key: parsed value} with every default filled in."""
-    raw = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ConfigError(f"server option {pair!r} must be key=value")
-        raw[key.strip()] = value.strip()
+    raw = parse_pairs(pairs, "server option")
     check_known(raw, SERVER_OPTIONS, "server option")
     return {opt.key: opt.get(raw) for opt in SERVER_OPTIONS}

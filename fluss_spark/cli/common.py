@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from fluss_spark.config import MAX_BUCKETS, bounded  # noqa: F401 - for the command modules
 from fluss_spark.errors import ConfigError, FlussError, UnsupportedVersion
@@ -208,13 +208,3 @@ def _columns_arg(text: str | None) -> list[str] | None:
         raise ConfigError(f"the column list {text!r} has an empty column name (a comma too "
                           f"many?)")
     return cols
-
-
-def _pairs(items: Iterable[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{what} {item!r} must be key=value")
-        out[key.strip()] = value.strip()
-    return out

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, _pairs, bounded,
+from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded,
                                     connect, connect_cluster, table_admin)
+from fluss_spark.config import parse_pairs
 from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError
 
@@ -74,7 +75,7 @@ def _print_description(d: dict) -> None:
 def cmd_table_create(args) -> int:
     pk = _columns_arg(args.primary_key) or []
     bk = _columns_arg(args.bucket_key)
-    properties = _pairs(args.property, "--property")
+    properties = parse_pairs(args.property, "--property")
     from fluss_spark.protocol.types import parse_schema, validate_table_schema
     schema = parse_schema(args.schema)          # a bad schema fails before connecting
     validate_table_schema(schema, pk, bk or [])

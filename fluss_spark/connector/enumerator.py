@@ -47,8 +47,9 @@ import json
 import logging
 import uuid
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 
 from fluss_spark.client.cluster import Cluster, LiveScanStart, TableInfo
@@ -95,7 +96,7 @@ class Enumerator:
         # (table id, bucket, log offset) -> the live scan opened for it while planning; a split
         # carries it to its executor (after a driver restart the reader reopens the scan).
         self._live_starts: dict[tuple[int, int, int], LiveScanStart] = {}
-        self._initial: dict | None = None
+        self._initial: dict[str, Any] | None = None
         self.identity: QueryIdentity | None = None
         #: The run is bound to its checkpoint (an offset Spark logged); see ``_bind``.
         self.checkpointed = False
@@ -161,7 +162,7 @@ class Enumerator:
                              "multi" if o.multi_table else "single")
 
     # -- initial offset -----------------------------------------------------------------------
-    def initial_offset(self) -> dict:
+    def initial_offset(self) -> dict[str, Any]:
         if self._initial is None:
             self._initial = self._plan_initial().to_json()
             self._produced.add(json.dumps(self._initial))
@@ -360,7 +361,8 @@ class Enumerator:
         self.planner.prepare_for_available_now(self._infos.values() if self._infos
                                                else self._resolve())
 
-    def latest_offset(self, start_json: dict, limit: ReadLimit | None = None) -> dict:
+    def latest_offset(self, start_json: dict[str, Any],
+                      limit: ReadLimit | None = None) -> dict[str, Any]:
         given = start = decode(start_json)
         first_batch = not self.checkpointed and start_json == self._initial
         # Any start but this run's own unlogged offsets is logged, its batch committed.
@@ -411,11 +413,12 @@ class Enumerator:
                 tables[tid] = replace(t, log={**t.log, **opened}, live={**t.live, **opened})
         return end.with_tables(tables)
 
-    def report_latest_offset(self) -> dict | None:
+    def report_latest_offset(self) -> dict[str, Any] | None:
         latest = self.planner.latest_available
         return latest.to_json() if latest is not None else None
 
-    def partitions(self, start_json: dict, end_json: dict) -> list:
+    def partitions(self, start_json: dict[str, Any],
+                   end_json: dict[str, Any]) -> list[InputPartition]:
         end = decode(end_json)
         # A run restarted inside the first batch passes its own new initial offset: the batch's
         # true start is the one its logged end carries.
@@ -440,7 +443,7 @@ class Enumerator:
         return {tid: tuple(self._infos[tid].primary_key) for tid in offset.tables
                 if tid in self._infos}
 
-    def commit(self, end_json: dict) -> None:
+    def commit(self, end_json: dict[str, Any]) -> None:
         end = decode(end_json)
         self._bind(end)
         self._release_finished(self._apply_replacements(end))

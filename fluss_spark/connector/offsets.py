@@ -92,7 +92,7 @@ class QueryIdentity:
     startup_timestamp_ms: int | None
     layout: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"holder": self.holder, "startup_mode": self.startup_mode,
                 "startup_timestamp_ms": self.startup_timestamp_ms, "layout": self.layout}
 
@@ -134,9 +134,9 @@ class SourceOffset:
                           dict(self.origin.get(tid, t.log)))
             for tid, t in self.tables.items()}, self.query)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The JSON-ready dict Spark checkpoints (string keys, numeric key order)."""
-        tables: dict[str, dict] = {}
+        tables: dict[str, dict[str, Any]] = {}
         for tid in sorted(self.tables):
             t = self.tables[tid]
             tables[str(tid)] = {
@@ -217,7 +217,7 @@ def _decode_query(raw: Any) -> QueryIdentity:
     return QueryIdentity(holder, mode, ts, layout)
 
 
-def _decode_v1(value: dict) -> SourceOffset:
+def _decode_v1(value: dict[str, Any]) -> SourceOffset:
     lease_id = value.get("lease_id")
     if not isinstance(lease_id, str) or not lease_id:
         raise OffsetError(f"the fluss source offset has no 'lease_id'. {_WHAT_TO_DO}")
@@ -253,7 +253,7 @@ def _decode_v1(value: dict) -> SourceOffset:
     return SourceOffset(lease_id, dict(sorted(tables.items())))
 
 
-def _offsets(table: str, raw: dict, what: str) -> dict[int, int]:
+def _offsets(table: str, raw: dict[str, Any], what: str) -> dict[int, int]:
     """``{"<bucket>": offset}`` as ints, in bucket order."""
     out = {}
     for b_text, off in raw.items():

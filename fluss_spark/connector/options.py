@@ -158,34 +158,38 @@ _PATH = "path"
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """Validated source options (driver-side parse; pickled into readers and splits)."""
+    """Validated source options (driver-side parse; pickled into readers and splits).
+
+    A field that holds an option defaults to that option's declared default.
+    """
 
     bootstrap_servers: str
     tables: tuple[str, ...] = ()
     table_pattern: str | None = None
     multi_table: bool = False
     columns: tuple[str, ...] = ()
-    startup_mode: str = "full"
-    startup_timestamp_ms: int | None = None
-    lease_id: str | None = None
-    lease_duration_ms: int = 86_400_000
-    lease_grace_ms: int = 120_000
-    max_offsets_per_trigger: int | None = None
-    min_offsets_per_trigger: int | None = None
-    max_trigger_delay_ms: int = 900_000
-    fail_on_data_loss: bool = True
-    scan_batch_bytes: int = 4 << 20
-    split_max_rows: int = 0
-    kv_read: str = "auto"
-    live_max_buckets: int = 16
-    request_timeout_ms: int = 60_000
-    engine: str = "auto"
-    lease_acquire_retries: int = 5
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)   # never in logs or errors
-    ssl_enabled: bool = False
-    ssl_ca_file: str | None = None
-    ssl_verify_hostname: bool = True
+    startup_mode: str = STARTUP_MODE.default
+    startup_timestamp_ms: int | None = STARTUP_TIMESTAMP.default
+    lease_id: str | None = LEASE_ID.default
+    lease_duration_ms: int = LEASE_DURATION.default
+    lease_grace_ms: int = LEASE_GRACE.default
+    max_offsets_per_trigger: int | None = MAX_OFFSETS_PER_TRIGGER.default
+    min_offsets_per_trigger: int | None = MIN_OFFSETS_PER_TRIGGER.default
+    max_trigger_delay_ms: int = MAX_TRIGGER_DELAY.default
+    fail_on_data_loss: bool = FAIL_ON_DATA_LOSS.default
+    scan_batch_bytes: int = SCAN_BATCH_BYTES.default
+    split_max_rows: int = SPLIT_MAX_ROWS.default
+    kv_read: str = KV_READ.default
+    live_max_buckets: int = LIVE_MAX_BUCKETS.default
+    request_timeout_ms: int = REQUEST_TIMEOUT.default
+    engine: str = ENGINE.default
+    lease_acquire_retries: int = LEASE_ACQUIRE_RETRIES.default
+    sasl_username: str | None = SASL_USERNAME.default
+    # never in logs or errors
+    sasl_password: str | None = field(default=SASL_PASSWORD.default, repr=False)
+    ssl_enabled: bool = SSL_ENABLED.default
+    ssl_ca_file: str | None = SSL_CA_FILE.default
+    ssl_verify_hostname: bool = SSL_VERIFY_HOSTNAME.default
 
     @property
     def request_timeout_s(self) -> float:

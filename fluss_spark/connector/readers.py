@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.datasource import InputPartition
 
 from fluss_spark.client.cluster import (CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET, RETRACTIONS,
                                         Cluster, LiveScanStart)
@@ -64,7 +65,7 @@ class SplitReader:
         self.layout = layout
         self.cluster_factory = cluster_factory
 
-    def read(self, split) -> Iterator[pa.RecordBatch]:
+    def read(self, split: InputPartition) -> Iterator[pa.RecordBatch]:
         target = self.layout.arrow_schema
         if isinstance(split, SnapshotSplit):
             raw = self.snapshot_rows(split)

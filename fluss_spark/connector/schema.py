@@ -17,6 +17,7 @@ Spark checks every yielded ``pyarrow.RecordBatch`` against ``to_arrow_schema(sch
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -67,7 +68,7 @@ def spark_type(t: pa.DataType, column: str = "?") -> DataType:
     raise ConfigError(f"column {column!r} has type {t}, which the Spark source cannot read")
 
 
-def project(table: str, schema: pa.Schema, columns, what: str) -> pa.Schema:
+def project(table: str, schema: pa.Schema, columns: Sequence[str], what: str) -> pa.Schema:
     """``schema`` narrowed to ``columns`` (in that order); ConfigError naming unknown ones."""
     unknown = [c for c in columns if c not in schema.names]
     if unknown:

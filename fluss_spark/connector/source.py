@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from contextlib import closing
-from typing import Iterator
+from typing import Any, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -111,7 +111,7 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         check_columns_option(options, self.layout)
         self._enumerator: Enumerator | None = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # Executors get a copy of the reader: never ship the driver's enumerator (sockets, threads).
         state = dict(self.__dict__)
         state["_enumerator"] = None
@@ -125,25 +125,25 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                           check_table=lambda i: check_read_columns(i, self.layout))
         return self._enumerator
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         return self.enumerator.initial_offset()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         return self.enumerator.latest_offset(start, limit)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return self.enumerator.default_read_limit()
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return self.enumerator.report_latest_offset()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.enumerator.prepare_for_available_now()
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         return self.enumerator.partitions(start, end)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self.enumerator.commit(end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -24,6 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from fluss_spark.config import parse_pairs
 from fluss_spark.errors import FlussError
 from fluss_spark.local.apache_fluss_jars import DEFAULT_VERSION, ensure_jars
 from fluss_spark.local.ports import free_port, port_open
@@ -342,13 +343,7 @@ def parse_options(options) -> dict[str, str]:
         return {}
     if isinstance(options, dict):
         return {str(k): str(v) for k, v in options.items()}
-    out = {}
-    for opt in options:
-        key, sep, value = str(opt).partition("=")
-        if not sep or not key.strip():
-            raise FlussError(f"server option {opt!r} is not key=value")
-        out[key.strip()] = value.strip()
-    return out
+    return parse_pairs(options, "server option")
 
 
 def read_state(base_dir: Path) -> dict | None:

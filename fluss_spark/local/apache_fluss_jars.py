@@ -54,13 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m fluss_spark.local.apache_fluss_jars [VERSION]``: fetch and list the jars."""
     import sys
     args = sys.argv[1:] if argv is None else argv
-    try:
-        for jar in ensure_jars(args[0] if args else DEFAULT_VERSION):
-            print(jar)
-    except FlussError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return maven.main(lambda: ensure_jars(args[0] if args else DEFAULT_VERSION))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fluss_spark.errors import FlussError
 from fluss_spark.local import maven
 from fluss_spark.local.maven import cache_root
 
@@ -53,14 +52,7 @@ def spark_jars() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m fluss_spark.local.iceberg_jars``: fetch and print the runtime jar."""
-    import sys
-    try:
-        for jar in ensure_jars():
-            print(jar)
-    except FlussError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return maven.main(ensure_jars)
 
 
 if __name__ == "__main__":

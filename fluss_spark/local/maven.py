@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from fluss_spark.errors import FlussError
 
@@ -91,4 +93,16 @@ def fetch(lib: Path, artifacts: list[Artifact], what: str, *, mvn: str | None = 
     return jars
 
 
-__all__ = ["DEPENDENCY_PLUGIN", "INSTALL_HINT", "cache_root", "cached", "fetch"]
+def main(jars: Callable[[], list[Path]]) -> int:
+    """The ``python -m`` entry point of a jar set: print the jars ``jars()`` fetches, one a
+    line; on a FlussError, a one-line error on stderr and status 1."""
+    try:
+        for jar in jars():
+            print(jar)
+    except FlussError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["DEPENDENCY_PLUGIN", "INSTALL_HINT", "cache_root", "cached", "fetch", "main"]

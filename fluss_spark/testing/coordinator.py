@@ -7,15 +7,14 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from fluss_spark.clock import FakeClock
+from fluss_spark.testing.clock import FakeClock
 from fluss_spark.metadata.layout import SnapshotRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.local.server_process import ServerProcess
 from fluss_spark.retry import Backoff, retry
 from fluss_spark.transport.client import RpcConnection
 
-__all__ = ["CoordinatorProcess", "FakeClock", "LeaseHarness", "call_until_leader",
-           "place_snapshot_file"]
+__all__ = ["CoordinatorProcess", "LeaseHarness", "call_until_leader", "place_snapshot_file"]
 
 
 class LeaseHarness:

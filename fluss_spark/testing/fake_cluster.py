@@ -15,7 +15,8 @@ import pyarrow as pa
 from fluss_spark.client import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, Pins, RecordBatchStream)
-from fluss_spark.clock import Clock, FakeClock
+from fluss_spark.clock import Clock
+from fluss_spark.testing.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
                                 LeaseHeldByOther, LeaseNotFound, LiveScanLost,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, TableNotExist,

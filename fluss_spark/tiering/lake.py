@@ -179,9 +179,6 @@ class LakeTable:
         self.name = table
         self.namespace, self.short_name = identifier(table)
         self.clock = clock
-        #: Called once a round's files are written, just before its catalog commit (the tiering
-        #: sink's fault-injection point ``mid-commit``).
-        self.before_commit: Callable[[], None] | None = None
 
     @classmethod
     def open(cls, lake_root: str | Path, table: str, **kw) -> "LakeTable":
@@ -369,9 +366,6 @@ class LakeTable:
                 with tx.update_snapshot(snapshot_properties=props).fast_append() as fa:
                     for f in written.files:
                         fa.append_data_file(f)
-            if self.before_commit is not None:
-                # The data files and manifests are written; committing is the catalog swap.
-                self.before_commit()
             try:
                 tx.commit_transaction()
             except CommitFailedException as e:

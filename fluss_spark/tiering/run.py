@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fluss_spark.config import bounded
+from fluss_spark.config import bounded, parse_pairs
 from fluss_spark.errors import ConfigError, FlussError
 from fluss_spark.tiering.config import COPY_ON_WRITE, TieringConfig
 from fluss_spark.tiering.job import TieringJob
@@ -79,13 +79,7 @@ def config_from_args(args: argparse.Namespace,
 def _catalog(items: list[str] | None) -> dict | None:
     if not items:
         return None
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--catalog {item!r} is not KEY=VALUE (e.g. --catalog type=rest)")
-        out[key.strip()] = value.strip()
-    return out
+    return parse_pairs(items, "--catalog", "--catalog type=rest")
 
 
 def _sasl_options() -> dict:

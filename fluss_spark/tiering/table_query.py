@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -29,16 +28,6 @@ from fluss_spark.tiering.lake import LakeError, LakeTable, MapTasks, on_threads
 from fluss_spark.tiering.round_files import RESULT_SCHEMA, RoundFiles, SplitOverlap
 
 log = logging.getLogger(__name__)
-
-#: Fault injection for tests: sleep this long inside a round, having first created the marker
-#: file (so a test can kill -9 there): after the rows are read and before the lake commit
-#: (point ``before-commit``, the default); after the round's data files and manifests are written
-#: and before the catalog commit (``mid-commit``: they are left as orphans); or after the lake
-#: commit, before Spark records the batch as done (``after-commit``: the restarted query replays
-#: a round the lake already has).
-PAUSE_ENV, MARKER_ENV = "FLUSS_SPARK_TIER_PAUSE_S", "FLUSS_SPARK_TIER_MARKER"
-PAUSE_POINT_ENV = "FLUSS_SPARK_TIER_PAUSE_POINT"
-
 
 def checkpoint_query_id(checkpoint: Path) -> str:
     """The streaming query id Spark keeps in ``<checkpoint>/metadata`` (stable over restarts)."""
@@ -80,7 +69,6 @@ class TableSink:
                  snapshot_retention_s: float | None = 86_400.0, copy_on_write: str = "auto"):
         self.table, self.lake, self.checkpoint = table, lake, checkpoint
         self.copy_on_write = copy_on_write
-        self.lake.before_commit = lambda: _maybe_pause("mid-commit")
         self.lease_id = lease_id
         self.snapshot_retention_s = snapshot_retention_s
         self.columns = columns
@@ -111,11 +99,9 @@ class TableSink:
         t0 = time.perf_counter()
         written = self._write(df)
         t1 = time.perf_counter()
-        _maybe_pause("before-commit")
         m = self.lake.commit_files(written, query_id=query_id, batch_id=batch_id,
                                    fluss_offsets=offsets, snapshot_complete=done,
                                    lease_id=self.lease_id, run=self._rewriter(df))
-        _maybe_pause("after-commit")
         if m is not None:
             self.rounds.append((batch_id, written.rows_in, t1 - t0, time.perf_counter() - t1))
             log.info("table %s: batch %d -> Iceberg snapshot %d (%d rows in, %d files, %d in the "
@@ -181,16 +167,6 @@ class TableSink:
             log.warning("table %s: lake maintenance skipped: %s", self.table, e)
 
 
-def _maybe_pause(point: str) -> None:
-    pause = os.environ.get(PAUSE_ENV)
-    if not pause or os.environ.get(PAUSE_POINT_ENV, "before-commit") != point:
-        return
-    marker = os.environ.get(MARKER_ENV)
-    if marker:
-        Path(marker).write_text(str(os.getpid()))
-    time.sleep(float(pause))
-
-
 @dataclass
 class TableQuery:
     """A running tiering query of one table: the Spark query, its sink and the table it reads."""
@@ -232,5 +208,5 @@ def start_table_query(spark: Any, config: TieringConfig, lease_id: str, info: Ta
     return TableQuery(info, query, sink)
 
 
-__all__ = ["MARKER_ENV", "PAUSE_ENV", "PAUSE_POINT_ENV", "TableQuery", "TableSink",
-           "batch_end_offset", "checkpoint_query_id", "lake_offsets", "start_table_query"]
+__all__ = ["TableQuery", "TableSink", "batch_end_offset", "checkpoint_query_id", "lake_offsets",
+           "start_table_query"]

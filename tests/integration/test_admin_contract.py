@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from fluss_spark.client import Cluster, EmbeddedCluster
-from fluss_spark.clock import FakeClock
+from fluss_spark.testing.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
                                 LeaseHeldByOther, LeaseNotFound, LiveScanLost, TableNotExist)
 from fluss_spark.local.ports import wait_until

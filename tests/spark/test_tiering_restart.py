@@ -23,7 +23,7 @@ from fluss_spark.tiering.lake_files import referenced_files
 from fluss_spark.tiering.spark_reader import read_lake_table
 from fluss_spark.tiering.restarts import strip_jvm_frames
 from fluss_spark.tiering.submit import python_env, spark_submit_command
-from fluss_spark.tiering.table_query import MARKER_ENV, PAUSE_ENV, PAUSE_POINT_ENV
+from fluss_spark.testing import tier_pause
 
 pytestmark = pytest.mark.spark
 
@@ -60,12 +60,13 @@ def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
             "--pattern", re.escape(table_name) + "_(pk|log)",
             "--trigger-interval", "300 milliseconds",
             "--lease-duration", "2min"]
-    env = python_env()
-    env[PAUSE_ENV], env[MARKER_ENV], env[PAUSE_POINT_ENV] = "120", str(marker), point
     log1 = open(tmp_path / "run1.log", "w")
-    first = subprocess.Popen(spark_submit_command(SCRIPT, args + ["--max-offsets-per-trigger",
-                                                                  "1000"]), cwd=tmp_path, env=env,
-                             stdout=log1, stderr=subprocess.STDOUT, start_new_session=True)
+    # The job of SCRIPT, pausing at `point` of a round (fluss_spark/testing/tier_pause.py).
+    first = subprocess.Popen(spark_submit_command(tier_pause.SCRIPT,
+                                                  [point, "120", marker, *args,
+                                                   "--max-offsets-per-trigger", "1000"]),
+                             cwd=tmp_path, env=python_env(), stdout=log1,
+                             stderr=subprocess.STDOUT, start_new_session=True)
     stop = threading.Event()
 
     def churn():

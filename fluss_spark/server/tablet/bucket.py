@@ -85,7 +85,7 @@ class LiveView:
         return self._view.iter_batches(self.schema, columns, max(1, max_rows))
 
     def row_count(self) -> int:
-        return sum(1 for _ in self._view.db.keys(from_key=b"\x01"))
+        return self._view.row_count()
 
     def close(self) -> None:
         self._view.close()

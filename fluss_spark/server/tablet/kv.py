@@ -129,6 +129,10 @@ class KvView:
         # Raw mode: the stub's key and value types are wider than what comes back.
         return cast(Iterator[tuple[bytes, bytes]], self.db.items(from_key=FIRST_ROW_KEY))
 
+    def row_count(self) -> int:
+        """How many rows the view holds (its keys from ``FIRST_ROW_KEY`` on)."""
+        return sum(1 for _ in self.db.keys(from_key=FIRST_ROW_KEY))
+
     def iter_batches(self, schema: pa.Schema, columns: list[str] | None,
                      max_rows: int) -> Iterator[pa.RecordBatch]:
         """Rows in key order as batches of at most ``max_rows`` (projected to ``columns``)."""

@@ -64,7 +64,7 @@ class Snapshotter:
             location = snapshot_location(self.server.settings.remote_data_dir, bucket.table_id,
                                          bucket.bucket_id, snapshot_id)
             try:
-                rows = sum(1 for _ in view.db.keys(from_key=b"\x01"))
+                rows = view.row_count()
                 written = write_snapshot(view.iter_batches(bucket.schema, None, BATCH_ROWS),
                                          bucket.schema, rows, location, table_id=bucket.table_id,
                                          bucket=bucket.bucket_id, snapshot_id=snapshot_id,

@@ -15,6 +15,7 @@ from fluss_spark.errors import (ConfigError, InvalidRequest, LeaderNotAvailable,
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.messages import ListOffsetsRequest, ListTablesRequest, ProduceRequest
+from fluss_spark.testing.clock import FakeClock
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 #: A request routed to bucket 0 or 1 (the fake servers answer any request).
@@ -79,19 +80,6 @@ class FakeCluster:
         return FakeRpc()
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-        self.sleeps = []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, s):
-        self.sleeps.append(s)
-        self.now += s
-
-
 @pytest.fixture
 def fake():
     return FakeCluster()
@@ -104,7 +92,7 @@ def clock():
 
 def connect(fake, clock, timeout=10.0, bootstrap="h:1000"):
     return FlussConnection(bootstrap, request_timeout_s=timeout, rpc_factory=fake.factory,
-                           clock=clock, sleep=clock.sleep)
+                           clock=clock.seconds, sleep=clock.sleep)
 
 
 def test_parse_bootstrap():

@@ -23,19 +23,12 @@ from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
 from fluss_spark.server.snapshot_store import snapshot_location
 from fluss_spark.server.tablet.snapshot import SnapshotFile, write_snapshot
+from fluss_spark.testing.clock import FakeClock
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
 TABLE_ID = 3
 INFO = TableInfo(table_id=TABLE_ID, name="db.kv", schema=SCHEMA, primary_key=("id",),
                  bucket_key=("id",), num_buckets=2)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
 
 
 class Tablet:
@@ -45,7 +38,7 @@ class Tablet:
 
     def __init__(self, root):
         self.root = root
-        self.clock = Clock()
+        self.clock = FakeClock(0)
         self.buckets, self.snapshots = {}, {}
         # One bucket per record: every test row may go to any bucket (routing is not tested here).
         rec = TableRecord(table_id=TABLE_ID, name="db.kv", schema=serialize_schema(SCHEMA),
@@ -205,7 +198,7 @@ def test_snapshot_scan_resumes_at_the_next_row_without_duplicates_or_gaps(tablet
     if fault == "restart":
         tablet.restart()                                # -> UnknownScannerId
     elif fault == "evicted":
-        tablet.clock.now += 20_000
+        tablet.clock.advance(20_000)
         tablet.manager.evict_expired()                  # -> ScannerExpired
     elif fault == "network-down":
         tablet.fail_next = 5                            # continues fail, then the open retries
@@ -280,12 +273,12 @@ def test_too_many_scanners_gives_up_after_the_open_timeout(tablet):
     rec = tablet.snapshot(0)
     tablet.manager.handle_scan(OpenScan(table_id=TABLE_ID, bucket=0, call_seq_id=0,
                                         snapshot_id=rec.snapshot_id, batch_size_bytes=1024))
-    now = [0.0]
-    scanner = KvScanner(FakeConn(tablet), INFO, open_timeout_s=2,
-                        sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
+    clock = FakeClock(0)
+    scanner = KvScanner(FakeConn(tablet), INFO, open_timeout_s=2, sleep=clock.sleep,
+                        clock=clock.seconds)
     with pytest.raises(TooManyScanners):
         list(scanner.scan(0, snapshot_id=rec.snapshot_id))
-    assert 1 <= now[0] <= 2
+    assert 1 <= clock.seconds() <= 2
 
 
 def test_abandoned_scan_closes_its_session(tablet, scanner):

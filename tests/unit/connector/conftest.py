@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fluss_spark.clock import FakeClock
+from fluss_spark.testing.clock import FakeClock
 from fluss_spark.testing.fake_cluster import FakeCluster
 
 

@@ -3,7 +3,7 @@ is no renew call."""
 
 import threading
 
-from fluss_spark.clock import FakeClock
+from fluss_spark.testing.clock import FakeClock
 from fluss_spark.connector.lease_keeper import LeaseKeeper
 from fluss_spark.connector.lease_session import LeaseSession
 from fluss_spark.connector.options import parse_options

@@ -205,3 +205,11 @@ def test_the_source_refuses_every_lease_id_the_coordinator_refuses(lease_id):
     with pytest.raises(ConfigError, match="not allowed"):
         parse_options({"bootstrap.servers": "h:1", "table": "t",
                        "scan.kv.snapshot.lease.id": lease_id})
+
+
+def test_source_options_default_to_the_declared_defaults():
+    import dataclasses
+    from fluss_spark.connector.options import STARTUP_MODE, SourceOptions
+    parsed = parse_options({"bootstrap.servers": "h:1", "table": "db.t"})
+    assert dataclasses.replace(parsed, tables=()) == SourceOptions("h:1")
+    assert SourceOptions("h:1").startup_mode == STARTUP_MODE.default == "full"

@@ -15,6 +15,7 @@ from fluss_spark.server.login_throttle import LoginThrottle
 from fluss_spark.server.security import Security
 from fluss_spark.transport.client import RpcConnection
 from fluss_spark.transport.server import RpcServer
+from fluss_spark.testing.clock import FakeClock
 
 
 def _token(user: str, password: str) -> bytes:
@@ -23,7 +24,7 @@ def _token(user: str, password: str) -> bytes:
 
 @pytest.fixture
 def now():
-    return [100.0]
+    return FakeClock(100_000)
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def security(tmp_path, now):
         "security.login.failure-window=10s", "security.login.lockout=30s",
         "security.login.log-interval=60s"]))
     assert sec.throttle is not None
-    sec.throttle.clock = lambda: now[0]
+    sec.throttle.clock = now.seconds
     return sec
 
 
@@ -60,9 +61,9 @@ def test_an_address_is_locked_out_after_its_failures_and_even_the_right_password
     assert "30s" in str(refused)
     # Another address is not affected, and a success there clears nothing of 10.0.0.1.
     assert security.authenticate("PLAIN", _token("bob", "other"), "10.0.0.2") == "bob"
-    now[0] += 29
+    now.advance(29_000)
     assert _refused(_fail(security, "10.0.0.1", password="right"))
-    now[0] += 2                                     # the cool-down is over
+    now.advance(2_000)                            # the cool-down is over
     assert security.authenticate("PLAIN", _token("alice", "right"), "10.0.0.1") == "alice"
 
 
@@ -77,7 +78,7 @@ def test_a_username_is_locked_out_whatever_the_address(security, now):
 def test_failures_outside_the_window_do_not_count_and_a_success_resets(security, now):
     _fail(security, "10.0.0.9")
     _fail(security, "10.0.0.9")
-    now[0] += 11                                    # past the 10s window
+    now.advance(11_000)                           # past the 10s window
     _fail(security, "10.0.0.9")
     _fail(security, "10.0.0.9")
     assert security.authenticate("PLAIN", _token("alice", "right"), "10.0.0.9") == "alice"
@@ -90,7 +91,7 @@ def test_failed_logins_are_summarised_once_per_address_and_interval(security, no
     with caplog.at_level(logging.INFO, logger=login_throttle.__name__):
         for _ in range(50):
             _fail(security, "10.0.0.7", password="guess")
-        now[0] += 61
+        now.advance(61_000)
         _fail(security, "10.0.0.7")
     lines = [r.getMessage() for r in caplog.records if r.name == login_throttle.__name__]
     assert len(lines) == 2, lines

@@ -153,7 +153,7 @@ def test_the_catalog_option_and_a_lake_of_another_catalog_are_checked(tmp_path):
     from fluss_spark.tiering.run import _catalog
     assert _catalog(["type=rest", "uri=http://h:1"]) == {"type": "rest", "uri": "http://h:1"}
     assert _catalog(None) is None
-    with pytest.raises(ConfigError, match="KEY=VALUE"):
+    with pytest.raises(ConfigError, match=r"key=value \(e.g. --catalog type=rest\)"):
         _catalog(["type"])
     cfg = TieringConfig(lake=tmp_path, bootstrap_servers="h:1", table_pattern=".*",
                         catalog={"type": "rest", "uri": "http://h:1"})

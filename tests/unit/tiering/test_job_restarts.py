@@ -10,6 +10,7 @@ from fluss_spark.errors import KvSnapshotNotExist, NetworkError, RequestTimeout
 from fluss_spark.tiering.config import TieringConfig, TieringError
 from fluss_spark.tiering.job import DROPPED, TieringJob
 from fluss_spark.tiering.restarts import restartable
+from fluss_spark.testing.clock import FakeClock
 
 
 class FakeQuery:
@@ -62,10 +63,10 @@ class JobWithoutSpark(TieringJob):
 
 
 def job(tmp_path, outcomes, **cfg):
-    now = [1_000_000]
+    now = FakeClock(1_000_000)
     config = TieringConfig(lake=tmp_path, bootstrap_servers="x:1", table_pattern="db\\..*",
                            **{"restart_backoff_s": 2.0, **cfg})
-    j = JobWithoutSpark(config, lambda: now[0], outcomes)     # clock in ms
+    j = JobWithoutSpark(config, now, outcomes)
     j._start_query(SimpleNamespace(name="db.t"))
     return j, now
 
@@ -77,18 +78,18 @@ def test_transient_failures_restart_the_query_after_a_doubling_backoff(tmp_path)
     j, now = job(tmp_path, [TRANSIENT, TRANSIENT, None])
     j.poll()                                   # failed: restart planned in 2 s
     assert j.restarting and j.starts == 1 and j.errors["db.t"] == TRANSIENT
-    now[0] += 1_900
+    now.advance(1_900)
     j.poll()
     assert j.starts == 1
-    now[0] += 200
+    now.advance(200)
     j.poll()                                   # restarted
     assert j.starts == 2 and not j.restarting and not j.errors
     j.poll()                                   # that run failed too: 4 s this time
     assert j.restarting and j.errors["db.t"] == TRANSIENT
-    now[0] += 3_900
+    now.advance(3_900)
     j.poll()
     assert j.starts == 2
-    now[0] += 200
+    now.advance(200)
     doc = j.poll()                             # restarted; this run keeps going
     assert j.starts == 3 and not j.restarting and not j.errors
     assert doc["tables"]["db.t"] == {"error": None, "restarts": 2}
@@ -98,7 +99,7 @@ def test_the_job_fails_once_the_restart_budget_is_spent(tmp_path):
     j, now = job(tmp_path, [TRANSIENT] * 3, max_restarts=2)
     for _ in range(2):
         j.poll()
-        now[0] += 60_000
+        now.advance(60_000)
         j.poll()
     with pytest.raises(TieringError, match="db.t.*NetworkError"):
         j.poll()
@@ -108,9 +109,9 @@ def test_the_job_fails_once_the_restart_budget_is_spent(tmp_path):
 def test_restarts_older_than_the_window_do_not_count(tmp_path):
     j, now = job(tmp_path, [TRANSIENT] * 3, max_restarts=1, restart_window_s=100)
     j.poll()
-    now[0] += 5_000
+    now.advance(5_000)
     j.poll()                                   # the one allowed restart
-    now[0] += 200_000                          # ... long ago when the next failure comes
+    now.advance(200_000)                          # ... long ago when the next failure comes
     j.poll()
     assert j.restarting and j.starts == 2
 
@@ -173,7 +174,7 @@ def test_a_one_shot_run_waits_for_the_restarted_query(tmp_path):
 def test_stop_during_a_backoff_starts_nothing(tmp_path):
     j, now = job(tmp_path, [TRANSIENT])
     j.poll()
-    now[0] += 60_000
+    now.advance(60_000)
     j.stop()
     assert j.starts == 1 and not j.restarting
 
@@ -182,6 +183,6 @@ def test_a_table_dropped_during_the_backoff_is_not_restarted(tmp_path):
     j, now = job(tmp_path, [TRANSIENT])
     j.poll()
     j.dropped.add("db.t")
-    now[0] += 60_000
+    now.advance(60_000)
     j.poll()                                   # no TieringError: a dropped table is tolerated
     assert j.starts == 1 and j.errors["db.t"] == DROPPED and not j.restarting

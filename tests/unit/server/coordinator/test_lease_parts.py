@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from fluss_spark.clock import FakeClock
+from fluss_spark.testing.clock import FakeClock
 from fluss_spark.metadata import layout, lease_codec
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.server.coordinator.leases import LeaseManager

@@ -16,7 +16,7 @@ from fluss_spark.protocol.types import parse_schema
 from fluss_spark.server.coordinator.server import CoordinatorServer
 from fluss_spark.server.settings import ServerSettings
 from fluss_spark.transport.client import RpcConnection
-from fluss_spark.clock import FakeClock
+from fluss_spark.testing.clock import FakeClock
 from fluss_spark.testing.coordinator import place_snapshot_file
 from fluss_spark.local.ports import wait_until
 

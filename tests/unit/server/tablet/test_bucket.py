@@ -13,19 +13,10 @@ from fluss_spark.errors import (InvalidColumnProjection, InvalidRequest, LogOffs
 from fluss_spark.metadata.layout import TableRecord
 from fluss_spark.protocol.arrow_ipc import bytes_to_table, serialize_schema
 from fluss_spark.server.tablet.bucket import Bucket, with_change_columns
+from fluss_spark.testing.clock import FakeClock
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()),
                     ("score", pa.int32())])
-
-
-class Clock:
-    """A settable wall clock (milliseconds)."""
-
-    def __init__(self, now: int = 1_700_000_000_000):
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def _table(pk: bool, props=None) -> TableRecord:
@@ -106,10 +97,10 @@ def test_repeated_key_in_one_batch_applies_in_order(pk):
 
 
 def test_changelog_rows_keep_all_columns_and_one_commit_timestamp(tmp_path):
-    clock = Clock()
+    clock = FakeClock()
     b = Bucket(_table(True), 0, tmp_path, clock=clock)
     b.write("upsert", _rows([1], ["a"], [10]))
-    clock.now += 5000
+    clock.advance(5000)
     b.write("upsert", _rows([1], ["b"], [20]))
     t = bytes_to_table(b.fetch(0, None, 1 << 20, 0, None).records)
     assert t.column("score").to_pylist() == [10, 10, 20]
@@ -214,12 +205,12 @@ def test_fetch_range_projection_and_errors(logt):
 
 
 def test_fetch_below_log_start_names_table_bucket_and_offsets(tmp_path):
-    clock = Clock()
+    clock = FakeClock()
     b = Bucket(_table(False, {"table.log.ttl": "1s"}), 3, tmp_path, segment_bytes=1, clock=clock)
     b.write("append", _rows([1], ["a"]))
     b.write("append", _rows([2], ["b"]))
-    clock.now += 10_000
-    assert b.apply_retention(clock.now) == 1
+    clock.advance(10_000)
+    assert b.apply_retention(clock()) == 1
     with pytest.raises(LogOffsetOutOfRange) as e:
         b.fetch(0, None, 100, 0, None)
     assert "db.t" in str(e.value) and "bucket 3" in str(e.value)

@@ -11,6 +11,7 @@ import pytest
 from fluss_spark.errors import LogStorageError
 from fluss_spark.server.tablet import disk_full
 from fluss_spark.server.tablet.changelog import Changelog
+from fluss_spark.testing.clock import FakeClock
 
 
 class _FullDisk:
@@ -33,9 +34,9 @@ def _batch(n: int) -> pa.Table:
 
 @pytest.fixture
 def clock(monkeypatch):
-    now = [1000.0]
-    monkeypatch.setattr(disk_full, "_reporter", disk_full._Reporter(clock=lambda: now[0]))
-    return now
+    clock = FakeClock(1_000_000)
+    monkeypatch.setattr(disk_full, "_reporter", disk_full._Reporter(clock=clock.seconds))
+    return clock
 
 
 def _lines(caplog):
@@ -59,7 +60,7 @@ def test_a_full_disk_is_logged_once_per_interval_naming_the_bucket_and_path(tmp_
         assert len(lines) == 1, lines
         assert label in lines[0] and str(segment) in lines[0]
         assert "no space left" in lines[0]
-        clock[0] += disk_full.INTERVAL_S
+        clock.advance(disk_full.INTERVAL_S * 1000)
         with pytest.raises(LogStorageError):
             log.append(_batch(1), 3)
         lines = _lines(caplog)

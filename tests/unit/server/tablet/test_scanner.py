@@ -27,22 +27,10 @@ from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
 from fluss_spark.server.snapshot_store import snapshot_location
 from fluss_spark.server.tablet.snapshot import SnapshotFile, write_snapshot
+from fluss_spark.testing.clock import FakeClock
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
 TABLE, LOG_TABLE = 1, 2
-
-
-class FakeClock:
-    """Milliseconds that move only when a test says so."""
-
-    def __init__(self):
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, ms: float) -> None:
-        self.now += ms
 
 
 class FakeServer:
@@ -116,7 +104,7 @@ def server(tmp_path):
 
 @pytest.fixture
 def clock():
-    return FakeClock()
+    return FakeClock(1_000_000)
 
 
 class WireScannerManager(ScannerManager):
