@@ -1,0 +1,79 @@
+"""A bench script of this repository run against two checkouts, paired: what a change costs.
+
+Runs ``bench/bench_write_fetch.py`` or ``bench/bench_scan.py`` (small sizes, one repeat per run)
+alternately in this checkout and in ``--baseline`` (A B B A A B ...), each with its own code on
+``PYTHONPATH``: client and servers alike. Every run's rates are read from its output; for each
+workload the ratio this/baseline is taken round by round (neighbouring runs, so drift of the
+machine's speed cancels out) and its median printed. The bench scripts check their own rows.
+
+    git worktree add /tmp/base <commit before the change>
+    .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench write_fetch --rounds 6
+    .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench scan --rounds 8
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import parser  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: name -> (script, arguments, pattern of one rate line: workload, value in rows/s)
+BENCHES = {
+    "write_fetch": ("bench/bench_write_fetch.py", ["--rows", "200000", "--repeat", "1"],
+                    re.compile(r"^\s*repeat \d+ (?P<name>.+?)\s{2,}(?P<path>raw|client)\s+"
+                               r"(?P<rate>[\d,]+) rows/s", re.M)),
+    "scan": ("bench/bench_scan.py", ["--rows", "400000", "--repeat", "1"],
+             re.compile(r"^(?P<name>\d+ sessions? \d+MB|direct file)\s+(?P<rate>[\d.]+)\s", re.M)),
+}
+
+
+def run(tree: Path, script: str, args: list[str], pattern: re.Pattern[str]) -> dict[str, float]:
+    """One run of the bench in checkout ``tree``: workload -> rows/s."""
+    out = subprocess.run([sys.executable, script, *args], cwd=tree, capture_output=True,
+                         text=True, timeout=900,
+                         env={**os.environ, "PYTHONPATH": str(tree)})
+    if out.returncode != 0:
+        sys.exit(f"{script} failed in {tree}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    rates = {}
+    for m in pattern.finditer(out.stdout):
+        name = m["name"] + (f" ({m['path']})" if "path" in m.groupdict() else "")
+        rates[name] = float(m["rate"].replace(",", ""))
+    if not rates:
+        sys.exit(f"no rates found in the output of {script} in {tree}:\n{out.stdout[-2000:]}")
+    return rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__, rounds=6)       # pairs of runs, one of each checkout
+    p.add_argument("--baseline", type=Path, required=True, help="checkout to compare against")
+    p.add_argument("--bench", choices=sorted(BENCHES), default="write_fetch")
+    a = p.parse_args(argv)
+    script, args, pattern = BENCHES[a.bench]
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for r in range(a.rounds):
+        order = [ROOT, a.baseline] if r % 2 == 0 else [a.baseline, ROOT]
+        results = {tree: run(tree, script, args, pattern) for tree in order}
+        new, base = results[ROOT], results[a.baseline]
+        for name in new.keys() & base.keys():
+            ratios[name].append(new[name] / base[name])
+        print(f"round {r + 1}/{a.rounds} done", flush=True)
+    print(f"\n{script}: this checkout / {a.baseline}, rows/s ratio per round "
+          f"({a.rounds} rounds, order alternating)")
+    print(f"{'workload':<50} {'min':>6} {'median':>7} {'max':>6}")
+    for name in sorted(ratios):
+        v = ratios[name]
+        print(f"{name:<50} {min(v):6.2f} {statistics.median(v):7.2f} {max(v):6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
