@@ -21,7 +21,8 @@ def table_info(table: TableRecord, assignment: AssignmentRecord | None) -> m.Tab
         primary_key=tuple(table.primary_key), bucket_key=tuple(table.bucket_key),
         num_buckets=table.num_buckets, properties=dict(table.properties),
         created_ms=table.created_ms,
-        assignment=dict(enumerate(assignment.buckets)) if assignment else {})
+        assignment=dict(enumerate(assignment.buckets)) if assignment else {},
+        partition_keys=tuple(table.partition_keys))
 
 
 def build_metadata(store: MetadataStore, names: Iterable[str] | None,
