@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from fluss_spark.errors import TableNotExist
-from fluss_spark.metadata.layout import AssignmentRecord, LeaseRecord, SnapshotRecord, TableRecord
+from fluss_spark.metadata.layout import (AssignmentRecord, LeaseRecord, PartitionRecord,
+                                         SnapshotRecord, TableRecord)
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.acl import OperationType
@@ -48,6 +49,11 @@ def build_metadata(store: MetadataStore, names: Iterable[str] | None,
         coordinator=m.ServerAddress(coord.host, coord.port) if coord else None,
         tablets=tuple(m.TabletAddress(t.id, t.host, t.port) for t in store.tablets().values()),
         tables=tuple(tables))
+
+
+def partition_info(rec: PartitionRecord) -> m.PartitionInfo:
+    return m.PartitionInfo(partition_id=rec.partition_id, name=rec.name,
+                           assignment=dict(enumerate(rec.buckets)), created_ms=rec.created_ms)
 
 
 def snapshot_info(rec: SnapshotRecord, pinned_by: Iterable[str] = ()) -> m.SnapshotInfo:
