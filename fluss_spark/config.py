@@ -174,7 +174,29 @@ KV_SNAPSHOT_NUM_RETAINED = integer("kv.snapshot.num-retained", 2,
                                    minimum=1)
 TABLE_LOG_TTL = duration("table.log.ttl", "7d",
                          "Changelog records older than this may be deleted (0 keeps everything).")
-TABLE_PROPERTIES = [KV_SNAPSHOT_INTERVAL, KV_SNAPSHOT_NUM_RETAINED, TABLE_LOG_TTL]
+AUTO_PARTITION_ENABLED = boolean("table.auto-partition.enabled", False,
+                                 "Whether the coordinator creates and expires the partitions of "
+                                 "this table by time.")
+AUTO_PARTITION_KEY = string("table.auto-partition.key", None,
+                            "The time partition key, required when a table has several "
+                            "partition keys.")
+AUTO_PARTITION_TIME_UNIT = choice("table.auto-partition.time-unit",
+                                  ("YEAR", "QUARTER", "MONTH", "DAY", "HOUR"), "DAY",
+                                  "Time span of one auto partition; its values are yyyy, yyyyQ, "
+                                  "yyyyMM, yyyyMMdd or yyyyMMddHH.")
+AUTO_PARTITION_NUM_PRECREATE = integer("table.auto-partition.num-precreate", 2,
+                                       "Partitions created ahead, the current one included.",
+                                       minimum=0)
+AUTO_PARTITION_NUM_RETENTION = integer("table.auto-partition.num-retention", 7,
+                                       "Past partitions kept; older auto-partition values are "
+                                       "dropped.", minimum=0)
+AUTO_PARTITION_TIME_ZONE = string("table.auto-partition.time-zone", "UTC",
+                                  "Time zone (IANA name) the partition values are computed in.")
+AUTO_PARTITION_OPTIONS = [AUTO_PARTITION_ENABLED, AUTO_PARTITION_KEY, AUTO_PARTITION_TIME_UNIT,
+                          AUTO_PARTITION_NUM_PRECREATE, AUTO_PARTITION_NUM_RETENTION,
+                          AUTO_PARTITION_TIME_ZONE]
+TABLE_PROPERTIES = [KV_SNAPSHOT_INTERVAL, KV_SNAPSHOT_NUM_RETAINED, TABLE_LOG_TTL,
+                    *AUTO_PARTITION_OPTIONS]
 
 
 def validate_table_properties(props: Mapping[str, str]) -> dict[str, str]:

@@ -9,6 +9,7 @@
     │   ├── TableNotExist           (7)
     │   ├── NotLeaderOrFollower     (12, retriable, refresh metadata)
     │   ├── RecordTooLarge          (13) an Arrow payload decodes past a size or row limit
+    │   ├── PartitionNotExist       (36, refresh metadata) ... and the other partition errors
     │   ├── KvSnapshotNotExist      (41)
     │   ├── ScannerExpired          (66) ... and the other scan-session errors
     │   ├── LeaseNotFound           (1001, project code) ...
@@ -201,6 +202,22 @@ class InvalidColumnProjection(ApiError):
     refresh_metadata = False
 
 
+class PartitionNotExist(ApiError):
+    """The partition does not exist (dropped, expired by retention, or never created)."""
+
+    code = 36
+    retriable = False
+    refresh_metadata = True
+
+
+class TableNotPartitioned(ApiError):
+    """A partition was named for a table that has no partition keys."""
+
+    code = 37
+    retriable = False
+    refresh_metadata = False
+
+
 class InvalidTimestamp(ApiError):
     """The timestamp is invalid."""
 
@@ -221,6 +238,22 @@ class KvSnapshotNotExist(ApiError):
     """The KV snapshot does not exist."""
 
     code = 41
+    retriable = False
+    refresh_metadata = False
+
+
+class PartitionAlreadyExist(ApiError):
+    """The partition exists already."""
+
+    code = 42
+    retriable = False
+    refresh_metadata = False
+
+
+class InvalidPartitionSpec(ApiError):
+    """A partition spec does not match the table's partition keys, or a value is invalid."""
+
+    code = 43
     retriable = False
     refresh_metadata = False
 

@@ -183,6 +183,19 @@ def conn(cluster):
 
 
 @pytest.fixture
+def cli(cluster, capsys):
+    """Run the CLI in process against the shared test cluster: returns (exit code, stdout,
+    stderr)."""
+    from fluss_spark.cli import main
+
+    def run(*argv):
+        code = main(["--bootstrap-servers", cluster.bootstrap_servers, *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+@pytest.fixture
 def table_name() -> str:
     """A fresh table name ``test.t_<hex>``."""
     return f"test.t_{uuid.uuid4().hex[:12]}"

@@ -10,7 +10,8 @@ import argparse
 import os
 import sys
 
-from fluss_spark.cli import acls, cluster, leases, scans, snapshots, tables, tiering
+from fluss_spark.cli import (acls, cluster, leases, partitions, scans, snapshots, tables,
+                             tiering)
 from fluss_spark.cli.common import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, bootstrap_servers, bounded
 from fluss_spark.cli.output import _Progress, emit_json, print_table
 from fluss_spark.errors import ConfigError, FlussError
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.set_defaults(func=func)
         return c
 
-    for module in (cluster, tables, snapshots, leases, scans, tiering, acls):
+    for module in (cluster, tables, partitions, snapshots, leases, scans, tiering, acls):
         module.add_commands(sub, cmd)
     return p
 

@@ -6,7 +6,7 @@ from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json,
                                     connect, connect_cluster, table_admin)
 from fluss_spark.config import parse_pairs
 from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
-from fluss_spark.errors import ConfigError
+from fluss_spark.errors import ConfigError, UnsupportedVersion
 
 
 def add_commands(sub, cmd) -> None:
@@ -22,6 +22,8 @@ def add_commands(sub, cmd) -> None:
                    help="number of buckets (default 1)")
     c.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="table property, e.g. kv.snapshot.interval=1min (repeatable)")
+    c.add_argument("--partition-key", help="partition key column(s), comma separated (in the "
+                   "primary key of a PK table); see table.auto-partition.* properties")
     c.add_argument("--if-not-exists", action="store_true", help="succeed if the table exists")
     cmd(tsub, "list", "list tables", cmd_table_list)
     cmd(tsub, "describe", "show a table's schema, keys, buckets and properties",
@@ -51,6 +53,7 @@ def _describe(info) -> dict:
         "columns": [{"name": f.name, "type": format_type(f.type), "nullable": f.nullable}
                     for f in info.schema],
         "primary_key": list(info.primary_key), "bucket_key": list(info.bucket_key),
+        "partition_keys": list(info.partition_keys),
         "num_buckets": info.num_buckets, "properties": dict(info.properties),
         "created_ms": info.created_ms,
         "assignment": [{"bucket": b, "tablet": t} for b, t in sorted(info.assignment.items())],
@@ -62,6 +65,7 @@ def _print_description(d: dict) -> None:
     print(f"kind         {'primary-key table' if d['primary_key'] else 'log table'}")
     print(f"primary key  {', '.join(d['primary_key']) or '-'}")
     print(f"bucket key   {', '.join(d['bucket_key']) or '-'}")
+    print(f"partitioned  {', '.join(d['partition_keys']) or '-'}")
     print(f"buckets      {d['num_buckets']}")
     print(f"created      {_fmt_ms(d['created_ms'])}")
     props = ", ".join(f"{k}={v}" for k, v in sorted(d["properties"].items()))
@@ -75,16 +79,23 @@ def _print_description(d: dict) -> None:
 def cmd_table_create(args) -> int:
     pk = _columns_arg(args.primary_key) or []
     bk = _columns_arg(args.bucket_key)
+    partition_keys = _columns_arg(args.partition_key) or []
     properties = parse_pairs(args.property, "--property")
+    from fluss_spark.config import validate_table_properties
+    from fluss_spark.protocol.auto_partition import AutoPartition
+    from fluss_spark.protocol.partitions import check_partition_keys
     from fluss_spark.protocol.types import parse_schema, validate_table_schema
-    schema = parse_schema(args.schema)          # a bad schema fails before connecting
+    schema = parse_schema(args.schema)          # a bad definition fails before connecting
     validate_table_schema(schema, pk, bk or [])
+    check_partition_keys(args.table, schema, pk, bk or [], partition_keys)
+    AutoPartition.of(args.table, validate_table_properties(properties), partition_keys)
     with connect_cluster(args) as cluster:
         admin = table_admin(args, cluster)
         admin.create_database(args.table.partition(".")[0], ignore_if_exists=True)
         admin.create_table(args.table, schema, primary_key=pk, bucket_key=bk,
                            buckets=args.buckets, properties=properties,
-                           ignore_if_exists=args.if_not_exists)
+                           ignore_if_exists=args.if_not_exists,
+                           partition_keys=partition_keys)
         info = cluster.get_table(args.table)
     d = _describe(info)
     if _json(args):
@@ -125,6 +136,10 @@ def cmd_produce(args) -> int:
     from fluss_spark.local.demo_data import DemoData
     with connect(args) as conn:
         info = conn.table(args.table)
+        if info.partitioned:
+            raise UnsupportedVersion(f"{info.name} is partitioned (by "
+                                     f"{', '.join(info.partition_keys)}); `produce` does not "
+                                     "write partitioned tables yet")
         if not info.has_primary_key and (args.updates or args.deletes):
             raise ConfigError(f"{info.name} is a log table: --updates and --deletes need a "
                               "primary-key table")

@@ -7,7 +7,7 @@ from typing import Iterable, Iterator, Literal, Mapping, Protocol, runtime_check
 
 import pyarrow as pa
 
-from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.changelog import (APPEND, CHANGE_TYPE, CHANGELOG_FIELDS,
                                             COMMIT_TIMESTAMP, DELETE, INSERT, LOG_OFFSET,
                                             RETRACTIONS, UPDATE_AFTER, UPDATE_BEFORE)
@@ -49,6 +49,9 @@ class Capabilities:
     #: ACLs are granted, listed and removed through this client (the CLI's ``acl`` commands;
     #: this project's servers). Apache Fluss 0.9.1 has ACL calls this client does not speak.
     acls: bool = False
+    #: Partitions of partitioned tables are listed, created and dropped through this client
+    #: (``PartitionAdmin``; this project's servers). Apache Fluss: not yet.
+    partition_admin: bool = False
 
 
 @dataclass(frozen=True)
@@ -190,8 +193,9 @@ class TableAdmin(Protocol):
     def create_table(self, name: str, schema: pa.Schema, *, primary_key: Iterable[str] = (),
                      bucket_key: Iterable[str] | None = None, buckets: int = 1,
                      properties: Mapping[str, str] | None = None,
-                     ignore_if_exists: bool = False) -> None:
-        """Create ``db.table`` (its database must exist); a primary key makes a PK table."""
+                     ignore_if_exists: bool = False, partition_keys: Iterable[str] = ()) -> None:
+        """Create ``db.table`` (its database must exist); a primary key makes a PK table,
+        ``partition_keys`` a partitioned one (in the primary key of a PK table)."""
         ...
 
     def drop_table(self, name: str, *, ignore_if_not_exists: bool = True) -> None:
@@ -199,7 +203,32 @@ class TableAdmin(Protocol):
         ...
 
 
+@runtime_checkable
+class PartitionAdmin(Protocol):
+    """Partitions of partitioned tables (only when ``capabilities().partition_admin``).
+
+    A spec is ``{partition key: value}`` naming every partition key; a partition's name is its
+    values in key order joined by ``$`` (Fluss's). Errors: ``TableNotPartitioned``,
+    ``PartitionNotExist``, ``PartitionAlreadyExist``, ``InvalidPartitionSpec``.
+    """
+
+    def list_partitions(self, table: str) -> list[PartitionInfo]:
+        """The partitions of ``table`` (id, name, bucket assignment), by name."""
+        ...
+
+    def create_partition(self, table: str, spec: Mapping[str, str], *,
+                         ignore_if_exists: bool = False) -> PartitionInfo:
+        """Create the partition ``spec`` and return it."""
+        ...
+
+    def drop_partition(self, table: str, spec: Mapping[str, str], *,
+                       ignore_if_not_exists: bool = False) -> None:
+        """Drop the partition ``spec`` with its data, snapshots and lease pins."""
+        ...
+
+
 __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
            "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
-           "LeaseInfo", "LiveScanStart", "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo",
+           "LeaseInfo", "LiveScanStart", "PartitionAdmin", "PartitionInfo", "Pins", "RETRACTIONS",
+           "RecordBatchStream", "SnapshotInfo",
            "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE"]

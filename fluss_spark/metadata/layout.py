@@ -6,8 +6,10 @@
     /fluss/coordinator/active             CoordinatorRecord (ephemeral)
     /fluss/tablets/<id>                   TabletRecord (ephemeral)
     /fluss/counters/table_id              next table id (integer record, CAS-updated)
+    /fluss/counters/partition_id          next partition id (integer record, CAS-updated)
     /fluss/tables/<db.table>              TableRecord
     /fluss/tables/<db.table>/assignment   AssignmentRecord
+    /fluss/tables/<db.table>/partitions/<partition name>   PartitionRecord
     /fluss/snapshot_index/<table_id>/<page>   SnapshotIndexPage: the snapshots of buckets
                                               page*128 .. page*128+127 (layout v2)
     /fluss/snapshots/<table_id>/<bucket>/<snapshot_id, 20 digits>   SnapshotRecord (layout v1,
@@ -25,6 +27,8 @@ Every record is a msgpack map with a ``v`` field. Version history:
   znodes into the pages when it takes over; until then (and if that is cut off) both are read.
 - LeaseRecord v4: pins in independently encoded parts (see ``LeaseRecord``).
 - AclRecord v1: the ACLs of one resource (see ``AclRecord``).
+- TableRecord v2: adds ``partition_keys``; a v1 record decodes as an unpartitioned table.
+- PartitionRecord v1: a partition's id, values and bucket assignment (see ``PartitionRecord``).
 
 Decoders accept every version listed here; a newer, unknown version is refused with a clear
 error rather than misread. docs/zookeeper_layout.md describes the stored formats byte by byte.
@@ -35,12 +39,13 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field, fields
 
-from fluss_spark.errors import CorruptMessage, InvalidTable
+from fluss_spark.errors import ConfigError, CorruptMessage, InvalidPartitionSpec, InvalidTable
 from fluss_spark.metadata import lease_codec
 from fluss_spark.protocol.acl import (AclBinding, OperationType, PermissionType, Resource,
                                       ResourceType, make_resource)
 from fluss_spark.protocol.codec import packb, unpackb
 from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
+from fluss_spark.protocol.partitions import check_value, values_of
 
 ROOT = "/fluss"
 COORDINATOR_ELECTION = f"{ROOT}/coordinator/election"
@@ -49,6 +54,7 @@ COORDINATOR_ACTIVE = f"{ROOT}/coordinator/active"
 COORDINATOR_EPOCH = f"{ROOT}/coordinator/epoch"
 TABLETS = f"{ROOT}/tablets"
 TABLE_ID_COUNTER = f"{ROOT}/counters/table_id"
+PARTITION_ID_COUNTER = f"{ROOT}/counters/partition_id"
 TABLES = f"{ROOT}/tables"
 SNAPSHOTS = f"{ROOT}/snapshots"
 SNAPSHOT_INDEX = f"{ROOT}/snapshot_index"
@@ -71,6 +77,24 @@ def table_path(name: str) -> str:
 
 def assignment_path(name: str) -> str:
     return f"{table_path(name)}/assignment"
+
+
+def partitions_path(name: str) -> str:
+    return f"{table_path(name)}/partitions"
+
+
+def partition_path(name: str, partition_name: str) -> str:
+    return f"{partitions_path(name)}/{check_partition_name(partition_name)}"
+
+
+def check_partition_name(name: object) -> str:
+    """Return ``name`` or raise InvalidPartitionSpec: it becomes a znode name."""
+    try:
+        for value in values_of(str(name)):
+            check_value(value)
+    except ConfigError as e:
+        raise InvalidPartitionSpec(f"invalid partition name {name!r}: {e}") from None
+    return str(name)
 
 
 def snapshots_path(table_id: int, bucket: int | None = None) -> str:
@@ -161,7 +185,16 @@ class TabletRecord(_Record):
 
 @dataclass(frozen=True)
 class TableRecord(_Record):
-    """A table definition. v1: table_id, name, schema (Arrow IPC), keys, buckets, properties."""
+    """A table definition.
+
+    Versions:
+
+    - v1: table_id, name, schema (Arrow IPC), primary_key, bucket_key, num_buckets,
+      properties, created_ms.
+    - v2: adds partition_keys (empty: not partitioned); a v1 record decodes with none.
+    """
+
+    VERSION = 2
 
     table_id: int
     name: str
@@ -170,6 +203,39 @@ class TableRecord(_Record):
     bucket_key: list = field(default_factory=list)
     num_buckets: int = 1
     properties: dict = field(default_factory=dict)
+    created_ms: int = 0
+    partition_keys: list = field(default_factory=list)
+
+    @property
+    def partitioned(self) -> bool:
+        return bool(self.partition_keys)
+
+    @classmethod
+    def _upgrade(cls, raw: dict) -> dict:
+        if raw["v"] < 2:
+            raw = {**raw, "partition_keys": []}
+        return raw
+
+
+@dataclass(frozen=True)
+class PartitionRecord(_Record):
+    """One partition of a partitioned table, at
+    ``/fluss/tables/<db.table>/partitions/<partition name>``.
+
+    ``buckets[i]`` is the tablet id hosting bucket i of the partition (each partition has the
+    table's number of buckets, assigned on its own); ``values`` are in partition-key order and
+    their ``$``-join is the znode name.
+
+    Versions:
+
+    - v1: table_id, partition_id, name, values, buckets, created_ms.
+    """
+
+    table_id: int
+    partition_id: int
+    name: str
+    values: list = field(default_factory=list)
+    buckets: list = field(default_factory=list)
     created_ms: int = 0
 
 

@@ -8,11 +8,13 @@ from typing import Callable, Iterable, Mapping
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.election import Election
 
-from fluss_spark.errors import FlussError, TableAlreadyExist, TableNotExist
+from fluss_spark.errors import (FlussError, PartitionAlreadyExist, PartitionNotExist,
+                                TableAlreadyExist, TableNotExist)
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.acl_store import AclMap, ZkAclStore
 from fluss_spark.metadata.layout import (AssignmentRecord, CoordinatorRecord, LeaseRecord,
-                                         SnapshotRecord, TableRecord, TabletRecord)
+                                         PartitionRecord, SnapshotRecord, TableRecord,
+                                         TabletRecord)
 from fluss_spark.metadata.lease_store import ZkLeaseStore
 from fluss_spark.metadata.snapshot_index import SnapshotIndex
 from fluss_spark.metadata.zk import ZkSession, retriable_on_connection_loss
@@ -150,7 +152,13 @@ class MetadataStore:
 
     # -- tables -----------------------------------------------------------------------------
     def next_table_id(self) -> int:
-        path = layout.TABLE_ID_COUNTER
+        return self._next_id(layout.TABLE_ID_COUNTER)
+
+    def next_partition_id(self) -> int:
+        """A new partition id, unique in the cluster (as Fluss's partition ids are)."""
+        return self._next_id(layout.PARTITION_ID_COUNTER)
+
+    def _next_id(self, path: str) -> int:
         self.zk.ensure_path(path)
         while True:
             data, stat = self.zk.get(path)
@@ -166,6 +174,8 @@ class MetadataStore:
         tx = self._session.transaction()
         tx.create(layout.table_path(table.name), table.encode())
         tx.create(layout.assignment_path(table.name), assignment.encode())
+        if table.partitioned:
+            tx.create(layout.partitions_path(table.name), b"")
         results = self._session.commit(tx, f"create table {table.name}")
         for r in results:
             if isinstance(r, NodeExistsError):
@@ -178,6 +188,38 @@ class MetadataStore:
             self._session.delete_tree(layout.table_path(name))
         except NoNodeError:
             raise TableNotExist(f"table {name} does not exist") from None
+
+    # -- partitions -------------------------------------------------------------------------
+    def create_partition(self, table: str, rec: PartitionRecord) -> None:
+        """Write a partition; PartitionAlreadyExist if its name is taken, TableNotExist if the
+        table is gone (its ``partitions`` znode, made with the table, is the parent)."""
+        tx = self._session.transaction()
+        tx.create(layout.partition_path(table, rec.name), rec.encode())
+        results = self._session.commit(tx, f"create partition {rec.name} of {table}")
+        for r in results:
+            if isinstance(r, NodeExistsError):
+                raise PartitionAlreadyExist(f"partition {rec.name} of table {table} already "
+                                            "exists")
+            if isinstance(r, NoNodeError):
+                raise TableNotExist(f"table {table} does not exist")
+            if isinstance(r, Exception):
+                raise FlussError(f"creating partition {rec.name} of {table} failed: {r!r}")
+
+    def drop_partition(self, table: str, name: str) -> None:
+        try:
+            self._session.delete_tree(layout.partition_path(table, name))
+        except NoNodeError:
+            raise PartitionNotExist(f"partition {name} of table {table} does not exist") from None
+
+    def partitions(self, table: str) -> list[PartitionRecord]:
+        """The partitions of a table, by name."""
+        base = layout.partitions_path(table)
+        out = []
+        for child in sorted(self._session.children(base)):
+            rec = self._session.get(f"{base}/{child}", PartitionRecord)
+            if rec is not None:
+                out.append(rec)
+        return out
 
     def table_names(self) -> list[str]:
         return sorted(self._session.children(layout.TABLES))

@@ -2,10 +2,11 @@
 
 Each request and response body is a msgpack map, declared by one frozen dataclass per request
 and response in ``protocol/messages/`` (grouped by area: meta, tables, snapshots, leases, log,
-scan, acls), with the type and bounds of every field; ``bytes`` fields that carry rows are Arrow IPC
-streams (``protocol.arrow_ipc``). A response body is returned only when ``error_code`` is 0.
-Decoding refuses a malformed request with INVALID_REQUEST (INVALID_SCAN_REQUEST for SCAN_KV)
-naming the field; nothing is clamped unless its message says so.
+scan, acls, partitions), with the type and bounds of every field; ``bytes`` fields that carry
+rows are Arrow IPC streams (``protocol.arrow_ipc``). A response body is returned only when
+``error_code`` is 0. Decoding refuses a malformed request with INVALID_REQUEST
+(INVALID_SCAN_REQUEST for SCAN_KV) naming the field; nothing is clamped unless its message
+says so.
 
 Frame bounds (before any message is decoded): at most ``rpc.max-request-size`` (32 MB by
 default) announced; decoded, at most 2,097,152 entries per array or map and 16x the frame +
@@ -31,6 +32,9 @@ class ApiKey(enum.IntEnum):
     LIST_TABLES = 12
     COMMIT_KV_SNAPSHOT = 13
     LIST_KV_SNAPSHOTS = 14
+    LIST_PARTITIONS = 15
+    CREATE_PARTITION = 16
+    DROP_PARTITION = 17
     ACQUIRE_KV_SNAPSHOT_LEASE = 20
     RENEW_KV_SNAPSHOT_LEASE = 21
     RELEASE_KV_SNAPSHOT_LEASE = 22

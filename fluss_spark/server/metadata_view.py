@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from fluss_spark.errors import TableNotExist
-from fluss_spark.metadata.layout import AssignmentRecord, LeaseRecord, SnapshotRecord, TableRecord
+from fluss_spark.metadata.layout import (AssignmentRecord, LeaseRecord, PartitionRecord,
+                                         SnapshotRecord, TableRecord)
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.acl import OperationType
@@ -21,7 +22,8 @@ def table_info(table: TableRecord, assignment: AssignmentRecord | None) -> m.Tab
         primary_key=tuple(table.primary_key), bucket_key=tuple(table.bucket_key),
         num_buckets=table.num_buckets, properties=dict(table.properties),
         created_ms=table.created_ms,
-        assignment=dict(enumerate(assignment.buckets)) if assignment else {})
+        assignment=dict(enumerate(assignment.buckets)) if assignment else {},
+        partition_keys=tuple(table.partition_keys))
 
 
 def build_metadata(store: MetadataStore, names: Iterable[str] | None,
@@ -47,6 +49,11 @@ def build_metadata(store: MetadataStore, names: Iterable[str] | None,
         coordinator=m.ServerAddress(coord.host, coord.port) if coord else None,
         tablets=tuple(m.TabletAddress(t.id, t.host, t.port) for t in store.tablets().values()),
         tables=tuple(tables))
+
+
+def partition_info(rec: PartitionRecord) -> m.PartitionInfo:
+    return m.PartitionInfo(partition_id=rec.partition_id, name=rec.name,
+                           assignment=dict(enumerate(rec.buckets)), created_ms=rec.created_ms)
 
 
 def snapshot_info(rec: SnapshotRecord, pinned_by: Iterable[str] = ()) -> m.SnapshotInfo:

@@ -8,19 +8,7 @@ import sys
 from collections import Counter
 
 import pyarrow as pa
-import pytest
 
-from fluss_spark.cli import main
-
-
-@pytest.fixture
-def cli(cluster, capsys):
-    """Run the CLI against the test cluster: returns (exit code, stdout, stderr)."""
-    def run(*argv):
-        code = main(["--bootstrap-servers", cluster.bootstrap_servers, *argv])
-        out, err = capsys.readouterr()
-        return code, out, err
-    return run
 
 
 def run_json(cli, *argv):

@@ -11,7 +11,9 @@ from fluss_spark import errors
 def test_codes_match_fluss_numbers():
     expected = {12: "NotLeaderOrFollower", 20: "NonPrimaryKeyTable", 41: "KvSnapshotNotExist",
                 66: "ScannerExpired", 67: "UnknownScannerId", 68: "InvalidScanRequest",
-                69: "TooManyScanners", 2: "UnsupportedVersion", 7: "TableNotExist"}
+                69: "TooManyScanners", 2: "UnsupportedVersion", 7: "TableNotExist",
+                36: "PartitionNotExist", 37: "TableNotPartitioned", 42: "PartitionAlreadyExist",
+                43: "InvalidPartitionSpec"}
     for code, name in expected.items():
         assert errors.error_class(code).__name__ == name
 

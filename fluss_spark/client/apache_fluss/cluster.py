@@ -98,8 +98,12 @@ class ApacheFlussWireCluster:
     def create_table(self, name: str, schema: pa.Schema, *, primary_key: Iterable[str] = (),
                      bucket_key: Iterable[str] | None = None, buckets: int = 1,
                      properties: Mapping[str, str] | None = None,
-                     ignore_if_exists: bool = False) -> None:
+                     ignore_if_exists: bool = False, partition_keys: Iterable[str] = ()) -> None:
         """Create ``db.table`` (its database must exist); a primary key makes a PK table."""
+        if list(partition_keys):
+            raise UnsupportedVersion(f"cannot create {name} partitioned: creating partitioned "
+                                     "Apache Fluss tables through this client is not supported "
+                                     "yet; create it with Fluss's own tools")
         body = table_json(schema, primary_key=tuple(primary_key),
                           bucket_key=None if bucket_key is None else tuple(bucket_key),
                           buckets=buckets, properties=dict(properties or {}))

@@ -13,9 +13,16 @@ from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.acl import AclBinding, AclFilter
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.protocol.auto_partition import AutoPartition
+from fluss_spark.protocol.partitions import check_partition_keys, parse_spec
 from fluss_spark.protocol.types import parse_schema, validate_table_schema
 
 _OFFSET_SPECS = ("earliest", "latest", "timestamp")
+
+
+def _spec(spec: Mapping[str, str] | str) -> dict[str, str]:
+    return parse_spec(spec) if isinstance(spec, str) else {str(k): str(v)
+                                                           for k, v in spec.items()}
 R = TypeVar("R", bound=m.Message)
 
 
@@ -29,28 +36,51 @@ class Admin:
     def create_table(self, name: str, schema: pa.Schema | str, primary_key: Iterable[str] = (),
                      bucket_key: Iterable[str] | None = None, num_buckets: int = 1,
                      properties: Mapping[str, str] | None = None,
-                     ignore_if_exists: bool = False) -> TableInfo:
+                     ignore_if_exists: bool = False,
+                     partition_keys: Iterable[str] = ()) -> TableInfo:
         """Create ``db.table`` and return its metadata.
 
-        The bucket key defaults to the primary key; a log table without one spreads batches
-        over its buckets.
+        The bucket key defaults to the primary key (without the partition keys); a log table
+        without one spreads batches over its buckets. ``partition_keys`` make a partitioned
+        table; for a PK table they must be part of the primary key.
         """
         if isinstance(schema, str):
             schema = parse_schema(schema)
         primary_key = [primary_key] if isinstance(primary_key, str) else list(primary_key)
+        partition_keys = ([partition_keys] if isinstance(partition_keys, str)
+                          else list(partition_keys))
         if bucket_key is None:
-            bucket_key = list(primary_key)
+            bucket_key = []
         else:
             bucket_key = [bucket_key] if isinstance(bucket_key, str) else list(bucket_key)
         if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 1:
             raise ConfigError(f"num_buckets must be a positive integer, got {num_buckets!r}")
         validate_table_schema(schema, primary_key, bucket_key)
+        bucket_key = check_partition_keys(name, schema, primary_key, bucket_key, partition_keys)
         props = validate_table_properties(dict(properties or {}))
+        AutoPartition.of(name, props, partition_keys)
         self._conn.call_coordinator(m.CreateTableRequest(
             name=name, schema=serialize_schema(schema), primary_key=tuple(primary_key),
             bucket_key=tuple(bucket_key), num_buckets=num_buckets, properties=props,
-            ignore_if_exists=bool(ignore_if_exists)))
+            ignore_if_exists=bool(ignore_if_exists), partition_keys=tuple(partition_keys)))
         return self._conn.refresh_table(name)
+
+    # -- partitions -----------------------------------------------------------------------------
+    def list_partitions(self, table: str) -> list[m.PartitionInfo]:
+        """The partitions of a partitioned table, by name; TableNotPartitioned otherwise."""
+        return list(self._conn.call_coordinator(m.ListPartitionsRequest(table=table)).partitions)
+
+    def create_partition(self, table: str, spec: Mapping[str, str] | str,
+                         ignore_if_exists: bool = False) -> m.PartitionInfo:
+        """Create the partition ``spec`` (``{"dt": "2026-11-25"}`` or ``"dt=2026-11-25"``)."""
+        return self._conn.call_coordinator(m.CreatePartitionRequest(
+            table=table, spec=_spec(spec), ignore_if_exists=bool(ignore_if_exists)))
+
+    def drop_partition(self, table: str, spec: Mapping[str, str] | str,
+                       ignore_if_not_exists: bool = False) -> None:
+        """Drop the partition ``spec``: its data, snapshots and lease pins go with it."""
+        self._conn.call_coordinator(m.DropPartitionRequest(
+            table=table, spec=_spec(spec), ignore_if_not_exists=bool(ignore_if_not_exists)))
 
     def drop_table(self, name: str, ignore_if_not_exists: bool = False) -> None:
         try:

@@ -9,10 +9,11 @@ from typing import Iterable, Iterator, Mapping
 import pyarrow as pa
 
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, Pins, RecordBatchStream, TableAdmin)
+                                        LiveScanStart, PartitionAdmin, Pins, RecordBatchStream,
+                                        TableAdmin)
 from fluss_spark.client.embedded.connection import FlussConnection
 from fluss_spark.errors import UnsupportedVersion
-from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
+from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
 from fluss_spark.transport.tls import TlsClientConfig
 
 
@@ -43,7 +44,8 @@ class EmbeddedCluster:
                                                   snapshot_read="scan_session",
                                                   live_kv_scan=True, lease_describe=leases,
                                                   lease_listing=leases, snapshot_trigger=True,
-                                                  scan_sessions=True, acls=True)
+                                                  scan_sessions=True, acls=True,
+                                                  partition_admin=True)
             return self._capabilities
 
     # -- tables and offsets -----------------------------------------------------------------------
@@ -68,10 +70,23 @@ class EmbeddedCluster:
     def create_table(self, name: str, schema: pa.Schema, *, primary_key: Iterable[str] = (),
                      bucket_key: Iterable[str] | None = None, buckets: int = 1,
                      properties: Mapping[str, str] | None = None,
-                     ignore_if_exists: bool = False) -> None:
+                     ignore_if_exists: bool = False, partition_keys: Iterable[str] = ()) -> None:
         self.conn.admin().create_table(name, schema, primary_key=primary_key,
                                        bucket_key=bucket_key, num_buckets=buckets,
-                                       properties=properties, ignore_if_exists=ignore_if_exists)
+                                       properties=properties, ignore_if_exists=ignore_if_exists,
+                                       partition_keys=partition_keys)
+
+    # -- partitions (PartitionAdmin) ------------------------------------------------------------
+    def list_partitions(self, table: str) -> list[PartitionInfo]:
+        return self.conn.admin().list_partitions(table)
+
+    def create_partition(self, table: str, spec: Mapping[str, str], *,
+                         ignore_if_exists: bool = False) -> PartitionInfo:
+        return self.conn.admin().create_partition(table, spec, ignore_if_exists=ignore_if_exists)
+
+    def drop_partition(self, table: str, spec: Mapping[str, str], *,
+                       ignore_if_not_exists: bool = False) -> None:
+        self.conn.admin().drop_partition(table, spec, ignore_if_not_exists=ignore_if_not_exists)
 
     def drop_table(self, name: str, *, ignore_if_not_exists: bool = True) -> None:
         self.conn.admin().drop_table(name, ignore_if_not_exists=ignore_if_not_exists)
@@ -129,6 +144,7 @@ class EmbeddedCluster:
 #: The type checker holds this implementation to the interface: mypy names any method that differs.
 _IMPLEMENTS_CLUSTER: type[Cluster] = EmbeddedCluster
 _IMPLEMENTS_TABLE_ADMIN: type[TableAdmin] = EmbeddedCluster
+_IMPLEMENTS_PARTITION_ADMIN: type[PartitionAdmin] = EmbeddedCluster
 
 
 __all__ = ["EmbeddedCluster"]

@@ -26,6 +26,10 @@ from fluss_spark.protocol.messages.meta import (ApiVersionsRequest, ApiVersionsR
                                                 AuthenticateRequest, AuthenticateResponse,
                                                 GetMetadataRequest, GetMetadataResponse,
                                                 ServerAddress, TableInfo, TabletAddress)
+from fluss_spark.protocol.messages.partitions import (CreatePartitionRequest,
+                                                      DropPartitionRequest,
+                                                      ListPartitionsRequest,
+                                                      ListPartitionsResponse, PartitionInfo)
 from fluss_spark.protocol.messages.scan import (CloseScan, ContinueScan, ListScannersRequest,
                                                 ListScannersResponse, OpenScan, ScanKvRequest,
                                                 ScanKvResponse, ScannerInfo)
@@ -46,21 +50,23 @@ REQUESTS: dict[ApiKey, type[Request]] = {cls.API_KEY: cls for cls in (
     AcquireLeaseRequest, RenewLeaseRequest, ReleaseLeaseRequest, DropLeaseRequest,
     ListLeasesRequest, DescribeLeaseRequest, GetMetricsRequest, ProduceRequest,
     ListOffsetsRequest, FetchLogRequest, TriggerKvSnapshotRequest, ScanKvRequest,
-    ListScannersRequest, CreateAclsRequest, ListAclsRequest, DropAclsRequest)}
+    ListScannersRequest, CreateAclsRequest, ListAclsRequest, DropAclsRequest,
+    ListPartitionsRequest, CreatePartitionRequest, DropPartitionRequest)}
 
 __all__ = ["AclFilterInfo", "AclInfo", "AcquireLeaseRequest", "AcquireLeaseResponse",
            "ApiVersionsRequest", "ApiVersionsResponse", "AuthenticateRequest",
            "AuthenticateResponse", "CloseScan", "CommitKvSnapshotRequest", "ContinueScan",
-           "CreateAclsRequest", "CreateAclsResponse", "CreateTableRequest", "CreateTableResponse",
-           "DescribeLeaseRequest", "DropAclsRequest", "DropAclsResponse", "DropLeaseRequest",
-           "DropLeaseResponse", "DropTableRequest", "Empty", "FetchLogRequest", "FetchLogResponse",
+           "CreateAclsRequest", "CreateAclsResponse", "CreatePartitionRequest",
+           "CreateTableRequest", "CreateTableResponse", "DescribeLeaseRequest", "DropAclsRequest",
+           "DropAclsResponse", "DropLeaseRequest", "DropLeaseResponse", "DropPartitionRequest",
+           "DropTableRequest", "Empty", "FetchLogRequest", "FetchLogResponse",
            "GetMetadataRequest", "GetMetadataResponse", "GetMetricsRequest", "GetMetricsResponse",
            "LeaseInfo", "ListAclsRequest", "ListAclsResponse", "ListKvSnapshotsRequest",
            "ListKvSnapshotsResponse", "ListLeasesRequest", "ListLeasesResponse",
-           "ListOffsetsRequest", "ListOffsetsResponse", "ListScannersRequest",
-           "ListScannersResponse", "ListTablesRequest", "ListTablesResponse", "Message",
-           "OpenScan", "ProduceRequest", "ProduceResponse", "ReleaseLeaseRequest",
-           "ReleaseLeaseResponse", "RenewLeaseRequest", "RenewLeaseResponse", "Request",
-           "ScanKvRequest", "ScanKvResponse", "ScannerInfo", "ServerAddress", "SnapshotInfo",
-           "TableInfo", "TabletAddress", "TriggerKvSnapshotRequest", "TriggerKvSnapshotResponse",
-           "REQUESTS"]
+           "ListOffsetsRequest", "ListOffsetsResponse", "ListPartitionsRequest",
+           "ListPartitionsResponse", "ListScannersRequest", "ListScannersResponse",
+           "ListTablesRequest", "ListTablesResponse", "Message", "OpenScan", "PartitionInfo",
+           "ProduceRequest", "ProduceResponse", "ReleaseLeaseRequest", "ReleaseLeaseResponse",
+           "RenewLeaseRequest", "RenewLeaseResponse", "Request", "ScanKvRequest", "ScanKvResponse",
+           "ScannerInfo", "ServerAddress", "SnapshotInfo", "TableInfo", "TabletAddress",
+           "TriggerKvSnapshotRequest", "TriggerKvSnapshotResponse", "REQUESTS"]

@@ -74,6 +74,12 @@ class TableInfo(Message):
     created_ms: int = wire(Int(), 0)
     assignment: dict = wire(MapOf(Int(digits_ok=True), Int(None)), default_factory=dict,
                             compare=False)
+    #: Empty: not partitioned (older servers send none).
+    partition_keys: tuple[str, ...] = wire(ListOf(COLUMN, max_len=MAX_COLUMNS), ())
+
+    @property
+    def partitioned(self) -> bool:
+        return bool(self.partition_keys)
 
     @property
     def has_primary_key(self) -> bool:

@@ -8,6 +8,7 @@ from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.messages.base import (Bool, Bytes, Empty, Int, ListOf, MapOf, Message,
                                                 Raw, Request, Str, wire)
 from fluss_spark.protocol.messages.meta import COLUMN, MAX_COLUMNS
+from fluss_spark.protocol.partitions import MAX_PARTITION_KEYS
 
 @dataclass(frozen=True)
 class CreateTableResponse(Message):
@@ -16,7 +17,11 @@ class CreateTableResponse(Message):
 
 @dataclass(frozen=True)
 class CreateTableRequest(Request[CreateTableResponse]):
-    """``schema``: an Arrow IPC schema message (the coordinator checks it and the keys)."""
+    """``schema``: an Arrow IPC schema message (the coordinator checks it and the keys).
+
+    ``partition_keys``: at most 8 columns (STRING, integer, BOOLEAN or DATE); for a PK table
+    each is part of the primary key. Absent: an unpartitioned table.
+    """
 
     API_KEY = ApiKey.CREATE_TABLE
     RESPONSE = CreateTableResponse
@@ -27,6 +32,7 @@ class CreateTableRequest(Request[CreateTableResponse]):
     num_buckets: int = wire(Int(None, None), 1)
     properties: dict = wire(MapOf(Str(), Str()), default_factory=dict)
     ignore_if_exists: bool = wire(Bool(), False)
+    partition_keys: tuple[str, ...] = wire(ListOf(COLUMN, max_len=MAX_PARTITION_KEYS), ())
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ from fluss_spark.protocol.acl import OperationType, Resource
 from fluss_spark.server.authorizer import AclCache, Authorizer
 from fluss_spark.server.coordinator.acls import AclManager
 from fluss_spark.server.coordinator.leases import LeaseManager
+from fluss_spark.server.coordinator.partitions import PartitionManager
 from fluss_spark.server.coordinator.recovery import recover
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_path, join_path
 from fluss_spark.server.coordinator.tables import TableManager
-from fluss_spark.server.metadata_view import build_metadata, lease_info, snapshot_info
+from fluss_spark.server.metadata_view import (build_metadata, lease_info, partition_info,
+                                              snapshot_info)
 from fluss_spark.server.security import Security, current_principal
 from fluss_spark.server.settings import ServerSettings
 from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
@@ -49,6 +51,8 @@ class CoordinatorServer:
                                    digest=settings.zk_digest)
         self._lock = threading.RLock()
         self.tables = TableManager(self._store, lock=self._lock, clock=clock)
+        self.partitions = PartitionManager(self._store, self.tables, lock=self._lock,
+                                           clock=clock)
         self.snapshots = SnapshotRegistry(self._store, num_retained=self.tables.num_retained,
                                           store_root=settings.remote_data_dir,
                                           lock=self._lock)
@@ -200,6 +204,7 @@ class CoordinatorServer:
             # First of all: from here on, writes of any earlier coordinator fail.
             epoch = self._store.claim_epoch()
             n_tables = self.tables.load()
+            self.partitions.load()
             n_snaps, n_leases = recover(self.snapshots, self.leases,
                                         table_exists=lambda t: self.tables.by_id(t) is not None)
             self._store.set_active_coordinator(
@@ -220,6 +225,9 @@ class CoordinatorServer:
         leader_only = [
             (m.CreateTableRequest, self._create_table),
             (m.DropTableRequest, self._drop_table),
+            (m.ListPartitionsRequest, self._list_partitions),
+            (m.CreatePartitionRequest, self._create_partition),
+            (m.DropPartitionRequest, self._drop_partition),
             (m.CommitKvSnapshotRequest, self._commit_snapshot),
             (m.ListKvSnapshotsRequest, self._list_snapshots),
             (m.GetMetricsRequest, self._metrics),
@@ -272,6 +280,7 @@ class CoordinatorServer:
             rec = self.tables.drop(req.name, req.ignore_if_not_exists)
             if rec is None:
                 return m.Empty()
+            self.partitions.forget_table(rec.table_id)
             self.leases.drop_table_pins(rec.table_id)
             self.snapshots.drop_table(rec.table_id)
         try:
@@ -279,6 +288,24 @@ class CoordinatorServer:
         except Exception as e:  # noqa: BLE001 - the table is gone; leftover files are only space
             log.warning("cannot delete the snapshot directory of dropped table %s: %s",
                         req.name, e)
+        return m.Empty()
+
+    def _list_partitions(self, req: m.ListPartitionsRequest) -> m.ListPartitionsResponse:
+        self.authorizer.check(OperationType.DESCRIBE, Resource.table(req.table),
+                              f"list the partitions of {req.table!r}")
+        return m.ListPartitionsResponse(tuple(partition_info(p)
+                                              for p in self.partitions.of(req.table)))
+
+    def _create_partition(self, req: m.CreatePartitionRequest) -> m.PartitionInfo:
+        self.authorizer.check(OperationType.WRITE, Resource.table(req.table),
+                              f"create a partition of {req.table!r}")
+        return partition_info(self.partitions.create(req.table, dict(req.spec),
+                                                     req.ignore_if_exists))
+
+    def _drop_partition(self, req: m.DropPartitionRequest) -> m.Empty:
+        self.authorizer.check(OperationType.WRITE, Resource.table(req.table),
+                              f"drop a partition of {req.table!r}")
+        self.partitions.drop(req.table, dict(req.spec), req.ignore_if_not_exists)
         return m.Empty()
 
     def _commit_snapshot(self, req: m.CommitKvSnapshotRequest) -> m.Empty:

@@ -10,7 +10,9 @@ from fluss_spark.errors import (ConfigError, CorruptMessage, InvalidConfig, Inva
                                 LeaderNotAvailable, TableAlreadyExist, TableNotExist)
 from fluss_spark.metadata.layout import AssignmentRecord, TableRecord, check_table_name
 from fluss_spark.protocol.arrow_ipc import deserialize_schema
+from fluss_spark.protocol.auto_partition import AutoPartition
 from fluss_spark.protocol.messages import CreateTableRequest
+from fluss_spark.protocol.partitions import check_partition_keys
 from fluss_spark.protocol.types import validate_table_schema
 
 
@@ -72,14 +74,16 @@ class TableManager:
                 raise TableAlreadyExist(f"table {name} already exists (table id "
                                         f"{existing.table_id}); drop it first or pass "
                                         "ignore_if_exists")
-            schema_bytes, pk, bucket_key, num_buckets, props = self._validate(req)
+            schema_bytes, pk, bucket_key, num_buckets, props, partition_keys = \
+                self._validate(req)
             tablets = list(self._store.tablets())
             if not tablets:
                 raise LeaderNotAvailable("no tablet server is registered; start one")
             table_id = self._store.next_table_id()
             rec = TableRecord(table_id=table_id, name=name, schema=schema_bytes, primary_key=pk,
                               bucket_key=bucket_key, num_buckets=num_buckets,
-                              properties=props, created_ms=self._clock())
+                              properties=props, created_ms=self._clock(),
+                              partition_keys=partition_keys)
             self._store.create_table(rec, assign_buckets(table_id, num_buckets, tablets))
             self._by_name[name] = rec
             self._by_id[table_id] = rec
@@ -114,17 +118,20 @@ class TableManager:
         pk, bucket_key = list(req.primary_key), list(req.bucket_key)
         if len(set(pk)) != len(pk):
             raise InvalidTable(f"table {name}: primary key {pk} names a column twice")
+        partition_keys = list(req.partition_keys)
         try:
             validate_table_schema(schema, pk, bucket_key)
+            bucket_key = check_partition_keys(name, schema, pk, bucket_key, partition_keys)
         except ConfigError as e:
-            raise InvalidTable(f"table {name}: {e}") from None
-        if not bucket_key and pk:
-            bucket_key = list(pk)
+            raise InvalidTable(f"table {name}: {e}" if not str(e).startswith("table ")
+                               else str(e)) from None
         if not 1 <= req.num_buckets <= config.MAX_BUCKETS:
             raise InvalidTable(f"table {name}: num_buckets must be between 1 and "
                                f"{config.MAX_BUCKETS}, got {req.num_buckets}")
         try:
             props = config.validate_table_properties(dict(req.properties))
+            AutoPartition.of(name, props, partition_keys)
         except ConfigError as e:
-            raise InvalidConfig(f"table {name}: {e}") from None
-        return req.schema, pk, bucket_key, req.num_buckets, props
+            raise InvalidConfig(f"table {name}: {e}" if not str(e).startswith("table ")
+                                else str(e)) from None
+        return req.schema, pk, bucket_key, req.num_buckets, props, partition_keys

@@ -2,9 +2,9 @@
 
 import pytest
 
-from fluss_spark.errors import CorruptMessage, InvalidTable
+from fluss_spark.errors import CorruptMessage, InvalidPartitionSpec, InvalidTable
 from fluss_spark.metadata import layout
-from fluss_spark.metadata.layout import SnapshotRecord, TableRecord
+from fluss_spark.metadata.layout import PartitionRecord, SnapshotRecord, TableRecord
 from fluss_spark.protocol.codec import packb
 
 
@@ -44,3 +44,29 @@ def test_names_are_matched_in_full(name):
         layout.check_table_name(name)
     with pytest.raises(Exception, match="invalid lease id"):
         layout.check_lease_id("job-1\n")
+
+
+def test_v1_table_record_bytes_decode_as_an_unpartitioned_table():
+    # Bytes as a TableRecord v1 writer produced them (before partition keys).
+    data = packb({"v": 1, "table_id": 3, "name": "db.t", "schema": b"\x01",
+                  "primary_key": ["id"], "bucket_key": ["id"], "num_buckets": 4,
+                  "properties": {"a": "b"}, "created_ms": 9})
+    rec = TableRecord.decode(data)
+    assert (rec.table_id, rec.primary_key, rec.num_buckets, rec.partition_keys) == (
+        3, ["id"], 4, [])
+    assert not rec.partitioned
+
+
+def test_partitioned_table_and_partition_records_round_trip():
+    rec = TableRecord(table_id=3, name="db.t", schema=b"\x01", primary_key=["id", "dt"],
+                      bucket_key=["id"], partition_keys=["dt"])
+    assert TableRecord.decode(rec.encode()) == rec and rec.partitioned
+    part = PartitionRecord(table_id=3, partition_id=12, name="2026-11-25$eu",
+                           values=["2026-11-25", "eu"], buckets=[1, 2], created_ms=5)
+    assert PartitionRecord.decode(part.encode()) == part
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "__x", "a$", "a b"])
+def test_bad_partition_names_never_become_paths(name):
+    with pytest.raises(InvalidPartitionSpec):
+        layout.partition_path("db.t", name)

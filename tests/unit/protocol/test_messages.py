@@ -54,6 +54,10 @@ EXAMPLES = [
     m.CreateAclsRequest((ACL,)), m.CreateAclsResponse((ACL,)),
     m.ListAclsRequest(ACL_FILTER), m.ListAclsResponse((ACL,)),
     m.DropAclsRequest((ACL_FILTER, m.AclFilterInfo())), m.DropAclsResponse((ACL,)),
+    m.ListPartitionsRequest("db.t"),
+    m.ListPartitionsResponse((m.PartitionInfo(7, "2026-11-25$eu", {0: 1, 1: 2}, 5),)),
+    m.CreatePartitionRequest("db.t", {"dt": "2026-11-25", "region": "eu"}, True),
+    m.PartitionInfo(8, "20261125"), m.DropPartitionRequest("db.t", {"dt": "20261125"}),
 ]
 
 

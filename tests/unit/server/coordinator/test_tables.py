@@ -102,3 +102,32 @@ def test_drop_and_num_retained(tables, store):
     with pytest.raises(TableNotExist):
         tables.drop("db.t")
     assert tables.drop("db.t", ignore_if_not_exists=True) is None
+
+
+PARTITIONED = serialize_schema(parse_schema("id BIGINT NOT NULL, dt STRING NOT NULL, v DOUBLE"))
+
+
+def test_a_partitioned_pk_table_buckets_by_the_key_without_its_partition_keys(tables, store):
+    tables.create(body(name="db.p", schema=PARTITIONED, primary_key=["id", "dt"],
+                       partition_keys=["dt"],
+                       properties={"table.auto-partition.enabled": "true"}))
+    rec = store.table("db.p")
+    assert (rec.partition_keys, rec.bucket_key) == (["dt"], ["id"])
+    assert store.partitions("db.p") == []
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    ({"partition_keys": ["dt"]}, InvalidTable, r"partition key\(s\) dt must be part of the "
+                                               r"primary key \(id\)"),
+    ({"partition_keys": ["nope"]}, InvalidTable, "'nope' is not a column"),
+    ({"partition_keys": ["dt"], "primary_key": ["id", "dt"],
+      "properties": {"table.auto-partition.time-unit": "WEEK"}}, InvalidConfig,
+     "not one of YEAR"),
+    ({"properties": {"table.auto-partition.enabled": "true"}}, InvalidConfig,
+     "needs partition keys"),
+])
+def test_bad_partitioned_definitions_are_refused_and_nothing_is_written(tables, store, kw,
+                                                                         error, message):
+    with pytest.raises(error, match=message):
+        tables.create(body(name="db.p", schema=PARTITIONED, **kw))
+    assert store.table("db.p") is None
