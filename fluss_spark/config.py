@@ -347,6 +347,11 @@ SERVER_LOG_MAX_BACKUPS = integer(
     "server.log.max-backups", 5,
     "Rotated log files a server keeps (ROLE-ID.log.1 .. .N); older ones are deleted.",
     minimum=1)
+SERVER_MEMORY_RELEASE_INTERVAL = duration(
+    "server.memory.release-interval", "5s",
+    "How often a server hands memory it no longer uses back to the operating system (collects "
+    "cyclic garbage, then trims the C heap), so its RSS falls back after a burst of large "
+    "requests; 0 turns it off.", minimum=0)
 SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL,
                   SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
@@ -360,7 +365,7 @@ SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SC
                   ZOOKEEPER_DIGEST_FILE, SECURITY_LOGIN_MAX_FAILURES_PER_ADDRESS,
                   SECURITY_LOGIN_MAX_FAILURES_PER_USER, SECURITY_LOGIN_FAILURE_WINDOW,
                   SECURITY_LOGIN_LOCKOUT, SECURITY_LOGIN_LOG_INTERVAL, SERVER_LOG_MAX_FILE_SIZE,
-                  SERVER_LOG_MAX_BACKUPS]
+                  SERVER_LOG_MAX_BACKUPS, SERVER_MEMORY_RELEASE_INTERVAL]
 
 
 def parse_pairs(items: Iterable[str], what: str, example: str = "") -> dict[str, str]:

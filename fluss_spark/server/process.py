@@ -17,6 +17,7 @@ from fluss_spark import config
 from fluss_spark.config import parse_server_options
 from fluss_spark.errors import ConfigError
 from fluss_spark.protocol.api import API_GROUPS
+from fluss_spark.server import memory
 from fluss_spark.server.settings import ServerSettings
 
 
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     setup_logging(settings)
+    memory.use_system_allocator()       # before the server allocates its first Arrow buffer
     server: _Server
     if settings.role == "coordinator":
         from fluss_spark.server.coordinator.server import CoordinatorServer
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     server.start()
     write_ready_file(settings, server.host, server.port)
+    memory.start_releasing(settings.options.get(config.SERVER_MEMORY_RELEASE_INTERVAL.key,
+                                                config.SERVER_MEMORY_RELEASE_INTERVAL.default)
+                           / 1000, stopped)
     stopped.wait()
     server.stop()
     return 0
