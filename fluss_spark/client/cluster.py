@@ -7,6 +7,7 @@ from typing import Iterable, Iterator, Literal, Mapping, Protocol, runtime_check
 
 import pyarrow as pa
 
+from fluss_spark.errors import UnsupportedVersion
 from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.changelog import (APPEND, CHANGE_TYPE, CHANGELOG_FIELDS,
                                             COMMIT_TIMESTAMP, DELETE, INSERT, LOG_OFFSET,
@@ -52,6 +53,16 @@ class Capabilities:
     #: Partitions of partitioned tables are listed, created and dropped through this client
     #: (``PartitionAdmin``; this project's servers). Apache Fluss: not yet.
     partition_admin: bool = False
+
+
+def refuse_partitioned(info: TableInfo, path: str) -> TableInfo:
+    """``info`` if its table is not partitioned; a partitioned one is refused by ``path`` (a read
+    or write path that does not know partitions yet) with ``UnsupportedVersion``."""
+    if info.partitioned:
+        raise UnsupportedVersion(f"table {info.name} is partitioned (by "
+                                 f"{', '.join(info.partition_keys)}); partitions are not "
+                                 f"supported by {path} yet")
+    return info
 
 
 @dataclass(frozen=True)
@@ -230,5 +241,5 @@ class PartitionAdmin(Protocol):
 __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
            "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
            "LeaseInfo", "LiveScanStart", "PartitionAdmin", "PartitionInfo", "Pins", "RETRACTIONS",
-           "RecordBatchStream", "SnapshotInfo",
+           "RecordBatchStream", "SnapshotInfo", "refuse_partitioned",
            "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE"]

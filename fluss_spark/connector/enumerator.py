@@ -52,7 +52,7 @@ from typing import Any, Callable
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 
-from fluss_spark.client.cluster import Cluster, LiveScanStart, TableInfo
+from fluss_spark.client.cluster import Cluster, LiveScanStart, TableInfo, refuse_partitioned
 from fluss_spark.clock import Clock, monotonic_ms
 from fluss_spark.connector.lease_keeper import LeaseKeeper
 from fluss_spark.connector.lease_session import LeaseSession
@@ -64,6 +64,9 @@ from fluss_spark.connector.splits import LiveScanSplit, plan_splits
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist
 
 log = logging.getLogger(__name__)
+
+#: How the source names itself when it refuses a table.
+SPARK_SOURCE = "the Spark source"
 
 _NEW_CHECKPOINT = ("A checkpoint belongs to one query: restore the options it was started with, "
                    "or start this query with a new checkpointLocation.")
@@ -145,7 +148,8 @@ class Enumerator:
         infos = []
         for name in self.table_names:
             try:
-                infos.append(self.cluster.get_table(name))
+                # At query start, like the Apache Fluss backend: partitions are not read yet.
+                infos.append(refuse_partitioned(self.cluster.get_table(name), SPARK_SOURCE))
             except TableNotExist:
                 raise TableNotExist(f"table {name!r} does not exist on "
                                     f"{self.options.bootstrap_servers}; create it or fix option "

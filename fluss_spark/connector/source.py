@@ -19,8 +19,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from fluss_spark.client.cluster import Cluster, TableInfo
-from fluss_spark.connector.enumerator import Enumerator
+from fluss_spark.client.cluster import Cluster, TableInfo, refuse_partitioned
+from fluss_spark.connector.enumerator import SPARK_SOURCE, Enumerator
 from fluss_spark.connector.options import SourceOptions, parse_options
 from fluss_spark.connector.readers import SplitReader
 from fluss_spark.connector.schema import Layout, output_schema, project
@@ -48,7 +48,7 @@ def infer_schema(cluster: Cluster, options: SourceOptions) -> StructType:
     infos = []
     for name in resolve_table_names(cluster, options):
         try:
-            infos.append(cluster.get_table(name))
+            infos.append(refuse_partitioned(cluster.get_table(name), SPARK_SOURCE))
         except TableNotExist:
             raise TableNotExist(f"table {name!r} does not exist on {options.bootstrap_servers}; "
                                 "create it or fix option 'table'/'tables'") from None
@@ -181,7 +181,7 @@ def plan_batch(cluster: Cluster, options: SourceOptions, names: list[str],
     """One split per bucket: fixed end offsets taken now, so the read is a consistent cut."""
     splits: list[InputPartition] = []
     for name in names:
-        info = cluster.get_table(name)
+        info = refuse_partitioned(cluster.get_table(name), SPARK_SOURCE)
         if layout is not None:
             check_read_columns(info, layout)
         latest = cluster.list_offsets(name, spec="latest")

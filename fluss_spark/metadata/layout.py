@@ -12,6 +12,7 @@
     /fluss/tables/<db.table>/partitions/<partition name>   PartitionRecord
     /fluss/snapshot_index/<table_id>/<page>   SnapshotIndexPage: the snapshots of buckets
                                               page*128 .. page*128+127 (layout v2)
+    /fluss/snapshot_index/<table_id>/p<partition_id>/<page>   the same, for one partition
     /fluss/snapshots/<table_id>/<bucket>/<snapshot_id, 20 digits>   SnapshotRecord (layout v1,
                                               read and migrated, never written)
     /fluss/leases/kv_snapshot/<lease_id>  LeaseRecord header (see leases below)
@@ -29,6 +30,8 @@ Every record is a msgpack map with a ``v`` field. Version history:
 - AclRecord v1: the ACLs of one resource (see ``AclRecord``).
 - TableRecord v2: adds ``partition_keys``; a v1 record decodes as an unpartitioned table.
 - PartitionRecord v1: a partition's id, values and bucket assignment (see ``PartitionRecord``).
+- SnapshotRecord v2 and SnapshotIndexPage v2: add ``partition_id`` (None: an unpartitioned
+  table's bucket); v1 records and pages decode with none.
 
 Decoders accept every version listed here; a newer, unknown version is refused with a clear
 error rather than misread. docs/zookeeper_layout.md describes the stored formats byte by byte.
@@ -114,9 +117,23 @@ SNAPSHOT_PAGE_BUCKETS = 128
 SNAPSHOT_PAGE_MAX_BYTES = 900 * 1024
 
 
-def snapshot_index_path(table_id: int, page: int | None = None) -> str:
+#: Prefix of a partition's node under its table's snapshot index node: ``p<partition id>``.
+PARTITION_NODE_PREFIX = "p"
+
+
+def snapshot_index_path(table_id: int, page: int | None = None,
+                        partition_id: int | None = None) -> str:
+    """A table's index node, a partition's (``.../p<partition_id>``), or one of their pages."""
     base = f"{SNAPSHOT_INDEX}/{table_id}"
+    if partition_id is not None:
+        base = f"{base}/{PARTITION_NODE_PREFIX}{partition_id}"
     return base if page is None else f"{base}/{page}"
+
+
+def partition_of_node(name: str) -> int | None:
+    """The partition id of a ``p<partition id>`` child of a table's index node, else None."""
+    rest = name[len(PARTITION_NODE_PREFIX):]
+    return int(rest) if name.startswith(PARTITION_NODE_PREFIX) and rest.isdigit() else None
 
 
 def snapshot_page_of(bucket: int) -> int:
@@ -248,7 +265,16 @@ class AssignmentRecord(_Record):
 
 @dataclass(frozen=True)
 class SnapshotRecord(_Record):
-    """A registered KV snapshot of one bucket. v1: location, exclusive log_offset, size."""
+    """A registered KV snapshot of one bucket.
+
+    Versions:
+
+    - v1: table_id, bucket, snapshot_id, path, exclusive log_offset, row_count, size_bytes,
+      created_ms.
+    - v2: adds partition_id (None: an unpartitioned table's bucket); v1 decodes with none.
+    """
+
+    VERSION = 2
 
     table_id: int
     bucket: int
@@ -258,6 +284,7 @@ class SnapshotRecord(_Record):
     row_count: int
     size_bytes: int = 0
     created_ms: int = 0
+    partition_id: int | None = None
 
 
 _PAGE_COLUMNS = ("bucket", "snapshot_id", "path", "log_offset", "row_count", "size_bytes",
@@ -286,25 +313,31 @@ class SnapshotIndexPage:
     Versions:
 
     - v1: the layout above (layout v2 of the snapshot registry).
+    - v2: adds ``partition_id`` (nil: an unpartitioned table's page), stored at
+      ``/fluss/snapshot_index/<table_id>/p<partition_id>/<page>``; its records carry it.
+      A v1 page decodes as an unpartitioned one.
     """
 
-    VERSION = 1
+    VERSION = 2
 
     table_id: int
     page: int
     records: tuple = ()
+    partition_id: int | None = None
 
     def encode(self) -> bytes:
         import zlib
         rows = sorted(self.records, key=lambda r: (r.bucket, r.snapshot_id))
         for r in rows:
-            if r.table_id != self.table_id or snapshot_page_of(r.bucket) != self.page:
-                raise ValueError(f"snapshot {r.snapshot_id} of table {r.table_id} bucket "
-                                 f"{r.bucket} does not belong to page {self.page} of table "
-                                 f"{self.table_id}")
+            if r.table_id != self.table_id or snapshot_page_of(r.bucket) != self.page \
+                    or r.partition_id != self.partition_id:
+                raise ValueError(f"snapshot {r.snapshot_id} of table {r.table_id} partition id "
+                                 f"{r.partition_id} bucket {r.bucket} does not belong to page "
+                                 f"{self.page} of table {self.table_id} partition id "
+                                 f"{self.partition_id}")
         columns = {c: [getattr(r, c) for r in rows] for c in _PAGE_COLUMNS}
         return packb({"v": self.VERSION, "table_id": self.table_id, "page": self.page,
-                      "z": zlib.compress(packb(columns))})
+                      "partition_id": self.partition_id, "z": zlib.compress(packb(columns))})
 
     @classmethod
     def decode(cls, data: bytes) -> "SnapshotIndexPage":
@@ -312,6 +345,8 @@ class SnapshotIndexPage:
         try:
             raw = _check_version("SnapshotIndexPage", unpackb(data), cls.VERSION)
             table_id, page = int(raw["table_id"]), int(raw["page"])
+            pid = raw.get("partition_id")           # absent from v1 pages
+            partition_id = None if pid is None else int(pid)
             columns = unpackb(zlib.decompress(raw["z"]))
             cols = [columns[c] for c in _PAGE_COLUMNS]
         except CorruptMessage:
@@ -322,9 +357,9 @@ class SnapshotIndexPage:
         if len({len(c) for c in cols}) > 1:
             raise CorruptMessage(f"SnapshotIndexPage {page} of table {table_id}: columns of "
                                  "different lengths")
-        records = tuple(SnapshotRecord(table_id, b, s, p, o, r, z, c)
+        records = tuple(SnapshotRecord(table_id, b, s, p, o, r, z, c, partition_id)
                         for b, s, p, o, r, z, c in zip(*cols))
-        return cls(table_id=table_id, page=page, records=records)
+        return cls(table_id=table_id, page=page, records=records, partition_id=partition_id)
 
 
 def encode_int(value: int) -> bytes:

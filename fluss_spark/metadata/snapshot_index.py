@@ -4,7 +4,7 @@ they replace (read, and moved into the pages by ``migrate_snapshots``)."""
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -41,35 +41,43 @@ class SnapshotIndex:
     def put_snapshot(self, rec: SnapshotRecord) -> None:
         def change(records: dict) -> None:
             records[(rec.bucket, rec.snapshot_id)] = rec
-        self._update_page(rec.table_id, layout.snapshot_page_of(rec.bucket), change)
+        self._update_page(rec.table_id, layout.snapshot_page_of(rec.bucket), change,
+                          rec.partition_id)
 
-    def delete_snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> None:
+    def delete_snapshot(self, table_id: int, bucket: int, snapshot_id: int,
+                        partition_id: int | None = None) -> None:
         def change(records: dict) -> None:
             records.pop((bucket, snapshot_id), None)
-        if not self._update_page(table_id, layout.snapshot_page_of(bucket), change) \
-                and not self._v1_gone():
+        if not self._update_page(table_id, layout.snapshot_page_of(bucket), change,
+                                 partition_id) \
+                and partition_id is None and not self._v1_gone():
             # Not in the index: a layout v1 snapshot that was never migrated.
             try:
                 self._session.write("delete", layout.snapshot_path(table_id, bucket, snapshot_id))
             except NoNodeError:
                 pass
 
-    def snapshot_ids(self, table_id: int, bucket: int) -> list[int]:
-        page = self._page(table_id, layout.snapshot_page_of(bucket))
+    def snapshot_ids(self, table_id: int, bucket: int,
+                     partition_id: int | None = None) -> list[int]:
+        page = self._page(table_id, layout.snapshot_page_of(bucket), partition_id)
         ids = {s for b, s in page if b == bucket}
-        ids.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id, bucket)))
+        if partition_id is None:
+            ids.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id, bucket)))
         return sorted(ids)
 
-    def snapshot_buckets(self, table_id: int) -> list[int]:
-        buckets = {b for page in self._pages(table_id).values() for b, _ in page}
-        buckets.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id)))
+    def snapshot_buckets(self, table_id: int, partition_id: int | None = None) -> list[int]:
+        buckets = {b for page in self._pages(table_id, partition_id).values() for b, _ in page}
+        if partition_id is None:
+            buckets.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id)))
         return sorted(buckets)
 
-    def snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> SnapshotRecord | None:
-        rec = self._page(table_id, layout.snapshot_page_of(bucket)).get((bucket, snapshot_id))
+    def snapshot(self, table_id: int, bucket: int, snapshot_id: int,
+                 partition_id: int | None = None) -> SnapshotRecord | None:
+        rec = self._page(table_id, layout.snapshot_page_of(bucket),
+                         partition_id).get((bucket, snapshot_id))
         if rec is not None:
             return rec
-        if self._v1_gone():
+        if partition_id is not None or self._v1_gone():
             return None
         return self._session.get(layout.snapshot_path(table_id, bucket, snapshot_id),
                                  SnapshotRecord)
@@ -88,19 +96,40 @@ class SnapshotIndex:
             except NoNodeError:
                 pass
 
+    def delete_partition_snapshots(self, table_id: int, partition_id: int) -> None:
+        """Remove the index node of a dropped partition with its pages."""
+        base = layout.snapshot_index_path(table_id, partition_id=partition_id)
+        for path in [p for p in self._page_cache if p.startswith(base + "/")]:
+            del self._page_cache[path]
+        try:
+            self._session.delete_tree(base)
+        except NoNodeError:
+            pass
+
     def all_snapshots(self) -> list[SnapshotRecord]:
-        """Every registered KV snapshot: the index pages of every table (pipelined reads, so
-        O(tables + pages) round trips in flight), plus any layout v1 znodes left."""
+        """Every registered KV snapshot: the index pages of every table and partition
+        (pipelined reads, so O(tables + partitions + pages) round trips in flight), plus any
+        layout v1 znodes left."""
         tables = [int(t) for t in self._session.children(layout.SNAPSHOT_INDEX)]
-        listings = [(t, self.zk.get_children_async(layout.snapshot_index_path(t)))
-                    for t in tables]
+        listings: list[tuple[int, int | None, Any]] = [
+            (t, None, self.zk.get_children_async(layout.snapshot_index_path(t))) for t in tables]
         paths = []
-        for table_id, listing in listings:
-            try:
-                paths += [layout.snapshot_index_path(table_id, int(p)) for p in listing.get()]
-            except NoNodeError:
-                continue
-        found: dict[tuple[int, int, int], SnapshotRecord] = {}
+        while listings:
+            more: list[tuple[int, int | None, Any]] = []
+            for table_id, pid, listing in listings:
+                try:
+                    children = listing.get()
+                except NoNodeError:
+                    continue
+                for c in children:
+                    child_pid = layout.partition_of_node(c)
+                    if pid is None and child_pid is not None:
+                        more.append((table_id, child_pid, self.zk.get_children_async(
+                            layout.snapshot_index_path(table_id, partition_id=child_pid))))
+                    elif c.isdigit():
+                        paths.append(layout.snapshot_index_path(table_id, int(c), pid))
+            listings = more
+        found: dict[tuple, SnapshotRecord] = {}
         for i in range(0, len(paths), 1000):
             reads = [(p, self.zk.get_async(p)) for p in paths[i:i + 1000]]
             for path, read in reads:
@@ -111,11 +140,11 @@ class SnapshotIndex:
                 page = layout.SnapshotIndexPage.decode(data)
                 records = {}
                 for rec in page.records:
-                    found[(rec.table_id, rec.bucket, rec.snapshot_id)] = rec
+                    found[(rec.table_id, rec.partition_id, rec.bucket, rec.snapshot_id)] = rec
                     records[(rec.bucket, rec.snapshot_id)] = rec
                 self._page_cache[path] = (stat.version, records)
         for rec in self._v1_snapshots():
-            found.setdefault((rec.table_id, rec.bucket, rec.snapshot_id), rec)
+            found.setdefault((rec.table_id, None, rec.bucket, rec.snapshot_id), rec)
         return list(found.values())
 
     def migrate_snapshots(self) -> int:
@@ -174,19 +203,23 @@ class SnapshotIndex:
     def _v1_children(self, path: str) -> list[str]:
         return [] if self._v1_gone() else self._session.children(path)
 
-    def _page(self, table_id: int, page: int) -> dict[tuple[int, int], SnapshotRecord]:
+    def _page(self, table_id: int, page: int,
+              partition_id: int | None = None) -> dict[tuple[int, int], SnapshotRecord]:
         try:
-            data, _ = self.zk.get(layout.snapshot_index_path(table_id, page))
+            data, _ = self.zk.get(layout.snapshot_index_path(table_id, page, partition_id))
         except NoNodeError:
             return {}
         return {(r.bucket, r.snapshot_id): r
                 for r in layout.SnapshotIndexPage.decode(data).records}
 
-    def _pages(self, table_id: int) -> dict[int, dict[tuple[int, int], SnapshotRecord]]:
-        return {int(p): self._page(table_id, int(p))
-                for p in self._session.children(layout.snapshot_index_path(table_id))}
+    def _pages(self, table_id: int, partition_id: int | None = None
+               ) -> dict[int, dict[tuple[int, int], SnapshotRecord]]:
+        base = layout.snapshot_index_path(table_id, partition_id=partition_id)
+        return {int(p): self._page(table_id, int(p), partition_id)
+                for p in self._session.children(base) if p.isdigit()}
 
-    def _update_page(self, table_id: int, page: int, change: Callable[[dict], object]) -> bool:
+    def _update_page(self, table_id: int, page: int, change: Callable[[dict], object],
+                     partition_id: int | None = None) -> bool:
         """Apply ``change`` to a page's ``{(bucket, snapshot_id): record}`` and write it with a
         version check (retried when someone else wrote it meanwhile); returns whether the
         page changed. An emptied page is deleted.
@@ -194,7 +227,7 @@ class SnapshotIndex:
         The page as this store last wrote or read it is the base when known, so a commit
         costs one write, not a read and a write; a version check that fails (someone else
         wrote it) drops that copy and reads the page again."""
-        path = layout.snapshot_index_path(table_id, page)
+        path = layout.snapshot_index_path(table_id, page, partition_id)
         fresh = False
         while True:
             cached = self._page_cache.get(path)
@@ -221,7 +254,8 @@ class SnapshotIndex:
                     self._page_cache.pop(path, None)
                     self._session.write("delete", path, version=version)
                     return True
-                encoded = layout.SnapshotIndexPage(table_id, page, tuple(new.values())).encode()
+                encoded = layout.SnapshotIndexPage(table_id, page, tuple(new.values()),
+                                                   partition_id).encode()
                 if len(encoded) > layout.SNAPSHOT_PAGE_MAX_BYTES:
                     raise StorageError(
                         f"the snapshot index page of table {table_id} buckets "
@@ -232,7 +266,8 @@ class SnapshotIndex:
                         f"snapshots")
                 self._page_cache.pop(path, None)    # until the write's outcome is known
                 if version is None:
-                    self.zk.ensure_path(layout.snapshot_index_path(table_id))
+                    self.zk.ensure_path(layout.snapshot_index_path(table_id,
+                                                                   partition_id=partition_id))
                     self._session.write("create", path, encoded)
                     self._page_cache[path] = (0, new)
                 else:

@@ -245,23 +245,29 @@ class MetadataStore:
     def put_snapshot(self, rec: SnapshotRecord) -> None:
         self._snapshots.put_snapshot(rec)
 
-    def delete_snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> None:
-        self._snapshots.delete_snapshot(table_id, bucket, snapshot_id)
+    def delete_snapshot(self, table_id: int, bucket: int, snapshot_id: int,
+                        partition_id: int | None = None) -> None:
+        self._snapshots.delete_snapshot(table_id, bucket, snapshot_id, partition_id)
 
-    def snapshot_ids(self, table_id: int, bucket: int) -> list[int]:
-        return self._snapshots.snapshot_ids(table_id, bucket)
+    def snapshot_ids(self, table_id: int, bucket: int,
+                     partition_id: int | None = None) -> list[int]:
+        return self._snapshots.snapshot_ids(table_id, bucket, partition_id)
 
-    def snapshot_buckets(self, table_id: int) -> list[int]:
-        return self._snapshots.snapshot_buckets(table_id)
+    def snapshot_buckets(self, table_id: int, partition_id: int | None = None) -> list[int]:
+        return self._snapshots.snapshot_buckets(table_id, partition_id)
 
-    def snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> SnapshotRecord | None:
-        return self._snapshots.snapshot(table_id, bucket, snapshot_id)
+    def snapshot(self, table_id: int, bucket: int, snapshot_id: int,
+                 partition_id: int | None = None) -> SnapshotRecord | None:
+        return self._snapshots.snapshot(table_id, bucket, snapshot_id, partition_id)
 
     def snapshot_table_ids(self) -> list[int]:
         return self._snapshots.snapshot_table_ids()
 
     def delete_table_snapshots(self, table_id: int) -> None:
         self._snapshots.delete_table_snapshots(table_id)
+
+    def delete_partition_snapshots(self, table_id: int, partition_id: int) -> None:
+        self._snapshots.delete_partition_snapshots(table_id, partition_id)
 
     def all_snapshots(self) -> list[SnapshotRecord]:
         """Every registered KV snapshot (see ``SnapshotIndex.all_snapshots``)."""

@@ -16,14 +16,16 @@ if TYPE_CHECKING:
     from fluss_spark.server.authorizer import Authorizer
 
 
-def table_info(table: TableRecord, assignment: AssignmentRecord | None) -> m.TableInfo:
+def table_info(table: TableRecord, assignment: AssignmentRecord | None,
+               partitions: Iterable[PartitionRecord] = ()) -> m.TableInfo:
     return m.TableInfo(
         table_id=table.table_id, name=table.name, schema=deserialize_schema(table.schema),
         primary_key=tuple(table.primary_key), bucket_key=tuple(table.bucket_key),
         num_buckets=table.num_buckets, properties=dict(table.properties),
         created_ms=table.created_ms,
         assignment=dict(enumerate(assignment.buckets)) if assignment else {},
-        partition_keys=tuple(table.partition_keys))
+        partition_keys=tuple(table.partition_keys),
+        partitions=tuple(partition_info(p) for p in partitions))
 
 
 def build_metadata(store: MetadataStore, names: Iterable[str] | None,
@@ -44,7 +46,8 @@ def build_metadata(store: MetadataStore, names: Iterable[str] | None,
             if names is not None:
                 raise TableNotExist(f"table {name} does not exist")
             continue
-        tables.append(table_info(rec, store.assignment(name)))
+        tables.append(table_info(rec, store.assignment(name),
+                                 store.partitions(name) if rec.partitioned else ()))
     return m.GetMetadataResponse(
         coordinator=m.ServerAddress(coord.host, coord.port) if coord else None,
         tablets=tuple(m.TabletAddress(t.id, t.host, t.port) for t in store.tablets().values()),
@@ -61,7 +64,7 @@ def snapshot_info(rec: SnapshotRecord, pinned_by: Iterable[str] = ()) -> m.Snaps
     return m.SnapshotInfo(table_id=rec.table_id, bucket=rec.bucket, snapshot_id=rec.snapshot_id,
                           path=rec.path, log_offset=rec.log_offset, row_count=rec.row_count,
                           size_bytes=rec.size_bytes, created_ms=rec.created_ms,
-                          pinned_by=tuple(pinned_by))
+                          pinned_by=tuple(pinned_by), partition_id=rec.partition_id)
 
 
 def lease_info(rec: LeaseRecord) -> m.LeaseInfo:

@@ -2,6 +2,7 @@
 registers and collects what they wrote::
 
     <remote_data_dir>/<table_id>/<bucket>/snapshot-<snapshot_id>.arrow
+    <remote_data_dir>/<table_id>/p<partition_id>/<bucket>/snapshot-<snapshot_id>.arrow
 """
 
 from __future__ import annotations
@@ -25,14 +26,17 @@ def resolve(path_or_uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(path_or_uri)
 
 
-def snapshot_name(table_id: int, bucket: int, snapshot_id: int) -> str:
+def snapshot_name(table_id: int, bucket: int, snapshot_id: int,
+                  partition_id: int | None = None) -> str:
     """A snapshot's path relative to the store root."""
-    return f"{table_id}/{bucket}/snapshot-{snapshot_id}.arrow"
+    where = f"{table_id}" if partition_id is None else f"{table_id}/p{partition_id}"
+    return f"{where}/{bucket}/snapshot-{snapshot_id}.arrow"
 
 
-def snapshot_location(remote_data_dir: str, table_id: int, bucket: int, snapshot_id: int) -> str:
+def snapshot_location(remote_data_dir: str, table_id: int, bucket: int, snapshot_id: int,
+                      partition_id: int | None = None) -> str:
     """Where snapshot ``snapshot_id`` of a bucket lives (a URI when the store is a URI)."""
-    name = snapshot_name(table_id, bucket, snapshot_id)
+    name = snapshot_name(table_id, bucket, snapshot_id, partition_id)
     if "://" in remote_data_dir:
         return f"{remote_data_dir.rstrip('/')}/{name}"
     return os.path.join(os.path.abspath(remote_data_dir), name)

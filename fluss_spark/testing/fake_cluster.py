@@ -74,10 +74,12 @@ class FakeCluster:
         self.live_sessions: dict[str, list[dict]] = {}
 
     # -- setup helpers --------------------------------------------------------------------
-    def add_table(self, name, schema="id BIGINT, v STRING", pk=("id",), buckets=2) -> FakeTable:
+    def add_table(self, name, schema="id BIGINT, v STRING", pk=("id",), buckets=2,
+                  partition_keys=()) -> FakeTable:
         from fluss_spark.protocol.types import parse_schema
         self._next_id += 1
-        info = TableInfo(self._next_id, name, parse_schema(schema), tuple(pk), tuple(pk), buckets)
+        info = TableInfo(self._next_id, name, parse_schema(schema), tuple(pk), tuple(pk), buckets,
+                         partition_keys=tuple(partition_keys))
         t = FakeTable(info, {b: {} for b in range(buckets)}, {b: [] for b in range(buckets)},
                       {b: 0 for b in range(buckets)})
         self.tables[name] = t

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from fluss_spark.client.cluster import Cluster, TableInfo
+from fluss_spark.client.cluster import Cluster, TableInfo, refuse_partitioned
 from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.errors import FlussError, TableNotExist
 from fluss_spark.tiering.config import JOB_FILE, JobRecord, TieringConfig, TieringError
@@ -194,6 +194,7 @@ class TieringJob:
     def _start_query(self, info: TableInfo) -> None:
         if self.record is None:
             raise TieringError("the tiering job starts queries only once started")
+        refuse_partitioned(info, "the tiering job")
         started = start_table_query(self.spark, self.config, self.record.lease_id, info,
                                     LakeTable.open(self.lake_root, info.name),
                                     self.checkpoint(info.name), self.spark_lock)

@@ -1,15 +1,21 @@
 """Partitioned tables on the real servers: create, list, drop partitions over the wire and the
-CLI, as ZooKeeper stores them; bad input is refused in one line and changes nothing."""
+CLI, as ZooKeeper stores them; the tablets' changelog, KV state and snapshots per (partition,
+bucket); bad input is refused in one line and changes nothing."""
 
 from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from fluss_spark.errors import (InvalidPartitionSpec, PartitionAlreadyExist,
-                                PartitionNotExist, TableNotPartitioned)
+                                PartitionNotExist, TableNotPartitioned, UnsupportedVersion)
+from fluss_spark.local.ports import wait_until
+from fluss_spark.metadata import layout
 from fluss_spark.metadata.store import MetadataStore
+from fluss_spark.protocol import messages as m
+from fluss_spark.protocol.arrow_ipc import bytes_to_table, table_to_bytes
 
 SCHEMA = "id BIGINT NOT NULL, dt STRING NOT NULL, v DOUBLE"
 DAYS = ("2026-11-24", "2026-11-25", "2026-11-26")
@@ -99,3 +105,82 @@ def test_cli_round_trip(cli, store, table_name):
     assert code == 0, err
     code, out, err = cli("partition", "list", table_name + "_d")
     assert code != 0 and "is not partitioned" in err
+
+
+def _rows(info, ids, day, v):
+    return pa.table({"id": pa.array(ids, pa.int64()), "dt": pa.array([day] * len(ids)),
+                     "v": pa.array([v] * len(ids), pa.float64())},
+                    schema=pa.schema([f for f in info.schema]))
+
+
+def test_changelog_kv_and_snapshots_per_partition_and_a_dropped_partition_goes(
+        conn, store, cluster, table_name):
+    admin = conn.admin()
+    admin.create_table(table_name, SCHEMA, primary_key=["id", "dt"], num_buckets=1,
+                       partition_keys=["dt"])
+    for day in DAYS:
+        admin.create_partition(table_name, {"dt": day})
+    info = conn.refresh_table(table_name)
+    parts = {p.name: p for p in info.partitions}       # GET_METADATA carries them
+    assert sorted(parts) == list(DAYS)
+
+    def call(day, request):
+        return conn.tablet(parts[day].assignment[0]).call(request)
+
+    # Upserts and deletes across partitions: the same key in two partitions is two rows.
+    for i, day in enumerate(DAYS):
+        pid = parts[day].partition_id
+        call(day, m.ProduceRequest(info.table_id, 0, "upsert",
+                                   table_to_bytes(_rows(info, [1, 2, 3], day, float(i))), pid))
+    first, last = parts[DAYS[0]].partition_id, parts[DAYS[2]].partition_id
+    call(DAYS[0], m.ProduceRequest(info.table_id, 0, "upsert",
+                                   table_to_bytes(_rows(info, [2], DAYS[0], 9.0)), first))
+    call(DAYS[2], m.ProduceRequest(info.table_id, 0, "delete",
+                                   table_to_bytes(_rows(info, [3], DAYS[2], 0.0)), last))
+    logs = {day: bytes_to_table(call(day, m.FetchLogRequest(
+        info.table_id, 0, 0, partition_id=parts[day].partition_id)).records) for day in DAYS}
+    assert logs[DAYS[0]].column("_change_type").to_pylist() == ["+I"] * 3 + ["-U", "+U"]
+    assert logs[DAYS[1]].column("_change_type").to_pylist() == ["+I"] * 3
+    assert logs[DAYS[2]].column("_change_type").to_pylist() == ["+I"] * 3 + ["-D"]
+    assert set(logs[DAYS[1]].column("dt").to_pylist()) == {DAYS[1]}
+
+    # One snapshot per partition; a scan of it equals the changelog folded by key.
+    for day in DAYS:
+        pid = parts[day].partition_id
+        snap = call(day, m.TriggerKvSnapshotRequest(info.table_id, (0,), pid)).snapshots[0]
+        assert (snap.partition_id, snap.bucket) == (pid, 0)
+        listed = conn.call_coordinator(m.ListKvSnapshotsRequest(info.table_id, partition_id=pid))
+        assert [s.snapshot_id for s in listed.snapshots] == [snap.snapshot_id]
+        scanned = bytes_to_table(call(day, m.OpenScan(
+            table_id=info.table_id, bucket=0, batch_size_bytes=1 << 20, call_seq_id=0,
+            snapshot_id=snap.snapshot_id, partition_id=pid)).records)
+        folded: dict = {}
+        for row in logs[day].to_pylist():
+            if row["_change_type"] in ("-D", "-U"):
+                folded.pop(row["id"], None)
+            if row["_change_type"] in ("+I", "+U"):
+                folded[row["id"]] = (row["dt"], row["v"])
+        assert {r["id"]: (r["dt"], r["v"]) for r in scanned.to_pylist()} == folded
+    assert len(conn.call_coordinator(m.ListKvSnapshotsRequest(info.table_id)).snapshots) == 3
+
+    with pytest.raises(PartitionNotExist, match="is partitioned .*name a partition id"):
+        call(DAYS[0], m.FetchLogRequest(info.table_id, 0, 0))
+    with pytest.raises(UnsupportedVersion, match=f"table {table_name} is partitioned"):
+        conn.writer(table_name)
+
+    # Dropping a partition removes its snapshots (records and files) and, on its tablet, its
+    # changelog and KV state; the other partitions keep theirs.
+    index = layout.snapshot_index_path(info.table_id, partition_id=first)
+    snapshot_dir = cluster.snapshot_dir / str(info.table_id) / f"p{first}"
+    assert store.zk.exists(index) and snapshot_dir.is_dir()
+    admin.drop_partition(table_name, {"dt": DAYS[0]})
+    assert not store.zk.exists(index) and not snapshot_dir.exists()
+    assert store.zk.exists(layout.snapshot_index_path(info.table_id, partition_id=last))
+    local = [d for d in cluster.base_dir.glob(f"tablet-*/tables/{info.table_id}/p{first}")]
+    wait_until(lambda: not any(d.exists() for d in local), 10, "the dropped partition's data")
+    with pytest.raises(PartitionNotExist, match=f"partition id {first} of table"):
+        call(DAYS[0], m.FetchLogRequest(info.table_id, 0, 0, partition_id=first))
+    assert bytes_to_table(call(DAYS[1], m.FetchLogRequest(
+        info.table_id, 0, 0, partition_id=parts[DAYS[1]].partition_id)).records).num_rows == 3
+    admin.drop_table(table_name)
+    assert not store.zk.exists(layout.snapshot_index_path(info.table_id))

@@ -7,6 +7,7 @@ from typing import Iterable, Mapping, TypeVar
 
 import pyarrow as pa
 
+from fluss_spark.client.cluster import refuse_partitioned
 from fluss_spark.config import validate_table_properties
 from fluss_spark.errors import ConfigError, NetworkError, TableNotExist
 from fluss_spark.protocol import messages as m
@@ -108,7 +109,7 @@ class Admin:
                      spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
         """Changelog offsets per bucket: ``earliest`` retained, ``latest`` (the high watermark),
         or the first offset whose commit timestamp is >= ``timestamp_ms``."""
-        info = self._conn.resolve(table)
+        info = refuse_partitioned(self._conn.resolve(table), "list_offsets")
         if spec not in _OFFSET_SPECS:
             raise ConfigError(f"offset spec must be one of {', '.join(_OFFSET_SPECS)}, "
                               f"got {spec!r}")
@@ -137,7 +138,7 @@ class Admin:
 
     def latest_kv_snapshots(self, table: str | TableInfo) -> dict[int, SnapshotInfo]:
         """The newest snapshot of every bucket that has one."""
-        info = self._conn.resolve(table)
+        info = refuse_partitioned(self._conn.resolve(table), "latest_kv_snapshots")
         resp = self._conn.call_coordinator(m.ListKvSnapshotsRequest(table_id=info.table_id,
                                                                     latest_only=True))
         out: dict[int, SnapshotInfo] = {}
@@ -150,7 +151,7 @@ class Admin:
                             buckets: Iterable[int] | None = None) -> dict[int, SnapshotInfo | None]:
         """Snapshot the buckets now (each tablet waits until its snapshots are registered);
         None for a bucket that is empty and was never snapshotted."""
-        info = self._conn.resolve(table)
+        info = refuse_partitioned(self._conn.resolve(table), "trigger_kv_snapshot")
         wanted = info.buckets if buckets is None else list(buckets)
         out: dict[int, SnapshotInfo | None] = {}
         for _, resp in self._conn.call_buckets(

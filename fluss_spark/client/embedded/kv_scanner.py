@@ -18,7 +18,7 @@ from typing import Callable, Generator, Iterator
 
 import pyarrow as pa
 
-from fluss_spark.client.cluster import LiveScanStart
+from fluss_spark.client.cluster import LiveScanStart, refuse_partitioned
 from fluss_spark.errors import (ApiError, ConfigError, FlussError, KvSnapshotNotExist,
                                 LiveScanLost, NetworkError, ScannerExpired, TooManyScanners,
                                 UnknownScannerId)
@@ -132,7 +132,7 @@ class KvScanner:
                  open_timeout_s: float = 60.0, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, prefetch: bool = True):
         self._conn = conn
-        self.table = table_info
+        self.table = refuse_partitioned(table_info, "the KV scanner")
         # What a server's response may make this client decode (a test's stand-in for the
         # connection may carry no limits of its own).
         self.ipc_limits: IpcLimits = getattr(conn, "ipc_limits", CLIENT_IPC_LIMITS)

@@ -8,6 +8,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from fluss_spark.client.cluster import refuse_partitioned
 from fluss_spark.client.embedded.model import LogBatch
 from fluss_spark.errors import ConfigError, LogOffsetOutOfRange
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
@@ -23,7 +24,7 @@ class LogScanner:
 
     def __init__(self, conn, table: TableInfo, projection: list[str] | None = None):
         self._conn = conn
-        self.table = table
+        self.table = refuse_partitioned(table, "the log scanner")
         # What a server's response may make this client decode (a test's stand-in for the
         # connection may carry no limits of its own).
         self.ipc_limits: IpcLimits = getattr(conn, "ipc_limits", CLIENT_IPC_LIMITS)

@@ -9,6 +9,7 @@ from typing import Any, Sequence, TypeAlias
 
 import pyarrow as pa
 
+from fluss_spark.client.cluster import refuse_partitioned
 from fluss_spark.errors import ConfigError, NonPrimaryKeyTable
 from fluss_spark.protocol.arrow_ipc import table_to_bytes
 from fluss_spark.protocol.messages import ProduceRequest, TableInfo
@@ -139,7 +140,7 @@ class TableWriter:
 
     def __init__(self, conn, table: TableInfo, max_request_bytes: int = MAX_REQUEST_BYTES):
         self._conn = conn
-        self.table = table
+        self.table = refuse_partitioned(table, "the embedded writer")
         self.max_request_bytes = max_request_bytes
         self._lock = threading.Lock()
         # Sticky bucket for log tables without a bucket key: one bucket per call, rotating.

@@ -33,6 +33,8 @@ class ProduceRequest(Request[ProduceResponse]):
     bucket: int = wire(Int())
     op: str = wire(Str(max_len=64))
     records: bytes = wire(Bytes())
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class ListOffsetsRequest(Request[ListOffsetsResponse]):
     buckets: tuple[int, ...] = wire(ListOf(Int(), max_len=MAX_BUCKETS))
     spec: str = wire(Choice("earliest", "latest", "timestamp"))
     timestamp_ms: int | None = wire(Int(None, None), None)
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)
 
     def check(self) -> None:
         if self.spec == "timestamp" and self.timestamp_ms is None:
@@ -85,3 +89,5 @@ class FetchLogRequest(Request[FetchLogResponse]):
     max_bytes: int = wire(Int(), DEFAULT_FETCH_MAX_BYTES)
     max_wait_ms: int = wire(Int(), 0)
     projection: tuple[str, ...] | None = wire(ListOf(COLUMN, max_len=MAX_COLUMNS), None)
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)

@@ -16,6 +16,8 @@ from fluss_spark.protocol.messages.base import (Bytes, Int, Kind, ListOf, MapOf,
 COLUMN = Str(max_len=1024, min_len=1)
 #: A column list (projection, keys): more columns than any table has are refused unread.
 MAX_COLUMNS = 10_000
+#: Most partitions one answer holds (far above a table's useful count).
+MAX_PARTITIONS = 100_000
 
 
 class ArrowSchema(Kind):
@@ -61,6 +63,18 @@ class AuthenticateRequest(Request[AuthenticateResponse]):
 
 
 @dataclass(frozen=True)
+class PartitionInfo(Message):
+    """A partition: its id (unique in the cluster), its name (the values joined by ``$``), and
+    the tablet server of each of its buckets."""
+
+    partition_id: int = wire(Int())
+    name: str = wire(Str(max_len=2048))
+    assignment: dict = wire(MapOf(Int(digits_ok=True), Int(None)), default_factory=dict,
+                            compare=False)
+    created_ms: int = wire(Int(), 0)
+
+
+@dataclass(frozen=True)
 class TableInfo(Message):
     """A table as the cluster describes it (GET_METADATA)."""
 
@@ -76,6 +90,11 @@ class TableInfo(Message):
                             compare=False)
     #: Empty: not partitioned (older servers send none).
     partition_keys: tuple[str, ...] = wire(ListOf(COLUMN, max_len=MAX_COLUMNS), ())
+    #: The partitions of a partitioned table with their buckets' tablet servers, so a client
+    #: routes by partition as it routes by bucket (older servers send none).
+    partitions: tuple[PartitionInfo, ...] = wire(ListOf(Nested(PartitionInfo),
+                                                        max_len=MAX_PARTITIONS), (),
+                                                 compare=False)
 
     @property
     def partitioned(self) -> bool:
@@ -126,4 +145,5 @@ class GetMetadataRequest(Request[GetMetadataResponse]):
 
 __all__ = ["ApiVersionsRequest", "ApiVersionsResponse", "ArrowSchema", "AuthenticateRequest",
            "AuthenticateResponse", "COLUMN", "GetMetadataRequest", "GetMetadataResponse",
-           "MAX_COLUMNS", "ServerAddress", "TableInfo", "TabletAddress"]
+           "MAX_COLUMNS", "MAX_PARTITIONS", "PartitionInfo", "ServerAddress", "TableInfo",
+           "TabletAddress"]

@@ -5,27 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fluss_spark.protocol.api import ApiKey
-from fluss_spark.protocol.messages.base import (Bool, Empty, Int, ListOf, MapOf, Message,
+from fluss_spark.protocol.messages.base import (Bool, Empty, ListOf, MapOf, Message,
                                                 Nested, Request, Str, wire)
-from fluss_spark.protocol.messages.meta import COLUMN
+from fluss_spark.protocol.messages.meta import COLUMN, MAX_PARTITIONS, PartitionInfo
 
 #: A partition spec: {partition key: value}, one entry per partition key of the table (the
 #: coordinator checks the keys against the table and each value against the naming rule).
 SPEC = MapOf(COLUMN, Str(max_len=200))
-#: Most partitions one LIST_PARTITIONS answer holds (far above a table's useful count).
-MAX_PARTITIONS = 100_000
-
-
-@dataclass(frozen=True)
-class PartitionInfo(Message):
-    """A partition: its id (unique in the cluster), its name (the values joined by ``$``), and
-    the tablet server of each of its buckets."""
-
-    partition_id: int = wire(Int())
-    name: str = wire(Str(max_len=2048))
-    assignment: dict = wire(MapOf(Int(digits_ok=True), Int(None)), default_factory=dict,
-                            compare=False)
-    created_ms: int = wire(Int(), 0)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from fluss_spark.protocol.messages.meta import COLUMN, MAX_COLUMNS
 
 SCANNER_ID = Str(max_len=128, min_len=1)
 #: Fields that only an open request may carry.
-OPEN_FIELDS = ("table_id", "bucket", "snapshot_id", "live", "projection", "limit", "start_row")
+OPEN_FIELDS = ("table_id", "bucket", "snapshot_id", "live", "projection", "limit", "start_row",
+               "partition_id")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class OpenScan(ScanKvRequest):
         ListOf(COLUMN, min_len=1, max_len=MAX_COLUMNS, unique=True), None)
     limit: int | None = wire(Int(), None)
     start_row: int = wire(Int(), 0)
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)
 
     def check(self) -> None:
         if self.call_seq_id != 0:
@@ -124,6 +127,8 @@ class ScannerInfo(Message):
     idle_ms: int = wire(Int(None, None), 0)
     rows_served: int = wire(Int(), 0)
     next_row: int = wire(Int(), 0)
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ class SnapshotInfo(Message):
     size_bytes: int = wire(Int(), 0)
     created_ms: int = wire(Int(), 0)
     pinned_by: tuple[str, ...] = wire(ListOf(Str()), ())
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class CommitKvSnapshotRequest(Request[Empty]):
     row_count: int = wire(Int())
     size_bytes: int = wire(Int(), 0)
     created_ms: int | None = wire(Int(), None)
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class ListKvSnapshotsRequest(Request[ListKvSnapshotsResponse]):
     table_id: int = wire(Int())
     bucket: int | None = wire(Int(), None)
     latest_only: bool = wire(Bool(), False)
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)
 
 
 @dataclass(frozen=True)
@@ -72,3 +78,5 @@ class TriggerKvSnapshotRequest(Request[TriggerKvSnapshotResponse]):
     RESPONSE = TriggerKvSnapshotResponse
     table_id: int = wire(Int())
     buckets: tuple[int, ...] | None = wire(ListOf(Int(), max_len=MAX_BUCKETS), None)
+    #: The partition of a partitioned table; absent for an unpartitioned one.
+    partition_id: int | None = wire(Int(), None, omit_none=True)

@@ -8,9 +8,9 @@ import time
 
 from fluss_spark import config
 from fluss_spark.clock import Clock, wall_ms
-from fluss_spark.errors import (InvalidRequest, MetadataStoreUnavailable,
-                                NotCoordinatorLeader, TableNotExist)
-from fluss_spark.metadata.layout import CoordinatorRecord, SnapshotRecord
+from fluss_spark.errors import (MetadataStoreUnavailable,
+                                NotCoordinatorLeader)
+from fluss_spark.metadata.layout import CoordinatorRecord
 from fluss_spark.metadata.store import Election, MetadataStore
 from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.acl import OperationType, Resource
@@ -19,13 +19,12 @@ from fluss_spark.server.coordinator.acls import AclManager
 from fluss_spark.server.coordinator.leases import LeaseManager
 from fluss_spark.server.coordinator.partitions import PartitionManager
 from fluss_spark.server.coordinator.recovery import recover
+from fluss_spark.server.coordinator.snapshot_requests import SnapshotRequests
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_path, join_path
 from fluss_spark.server.coordinator.tables import TableManager
-from fluss_spark.server.metadata_view import (build_metadata, lease_info, partition_info,
-                                              snapshot_info)
+from fluss_spark.server.metadata_view import (build_metadata, lease_info, partition_info)
 from fluss_spark.server.security import Security, current_principal
 from fluss_spark.server.settings import ServerSettings
-from fluss_spark.server.snapshot_store import is_file, same_location, snapshot_location
 from fluss_spark.transport.server import RpcLimits, RpcServer
 
 log = logging.getLogger(__name__)
@@ -63,6 +62,10 @@ class CoordinatorServer:
         self.security = Security.from_options(settings.options)
         self.authorizer = Authorizer(self.security, AclCache(self._store))
         self.acls = AclManager(self._store, self.authorizer, self._lock)
+        self.snapshot_requests = SnapshotRequests(
+            tables=self.tables, partitions=self.partitions, snapshots=self.snapshots,
+            leases=self.leases, authorizer=self.authorizer,
+            remote_data_dir=settings.remote_data_dir, lock=self._lock, clock=clock)
         self._rpc = RpcServer(settings.host, settings.port, role="coordinator",
                               server_id=settings.server_id, disabled=settings.disabled_apis,
                               limits=RpcLimits.from_options(settings.options),
@@ -229,7 +232,7 @@ class CoordinatorServer:
             (m.CreatePartitionRequest, self._create_partition),
             (m.DropPartitionRequest, self._drop_partition),
             (m.CommitKvSnapshotRequest, self._commit_snapshot),
-            (m.ListKvSnapshotsRequest, self._list_snapshots),
+            (m.ListKvSnapshotsRequest, self.snapshot_requests.list),
             (m.GetMetricsRequest, self._metrics),
             (m.AcquireLeaseRequest, self._acquire),
             (m.RenewLeaseRequest, self._renew),
@@ -305,57 +308,14 @@ class CoordinatorServer:
     def _drop_partition(self, req: m.DropPartitionRequest) -> m.Empty:
         self.authorizer.check(OperationType.WRITE, Resource.table(req.table),
                               f"drop a partition of {req.table!r}")
-        self.partitions.drop(req.table, dict(req.spec), req.ignore_if_not_exists)
+        part = self.partitions.drop(req.table, dict(req.spec), req.ignore_if_not_exists)
+        if part is not None:    # its tablets delete its local data when they see it gone
+            self.snapshot_requests.drop_partition(part)
         return m.Empty()
 
     def _commit_snapshot(self, req: m.CommitKvSnapshotRequest) -> m.Empty:
         self.security.authorize_internal("commit KV snapshots (a tablet server's call)")
-        rec = SnapshotRecord(
-            table_id=req.table_id, bucket=req.bucket, snapshot_id=req.snapshot_id, path=req.path,
-            log_offset=req.log_offset, row_count=req.row_count, size_bytes=req.size_bytes,
-            created_ms=req.created_ms or self._clock())
-        with self._lock:
-            table = self.tables.by_id(rec.table_id)
-            if table is None:
-                raise TableNotExist(f"table id {rec.table_id} does not exist (dropped?); "
-                                    "its snapshot is not registered")
-            if not 0 <= rec.bucket < table.num_buckets:
-                raise InvalidRequest(f"table {table.name} has buckets 0..{table.num_buckets - 1}, "
-                                     f"not {rec.bucket}")
-            known = self.snapshots.get(rec.table_id, rec.bucket, rec.snapshot_id)
-            if known is not None and known.path == rec.path:
-                return m.Empty()  # a retry of a commit whose answer was lost
-            self._check_new_snapshot(table.name, rec)
-            self.snapshots.commit(rec)
-        return m.Empty()
-
-    def _check_new_snapshot(self, table: str, rec: SnapshotRecord) -> None:
-        """A snapshot is registered only at the store's own location for its id, once written
-        there, and after the bucket's last one: retention later deletes what is registered, so
-        a request must never choose what gets deleted."""
-        what = f"snapshot {rec.snapshot_id} of table {table} bucket {rec.bucket}"
-        expected = snapshot_location(self.settings.remote_data_dir, rec.table_id, rec.bucket,
-                                     rec.snapshot_id)
-        if not same_location(rec.path, expected):
-            raise InvalidRequest(f"{what}: path {rec.path!r} is not its place in the snapshot "
-                                 f"store, {expected!r}")
-        if not is_file(expected):
-            raise InvalidRequest(f"{what}: no snapshot file at {expected!r}")
-        last = self.snapshots.find(rec.table_id, rec.bucket, latest_only=True)
-        if last and rec.snapshot_id <= last[0].snapshot_id:
-            raise InvalidRequest(f"{what}: snapshot ids must follow the bucket's last one, "
-                                 f"{last[0].snapshot_id}")
-
-    def _list_snapshots(self, req: m.ListKvSnapshotsRequest) -> m.ListKvSnapshotsResponse:
-        with self._lock:
-            table = self.tables.by_id(req.table_id)
-            if table is None:
-                raise TableNotExist(f"table id {req.table_id} does not exist")
-            self.authorizer.check(OperationType.DESCRIBE, Resource.table(table.name),
-                                  f"list the KV snapshots of {table.name}")
-            recs = self.snapshots.find(req.table_id, req.bucket, req.latest_only)
-            return m.ListKvSnapshotsResponse(tuple(snapshot_info(r, self.leases.pinned_by(
-                r.table_id, r.bucket, r.snapshot_id)) for r in recs))
+        return self.snapshot_requests.commit(req)
 
     def _metrics(self, req: m.GetMetricsRequest) -> m.GetMetricsResponse:
         with self._lock:

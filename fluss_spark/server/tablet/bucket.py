@@ -17,7 +17,7 @@ from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.config import KV_SNAPSHOT_INTERVAL, TABLE_LOG_TTL
 from fluss_spark.errors import (InvalidColumnProjection, InvalidRequest, LogOffsetOutOfRange,
                                 LogStorageError, NonPrimaryKeyTable, NotLeaderOrFollower)
-from fluss_spark.metadata.layout import TableRecord
+from fluss_spark.metadata.layout import PartitionRecord, TableRecord
 from fluss_spark.protocol.arrow_ipc import deserialize_schema, table_to_bytes
 from fluss_spark.protocol.changelog import (CHANGE_TYPE, COMMIT_TIMESTAMP, DELETE, INSERT,
                                             UPDATE_AFTER, UPDATE_BEFORE)
@@ -105,14 +105,19 @@ class Bucket:
     """
 
     def __init__(self, table: TableRecord, bucket: int, directory: Path, *,
-                 segment_bytes: int = 64 * 1024 * 1024, clock: Clock = wall_ms):
+                 segment_bytes: int = 64 * 1024 * 1024, clock: Clock = wall_ms,
+                 partition: PartitionRecord | None = None):
         self.table = table
         self.bucket_id = bucket
+        #: The partition this bucket belongs to (None: an unpartitioned table's bucket).
+        self.partition_id = None if partition is None else partition.partition_id
         self.dir = Path(directory)
         self.schema: pa.Schema = deserialize_schema(table.schema)
         self.primary_key = list(table.primary_key)
         self.is_primary_key = bool(self.primary_key)
-        self.label = f"table {table.name} (id {table.table_id}) bucket {bucket}"
+        where = "" if partition is None else \
+            f" partition {partition.name} (id {partition.partition_id})"
+        self.label = f"table {table.name} (id {table.table_id}){where} bucket {bucket}"
         self._clock = clock
         self.lock = threading.RLock()
         self.snapshot_lock = threading.Lock()

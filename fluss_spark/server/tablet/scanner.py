@@ -64,6 +64,12 @@ class ScanSession:
     rows_served: int = 0
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The partition of a partitioned table's bucket (None: unpartitioned).
+    partition_id: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int | None, int]:
+        return (self.table_id, self.partition_id, self.bucket)
 
     def open_cursor(self) -> SnapshotCursor | LiveCursor:
         """The cursor, which every session has from its first batch on (``_open`` sets it
@@ -102,7 +108,7 @@ class ScannerManager:
         self._open_snapshot = open_snapshot or _open_snapshot_file
         self._lock = threading.Lock()
         self._sessions: dict[str, ScanSession] = {}
-        self._by_bucket: dict[tuple[int, int], set[str]] = {}
+        self._by_bucket: dict[tuple[int, int | None, int], set[str]] = {}
         self._gone: OrderedDict[str, str] = OrderedDict()
         self._finished: OrderedDict[str, tuple[int, ScanKvResponse, float]] = OrderedDict()
         self._stop = threading.Event()
@@ -130,12 +136,13 @@ class ScannerManager:
             except Exception:  # noqa: BLE001 - the pass must keep running
                 log.exception("scan session eviction pass failed")
 
-    def close_bucket(self, table_id: int, bucket: int) -> None:
+    def close_bucket(self, table_id: int, partition_id: int | None, bucket: int) -> None:
         """Close every session of a bucket that this server no longer hosts."""
+        where = "" if partition_id is None else f" partition id {partition_id}"
         with self._lock:
-            ids = list(self._by_bucket.get((table_id, bucket), ()))
+            ids = list(self._by_bucket.get((table_id, partition_id, bucket), ()))
             sessions = [self._remove_locked(
-                sid, f"was closed because this server no longer hosts table {table_id} "
+                sid, f"was closed because this server no longer hosts table {table_id}{where} "
                      f"bucket {bucket}") for sid in ids]
         self._close_sessions(sessions)
 
@@ -200,13 +207,14 @@ class ScannerManager:
                                    age_ms=int(now - s.created_ms),
                                    idle_ms=int(now - s.last_access_ms),
                                    rows_served=s.rows_served,
-                                   next_row=getattr(cursor, "next_row", 0)))
-        out.sort(key=lambda r: (r.table_id, r.bucket, -r.age_ms))
+                                   next_row=getattr(cursor, "next_row", 0),
+                                   partition_id=s.partition_id))
+        out.sort(key=lambda r: (r.table_id, r.partition_id or -1, r.bucket, -r.age_ms))
         return ListScannersResponse(tuple(out))
 
     # -- open -------------------------------------------------------------------------------------
     def _open(self, req: OpenScan) -> ScanKvResponse:
-        bucket = self.server.bucket(req.table_id, req.bucket)
+        bucket = self.server.bucket(req.table_id, req.bucket, req.partition_id)
         self.server.authorize(OperationType.READ, req.table_id, "scan")
         name = getattr(bucket.table, "name", req.table_id)
         if not bucket.is_primary_key:
@@ -216,7 +224,7 @@ class ScannerManager:
         budget = min(req.batch_size_bytes, self.max_batch_bytes)
         now = self._clock()
         session = ScanSession(uuid.uuid4().hex, req.table_id, req.bucket, req.live, budget,
-                              created_ms=now, last_access_ms=now)
+                              created_ms=now, last_access_ms=now, partition_id=req.partition_id)
         with session.lock:
             self._admit(session)           # counts against the limits before any work is done
             try:
@@ -236,7 +244,7 @@ class ScannerManager:
             return response
 
     def _admit(self, session: ScanSession) -> None:
-        key = (session.table_id, session.bucket)
+        key = session.key
         for attempt in (0, 1):
             with self._lock:
                 in_bucket = len(self._by_bucket.get(key, ()))
@@ -266,7 +274,8 @@ class ScannerManager:
             except BaseException:
                 view.close()
                 raise
-        record = self.server.snapshot_record(req.table_id, req.bucket, req.snapshot_id)
+        record = self.server.snapshot_record(req.table_id, req.bucket, req.snapshot_id,
+                                             req.partition_id)
         if record is None:
             raise KvSnapshotNotExist(
                 f"KV snapshot {req.snapshot_id} of table {name} bucket {req.bucket} is not "
@@ -348,7 +357,7 @@ class ScannerManager:
         """Drop a session from the tables (manager lock held); remember why, if a reason."""
         session = self._sessions.pop(scanner_id, None)
         if session is not None:
-            key = (session.table_id, session.bucket)
+            key = session.key
             ids = self._by_bucket.get(key)
             if ids is not None:
                 ids.discard(scanner_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import socket
 import threading
 import time
@@ -11,7 +10,8 @@ from pathlib import Path
 
 from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.config import LOG_RETENTION_CHECK_INTERVAL, LOG_SEGMENT_BYTES
-from fluss_spark.errors import NonPrimaryKeyTable, NotLeaderOrFollower, UnknownTableOrBucket
+from fluss_spark.errors import (NonPrimaryKeyTable, NotLeaderOrFollower, PartitionNotExist,
+                                TableNotPartitioned, UnknownTableOrBucket)
 from fluss_spark.metadata.layout import SnapshotRecord, TableRecord, TabletRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol import messages as m
@@ -22,6 +22,8 @@ from fluss_spark.server.authorizer import AclCache, Authorizer
 from fluss_spark.server.metadata_view import build_metadata, snapshot_info
 from fluss_spark.server.security import Security
 from fluss_spark.server.settings import ServerSettings
+from fluss_spark.server.tablet.assignment import (Assignment, BucketKey, bucket_dir,
+                                                  remove_dropped_dirs)
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
 from fluss_spark.server.tablet.snapshotter import TRIGGER_DEADLINE_S, Snapshotter
@@ -42,7 +44,7 @@ class TabletServer:
 
     The buckets it hosts are the ones the coordinator assigned to its id in ZooKeeper; the
     assignment is polled, and re-read at once when a request names a bucket not known yet.
-    Local state lives under ``<data_dir>/tables/<table_id>/<bucket>/{log,kv}``.
+    Local state lives under ``<data_dir>/tables/<table_id>/[p<partition_id>/]<bucket>/{log,kv}``.
     """
 
     def __init__(self, settings: ServerSettings, *, clock: Clock = wall_ms):
@@ -65,8 +67,8 @@ class TabletServer:
         self.stopping = threading.Event()
         self._registered = threading.Event()
         self._next_registration_check = 0.0
-        self._buckets: dict[tuple[int, int], Bucket] = {}
-        self._tables: dict[int, tuple[TableRecord, list]] = {}
+        self._buckets: dict[BucketKey, Bucket] = {}
+        self._known = Assignment()
         self._sync_lock = threading.Lock()
         self._last_sync_started = 0.0
         self._threads: list[threading.Thread] = []
@@ -152,77 +154,89 @@ class TabletServer:
 
     # -- assignment --------------------------------------------------------------------------------
     def sync(self, *, remove_unknown_dirs: bool = False, requested_at: float | None = None) -> None:
-        """Open newly assigned buckets, close moved or dropped ones (reads ZooKeeper)."""
+        """Open newly assigned buckets, close moved or dropped ones (reads ZooKeeper); the
+        local data of a dropped table or partition is deleted."""
         with self._sync_lock:
             if requested_at is not None and self._last_sync_started >= requested_at:
                 return          # a sync that began after the request already finished
             self._last_sync_started = time.monotonic()
-            tables = {}
-            for rec, assignment in self.store.tables():
-                tables[rec.table_id] = (rec, list(assignment.buckets) if assignment else [])
-            wanted = {(tid, b) for tid, (_, owners) in tables.items()
-                      for b, owner in enumerate(owners) if owner == self.server_id}
+            known = Assignment.read(self.store)
+            wanted = known.owned_by(self.server_id)
             for key in [k for k in self._buckets if k not in wanted]:
-                self._remove_bucket(key, dropped=key[0] not in tables)
-            for tid in [t for t in self._tables if t not in tables]:
-                log.info("table id %d was dropped; deleting its local data", tid)
-                shutil.rmtree(self._table_dir(tid), ignore_errors=True)
-            if remove_unknown_dirs:
-                self._remove_unknown_dirs(set(tables))
-            self._tables = tables
-            for key in sorted(wanted - set(self._buckets)):
-                rec = tables[key[0]][0]
-                try:
-                    bucket = Bucket(rec, key[1], self._table_dir(key[0]) / str(key[1]),
-                                    segment_bytes=self.options.get(LOG_SEGMENT_BYTES.key,
-                                                                   LOG_SEGMENT_BYTES.default),
-                                    clock=self._clock)
-                    if bucket.is_primary_key:
-                        self.snapshotter.init_bucket(bucket)
-                except Exception:  # noqa: BLE001 - one broken bucket must not stop the others
-                    log.exception("cannot open table %s bucket %d", rec.name, key[1])
-                    continue
-                self._buckets[key] = bucket
-                log.info("hosting %s", bucket.label)
+                self._remove_bucket(key, dropped=not known.owners(key[0], key[1]))
+            gone_tables = [t for t in self._known.tables if t not in known.tables]
+            gone_partitions = [k for k in self._known.partitions if k not in known.partitions]
+            self._known = known
+            if remove_unknown_dirs or gone_tables or gone_partitions:
+                remove_dropped_dirs(self.data_dir, known)
+            for key in sorted(wanted - set(self._buckets), key=str):
+                self._open_bucket(key)
 
-    def _remove_bucket(self, key: tuple[int, int], dropped: bool) -> None:
+    def _open_bucket(self, key: BucketKey) -> None:
+        table_id, partition_id, b = key
+        rec = self._known.tables[table_id][0]
+        part = None if partition_id is None else self._known.partitions[(table_id, partition_id)]
+        try:
+            bucket = Bucket(rec, b, bucket_dir(self.data_dir, key),
+                            segment_bytes=self.options.get(LOG_SEGMENT_BYTES.key,
+                                                           LOG_SEGMENT_BYTES.default),
+                            clock=self._clock, partition=part)
+            if bucket.is_primary_key:
+                self.snapshotter.init_bucket(bucket)
+        except Exception:  # noqa: BLE001 - one broken bucket must not stop the others
+            log.exception("cannot open table %s partition id %s bucket %d", rec.name,
+                          partition_id, b)
+            return
+        self._buckets[key] = bucket
+        log.info("hosting %s", bucket.label)
+
+    def _remove_bucket(self, key: BucketKey, dropped: bool) -> None:
         bucket = self._buckets.pop(key)
         self.scanners.close_bucket(*key)
         bucket.close()
-        log.info("%s: %s", bucket.label, "table dropped" if dropped else "assigned elsewhere")
+        log.info("%s: %s", bucket.label, "dropped" if dropped else "assigned elsewhere")
 
-    def _remove_unknown_dirs(self, table_ids: set[int]) -> None:
-        root = self.data_dir / "tables"
-        if not root.is_dir():
-            return
-        for d in root.iterdir():
-            if d.name.isdigit() and int(d.name) not in table_ids:
-                log.info("deleting local data of dropped table id %s", d.name)
-                shutil.rmtree(d, ignore_errors=True)
-
-    def _table_dir(self, table_id: int) -> Path:
-        return self.data_dir / "tables" / str(table_id)
-
-    def bucket(self, table_id: int, bucket: int) -> Bucket:
-        """The hosted bucket, or NotLeaderOrFollower / UnknownTableOrBucket (after a refresh)."""
-        found = self._buckets.get((table_id, bucket))
+    def bucket(self, table_id: int, bucket: int, partition_id: int | None = None) -> Bucket:
+        """The hosted bucket (of a partition, for a partitioned table), or NotLeaderOrFollower /
+        UnknownTableOrBucket / PartitionNotExist (after a refresh)."""
+        key = (table_id, partition_id, bucket)
+        found = self._buckets.get(key)
         if found is not None:
             return found
         self._refresh()
-        found = self._buckets.get((table_id, bucket))
+        found = self._buckets.get(key)
         if found is not None:
             return found
-        known = self._tables.get(table_id)
+        known = self._known.tables.get(table_id)
         if known is None:
             raise UnknownTableOrBucket(f"table id {table_id} is not known to tablet server "
                                        f"{self.server_id}; refresh metadata (was it dropped?)")
-        rec, owners = known
+        rec = known[0]
+        where = self._where(rec, partition_id)
         if not 0 <= bucket < rec.num_buckets:
-            raise UnknownTableOrBucket(f"table {rec.name} has buckets 0..{rec.num_buckets - 1}, "
+            raise UnknownTableOrBucket(f"{where} has buckets 0..{rec.num_buckets - 1}, "
                                        f"not {bucket}")
+        owners = self._known.owners(table_id, partition_id)
         owner = owners[bucket] if bucket < len(owners) else None
-        raise NotLeaderOrFollower(f"table {rec.name} bucket {bucket} is hosted by tablet server "
+        raise NotLeaderOrFollower(f"{where} bucket {bucket} is hosted by tablet server "
                                   f"{owner}, not {self.server_id}; refresh metadata")
+
+    def _where(self, rec: TableRecord, partition_id: int | None) -> str:
+        """``table db.t`` or ``table db.t partition ...``; refuses a partition id that does not
+        fit the table (PartitionNotExist, TableNotPartitioned, or a partition id missing)."""
+        if partition_id is None:
+            if rec.partitioned:
+                raise PartitionNotExist(f"table {rec.name} is partitioned (by "
+                                        f"{', '.join(rec.partition_keys)}): name a partition id")
+            return f"table {rec.name}"
+        if not rec.partitioned:
+            raise TableNotPartitioned(f"table {rec.name} is not partitioned; send no partition "
+                                      f"id (got {partition_id})")
+        part = self._known.partitions.get((rec.table_id, partition_id))
+        if part is None:
+            raise PartitionNotExist(f"partition id {partition_id} of table {rec.name} does not "
+                                    "exist (was it dropped?); refresh metadata")
+        return f"table {rec.name} partition {part.name}"
 
     def _refresh(self) -> None:
         """Re-read the assignment now (a request named something not known yet)."""
@@ -234,7 +248,7 @@ class TabletServer:
     def authorize(self, operation: OperationType, table_id: int, action: str) -> None:
         """AuthorizationFailed unless the caller may do ``operation`` on table ``table_id``
         (a table this server does not know is left to the caller's own lookup)."""
-        known = self._tables.get(table_id)
+        known = self._known.tables.get(table_id)
         if known is not None:
             name = known[0].name
             self.authorizer.check(operation, Resource.table(name), f"{action} table {name}")
@@ -242,10 +256,10 @@ class TabletServer:
     def buckets(self) -> list[Bucket]:
         return list(self._buckets.values())
 
-    def snapshot_record(self, table_id: int, bucket: int,
-                        snapshot_id: int) -> SnapshotRecord | None:
+    def snapshot_record(self, table_id: int, bucket: int, snapshot_id: int,
+                        partition_id: int | None = None) -> SnapshotRecord | None:
         """A registered snapshot of a bucket, from ZooKeeper (None if not registered)."""
-        return self.store.snapshot(table_id, bucket, snapshot_id)
+        return self.store.snapshot(table_id, bucket, snapshot_id, partition_id)
 
     # -- background passes ---------------------------------------------------------------------
     def _sync_loop(self) -> None:
@@ -290,39 +304,39 @@ class TabletServer:
         return build_metadata(self.store, req.tables, self.authorizer)
 
     def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
-        bucket = self.bucket(req.table_id, req.bucket)
+        bucket = self.bucket(req.table_id, req.bucket, req.partition_id)
         self.authorize(OperationType.WRITE, req.table_id, "write to")
         # Bounded before anything is decompressed: a refused request writes nothing.
         rows = bytes_to_table(req.records, limits=self.ipc_limits, validate=True,
-                              what=f"PRODUCE to table {bucket.table.name} bucket {req.bucket} "
-                                   "refused, nothing written")
+                              what=f"PRODUCE to {bucket.label} refused, nothing written")
         base, end = bucket.write(req.op, rows)
         return m.ProduceResponse(base, end)
 
     def _list_offsets(self, req: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+        pid = req.partition_id
         for b in req.buckets[:1]:
-            self.bucket(req.table_id, b)        # learns the table (or raises what is wrong)
+            self.bucket(req.table_id, b, pid)   # learns the table (or raises what is wrong)
         self.authorize(OperationType.DESCRIBE, req.table_id, "list the offsets of")
-        return m.ListOffsetsResponse({b: self.bucket(req.table_id, b).offset_for(req.spec,
-                                                                                 req.timestamp_ms)
-                                      for b in req.buckets})
+        return m.ListOffsetsResponse({b: self.bucket(req.table_id, b, pid).offset_for(
+            req.spec, req.timestamp_ms) for b in req.buckets})
 
     def _fetch_log(self, req: m.FetchLogRequest) -> m.FetchLogResponse:
-        bucket = self.bucket(req.table_id, req.bucket)
+        bucket = self.bucket(req.table_id, req.bucket, req.partition_id)
         self.authorize(OperationType.READ, req.table_id, "read")
         projection = list(req.projection) if req.projection is not None else None
         return bucket.fetch(req.offset, req.end_offset, req.max_bytes, req.max_wait_ms,
                             projection)
 
     def _trigger_snapshot(self, req: m.TriggerKvSnapshotRequest) -> m.TriggerKvSnapshotResponse:
-        table_id, buckets = req.table_id, req.buckets
+        table_id, buckets, pid = req.table_id, req.buckets, req.partition_id
         if buckets is None:
             self._refresh()
-            buckets = tuple(sorted(b for (t, b) in self._buckets if t == table_id))
-            if not buckets and table_id not in self._tables:
+            buckets = tuple(sorted(b for (t, p, b) in self._buckets
+                                   if t == table_id and p == pid))
+            if not buckets and table_id not in self._known.tables:
                 raise UnknownTableOrBucket(f"table id {table_id} is not known to tablet server "
                                            f"{self.server_id}")
-        hosted = [self.bucket(table_id, b) for b in buckets]
+        hosted = [self.bucket(table_id, b, pid) for b in buckets]
         # Taking a snapshot changes what the table stores: a writer's call, as Fluss's
         # snapshots follow writes.
         self.authorize(OperationType.WRITE, table_id, "snapshot")

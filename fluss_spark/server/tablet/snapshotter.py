@@ -39,9 +39,11 @@ class Snapshotter:
 
     def init_bucket(self, bucket: Bucket) -> None:
         """Learn a newly opened bucket's latest registered snapshot (for "nothing changed")."""
-        ids = self.server.store.snapshot_ids(bucket.table_id, bucket.bucket_id)
+        ids = self.server.store.snapshot_ids(bucket.table_id, bucket.bucket_id,
+                                             bucket.partition_id)
         if ids:
-            rec = self.server.store.snapshot(bucket.table_id, bucket.bucket_id, ids[-1])
+            rec = self.server.store.snapshot(bucket.table_id, bucket.bucket_id, ids[-1],
+                                             bucket.partition_id)
             if rec is not None:
                 bucket.last_snapshot_offset = rec.log_offset
 
@@ -56,13 +58,13 @@ class Snapshotter:
             if not force and hw == (bucket.last_snapshot_offset or 0):
                 bucket.last_snapshot_ms = self._clock()
                 return None         # nothing changed since the last one
-            ids = store.snapshot_ids(bucket.table_id, bucket.bucket_id)
+            ids = store.snapshot_ids(bucket.table_id, bucket.bucket_id, bucket.partition_id)
             kv = bucket.kv_store()
             snapshot_id = max(kv.next_snapshot_id(), ids[-1] + 1 if ids else 0)
             kv.set_next_snapshot_id(snapshot_id + 1)
             view, log_offset = bucket.checkpoint()
             location = snapshot_location(self.server.settings.remote_data_dir, bucket.table_id,
-                                         bucket.bucket_id, snapshot_id)
+                                         bucket.bucket_id, snapshot_id, bucket.partition_id)
             try:
                 rows = view.row_count()
                 written = write_snapshot(view.iter_batches(bucket.schema, None, BATCH_ROWS),
@@ -74,7 +76,7 @@ class Snapshotter:
             rec = SnapshotRecord(table_id=bucket.table_id, bucket=bucket.bucket_id,
                                  snapshot_id=snapshot_id, path=written.path, log_offset=log_offset,
                                  row_count=written.row_count, size_bytes=written.size_bytes,
-                                 created_ms=self._clock())
+                                 created_ms=self._clock(), partition_id=bucket.partition_id)
             try:
                 self._commit(rec, deadline_s)
             except ApiError as e:
@@ -93,7 +95,7 @@ class Snapshotter:
         request = CommitKvSnapshotRequest(
             table_id=rec.table_id, bucket=rec.bucket, snapshot_id=rec.snapshot_id, path=rec.path,
             log_offset=rec.log_offset, row_count=rec.row_count, size_bytes=rec.size_bytes,
-            created_ms=rec.created_ms)
+            created_ms=rec.created_ms, partition_id=rec.partition_id)
         deadline = time.monotonic() + deadline_s if deadline_s is not None else None
         last = "no active coordinator is registered"
         # Not retry(): the wait ends early when the server stops, and there may be no deadline.

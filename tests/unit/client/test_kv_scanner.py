@@ -53,10 +53,10 @@ class Tablet:
         self.on_call = None
 
     # -- what ScannerManager needs -------------------------------------------------------------
-    def bucket(self, table_id, bucket):
+    def bucket(self, table_id, bucket, partition_id=None):
         return self.buckets[bucket]
 
-    def snapshot_record(self, table_id, bucket, snapshot_id):
+    def snapshot_record(self, table_id, bucket, snapshot_id, partition_id=None):
         return self.snapshots.get((bucket, snapshot_id))
 
     def authorize(self, operation, table_id, action) -> None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from fluss_spark.client import TableInfo
 from fluss_spark.client.embedded.writer import TableWriter, chunks, to_arrow
-from fluss_spark.errors import ConfigError, NonPrimaryKeyTable, RecordTooLarge
+from fluss_spark.errors import ConfigError, NonPrimaryKeyTable, RecordTooLarge, UnsupportedVersion
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.rows import bucket_of, encode_key
 
@@ -204,3 +204,14 @@ def test_upsert_partitions_rows_exactly_once_into_their_key_bucket(ids, buckets)
     assert all(bucket_of(encode_key([r["id"]]), buckets) == b for b, r in sent)
     assert all(r["name"] == str(r["id"]) for _, r in sent)
     assert sum(end - base for base, end in result.values()) == len(ids)
+
+
+def test_a_partitioned_table_is_refused_before_anything_is_sent():
+    conn = FakeConn()
+    partitioned = TableInfo(table_id=1, name="db.t", schema=SCHEMA, primary_key=("id", "name"),
+                            bucket_key=("id",), num_buckets=1, partition_keys=("name",))
+    with pytest.raises(UnsupportedVersion, match=r"^table db.t is partitioned \(by name\); "
+                                                 r"partitions are not supported by the embedded "
+                                                 r"writer yet$"):
+        TableWriter(conn, partitioned).upsert([(1, "a", 1.0)])
+    assert conn.calls == []

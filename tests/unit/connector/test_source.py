@@ -9,7 +9,7 @@ from fluss_spark.connector.options import parse_options
 from fluss_spark.connector.source import (FlussStreamReader, check_read_columns, infer_schema,
                                           plan_batch, resolve_table_names, table_names)
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
-from fluss_spark.errors import ConfigError, TableNotExist
+from fluss_spark.errors import ConfigError, TableNotExist, UnsupportedVersion
 
 
 def opts(**kw):
@@ -101,3 +101,18 @@ def test_columns_option_and_a_different_user_schema_are_refused(cluster):
     assert FlussStreamReader(opts(table="db.t", columns="v"), schema).layout
     with pytest.raises(ConfigError, match=r"option 'columns' \(id\) and the given schema \(v\)"):
         FlussStreamReader(opts(table="db.t", columns="id"), schema)
+
+
+def test_a_partitioned_table_is_refused_at_query_start(cluster):
+    cluster.add_table("db.p", schema="id BIGINT, dt STRING, v STRING", pk=("id", "dt"),
+                      partition_keys=("dt",))
+    o = opts(table="db.p")
+    refused = (r"table db.p is partitioned \(by dt\); partitions are not supported by the "
+               r"Spark source yet")
+    with pytest.raises(UnsupportedVersion, match=refused):
+        infer_schema(cluster, o)
+    with pytest.raises(UnsupportedVersion, match=refused):
+        Enumerator(o, ["db.p"], lambda: cluster, renew_in_thread=False).initial_offset()
+    with pytest.raises(UnsupportedVersion, match=refused):
+        plan_batch(cluster, o, ["db.p"])
+    assert cluster.calls_of("acquire") == []

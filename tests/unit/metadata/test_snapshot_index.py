@@ -36,8 +36,22 @@ def test_v1_page_bytes_still_decode():
                                                       SnapshotRecord(8, 5, 2, "/b", 20, 2, 4, 6))
 
 
+
+def test_a_partition_page_keeps_its_partition_id_and_a_v1_record_has_none():
+    page = SnapshotIndexPage(3, 0, (rec(3, 1, 2, partition_id=7),), partition_id=7)
+    back = SnapshotIndexPage.decode(page.encode())
+    assert back.partition_id == 7 and back.records == (rec(3, 1, 2, partition_id=7),)
+    with pytest.raises(ValueError, match="does not belong to page 0 of table 3 partition id 8"):
+        SnapshotIndexPage(3, 0, (rec(3, 1, 2, partition_id=7),), partition_id=8).encode()
+    v1 = packb({"v": 1, "table_id": 3, "bucket": 1, "snapshot_id": 2, "path": "/p",
+                "log_offset": 4, "row_count": 1})
+    assert SnapshotRecord.decode(v1).partition_id is None
+    assert SnapshotRecord.decode(rec(3, 1, 2, partition_id=7).encode()).partition_id == 7
+    assert layout.snapshot_index_path(3, 0, 7) == "/fluss/snapshot_index/3/p7/0"
+    assert layout.partition_of_node("p7") == 7 and layout.partition_of_node("0") is None
+
 @pytest.mark.parametrize("data, message", [
-    (packb({"v": 2, "table_id": 1, "page": 0, "z": b""}), "newer than this software"),
+    (packb({"v": 3, "table_id": 1, "page": 0, "z": b""}), "newer than this software"),
     (packb({"table_id": 1}), "without a version"),
     (packb({"v": 1, "table_id": 1, "page": 0, "z": b"not zlib"}), "undecodable"),
     (packb({"v": 1, "table_id": 1, "page": 0,

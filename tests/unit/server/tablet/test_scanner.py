@@ -58,13 +58,13 @@ class FakeServer:
     def unhost(self, table_id: int, bucket: int) -> None:
         self.buckets.pop((table_id, bucket)).close()
 
-    def bucket(self, table_id: int, bucket: int) -> Bucket:
+    def bucket(self, table_id: int, bucket: int, partition_id=None) -> Bucket:
         try:
             return self.buckets[(table_id, bucket)]
         except KeyError:
             raise NotLeaderOrFollower(f"bucket {bucket} of table {table_id} is not here") from None
 
-    def snapshot_record(self, table_id, bucket, snapshot_id):
+    def snapshot_record(self, table_id, bucket, snapshot_id, partition_id=None):
         return self.snapshots.get((table_id, bucket, snapshot_id))
 
     def take_snapshot(self, table_id: int, bucket: int) -> SnapshotRecord:
@@ -232,7 +232,7 @@ def test_bucket_moved_away_mid_scan(server, manager):
     live = manager.scan_wire(open_body(live=True, batch=2048))["scanner_id"]
     other = server.take_snapshot(TABLE, 1)
     server.unhost(TABLE, 0)
-    manager.close_bucket(TABLE, 0)
+    manager.close_bucket(TABLE, None, 0)
     for s in (sid, live):
         with pytest.raises(ScannerExpired, match="no longer hosts table 1 bucket 0"):
             manager.scan_wire({"scanner_id": s, "call_seq_id": 1})
@@ -570,7 +570,7 @@ def test_closing_a_bucket_while_sessions_are_busy_neither_deadlocks_nor_corrupts
     for t in threads:
         t.start()
     time.sleep(0.05)
-    m.close_bucket(TABLE, 0)
+    m.close_bucket(TABLE, None, 0)
     clock.advance(120_000)
     m.evict_expired()
     for t in threads:
