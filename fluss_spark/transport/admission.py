@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import TYPE_CHECKING, Any, Callable, Counter, Mapping, OrderedDict, Protocol
+from typing import Any, Callable, Counter, Mapping, OrderedDict, Protocol
 
+from fluss_spark.transport.limits import RpcLimits
 from fluss_spark.transport.log_limiter import LogLimiter
-
-if TYPE_CHECKING:
-    from fluss_spark.transport.server import RpcLimits
 
 
 class Admitted(Protocol):
@@ -27,7 +25,7 @@ class Admission:
     """The open connections per address and the ones not trusted yet (TLS handshake or SASL
     login under way; with neither, until their first request is answered)."""
 
-    def __init__(self, limits: "RpcLimits", gated: bool, warn: LogLimiter,
+    def __init__(self, limits: RpcLimits, gated: bool, warn: LogLimiter,
                  stats: Counter[str], close: Callable[[Any], None]):
         """``gated``: connections must pass TLS or SASL first, and the unauthenticated caps
         apply; ``close``: how a victim of eviction is closed."""

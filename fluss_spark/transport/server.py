@@ -34,17 +34,16 @@ import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar, Union, cast
+from typing import Any, Callable, TypeVar, Union, cast
 
 import numpy as np
 
-from fluss_spark import config
 from fluss_spark.errors import CorruptMessage, UnknownServerError
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.messages import Message, Request
 from fluss_spark.transport import tls as _tls
 from fluss_spark.transport.admission import Admission
+from fluss_spark.transport.limits import RpcLimits
 from fluss_spark.transport.dispatch import Authenticator, Dispatcher, NoAuthentication
 from fluss_spark.transport.log_limiter import LogLimiter
 from fluss_spark.transport.sending import as_views, send_some
@@ -64,42 +63,6 @@ _UNINITIALISED_ABOVE = 64 << 10
 _WRITE_BUDGET = 4 << 20
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
-@dataclass(frozen=True)
-class RpcLimits:
-    """What one server accepts on its port (the ``rpc.*`` server options)."""
-
-    max_request_bytes: int = config.RPC_MAX_REQUEST_SIZE.default
-    max_connections: int = config.RPC_MAX_CONNECTIONS.default
-    max_connections_per_ip: int = config.RPC_MAX_CONNECTIONS_PER_IP.default
-    idle_timeout_s: float = config.RPC_IDLE_TIMEOUT.default / 1000
-    read_timeout_s: float = config.RPC_READ_TIMEOUT.default / 1000
-    handler_threads: int = config.RPC_HANDLER_THREADS.default
-    write_timeout_s: float = config.RPC_WRITE_TIMEOUT.default / 1000
-    max_unsent_bytes: int = config.RPC_MAX_UNSENT_BYTES.default
-    auth_timeout_s: float = config.RPC_AUTH_TIMEOUT.default / 1000
-    unauth_max_request_bytes: int = config.RPC_UNAUTH_MAX_REQUEST_SIZE.default
-    unauth_max_connections: int = config.RPC_UNAUTH_MAX_CONNECTIONS.default
-    unauth_max_connections_per_ip: int = config.RPC_UNAUTH_MAX_CONNECTIONS_PER_IP.default
-    backlog: int = 1024
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> "RpcLimits":
-        def get(opt: config.Option) -> Any:
-            return options.get(opt.key, opt.default)
-        return cls(max_request_bytes=get(config.RPC_MAX_REQUEST_SIZE),
-                   max_connections=get(config.RPC_MAX_CONNECTIONS),
-                   max_connections_per_ip=get(config.RPC_MAX_CONNECTIONS_PER_IP),
-                   idle_timeout_s=get(config.RPC_IDLE_TIMEOUT) / 1000,
-                   read_timeout_s=get(config.RPC_READ_TIMEOUT) / 1000,
-                   handler_threads=get(config.RPC_HANDLER_THREADS),
-                   write_timeout_s=get(config.RPC_WRITE_TIMEOUT) / 1000,
-                   max_unsent_bytes=get(config.RPC_MAX_UNSENT_BYTES),
-                   auth_timeout_s=get(config.RPC_AUTH_TIMEOUT) / 1000,
-                   unauth_max_request_bytes=get(config.RPC_UNAUTH_MAX_REQUEST_SIZE),
-                   unauth_max_connections=get(config.RPC_UNAUTH_MAX_CONNECTIONS),
-                   unauth_max_connections_per_ip=get(config.RPC_UNAUTH_MAX_CONNECTIONS_PER_IP))
-
-
 class _Connection:
     """One client socket and where its current request or response stands."""
 

@@ -26,7 +26,8 @@ from fluss_spark.protocol.api import ApiKey
 from fluss_spark.transport.client import RpcConnection
 from fluss_spark.transport.frames import recv_exact
 from fluss_spark.testing.blob_api import GetBlob, pattern, serve_blobs
-from fluss_spark.transport.server import RpcLimits, RpcServer
+from fluss_spark.transport.limits import RpcLimits
+from fluss_spark.transport.server import RpcServer
 
 READ_TIMEOUT_S = 3.0
 AUTH_TIMEOUT_S = 2.0

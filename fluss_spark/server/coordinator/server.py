@@ -25,7 +25,8 @@ from fluss_spark.server.coordinator.tables import TableManager
 from fluss_spark.server.metadata_view import (build_metadata, lease_info, partition_info)
 from fluss_spark.server.security import Security, current_principal
 from fluss_spark.server.settings import ServerSettings
-from fluss_spark.transport.server import RpcLimits, RpcServer
+from fluss_spark.transport.limits import RpcLimits
+from fluss_spark.transport.server import RpcServer
 
 log = logging.getLogger(__name__)
 

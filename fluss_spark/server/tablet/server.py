@@ -27,7 +27,8 @@ from fluss_spark.server.tablet.assignment import (Assignment, BucketKey, bucket_
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
 from fluss_spark.server.tablet.snapshotter import TRIGGER_DEADLINE_S, Snapshotter
-from fluss_spark.transport.server import RpcLimits, RpcServer
+from fluss_spark.transport.limits import RpcLimits
+from fluss_spark.transport.server import RpcServer
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from fluss_spark.local.ports import wait_until
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.testing.blob_api import GetBlob, pattern, serve_blobs
 from fluss_spark.transport.client import RpcConnection
-from fluss_spark.transport.server import RpcLimits, RpcServer
+from fluss_spark.transport.limits import RpcLimits
+from fluss_spark.transport.server import RpcServer
 from fluss_spark.transport.tls import (TlsClientConfig, client_context, from_environment,
                                        server_context)
 
