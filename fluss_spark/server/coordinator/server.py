@@ -14,7 +14,6 @@ from fluss_spark.metadata.layout import CoordinatorRecord
 from fluss_spark.metadata.store import Election, MetadataStore
 from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.acl import OperationType, Resource
-from fluss_spark.server.authorizer import AclCache, Authorizer
 from fluss_spark.server.coordinator.acls import AclManager
 from fluss_spark.server.coordinator.leases import LeaseManager
 from fluss_spark.server.coordinator.partitions import PartitionManager
@@ -23,10 +22,9 @@ from fluss_spark.server.coordinator.snapshot_requests import SnapshotRequests
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_path, join_path
 from fluss_spark.server.coordinator.tables import TableManager
 from fluss_spark.server.metadata_view import (build_metadata, lease_info, partition_info)
-from fluss_spark.server.security import Security, current_principal
+from fluss_spark.server.security import current_principal
+from fluss_spark.server.port import ServerPort
 from fluss_spark.server.settings import ServerSettings
-from fluss_spark.transport.limits import RpcLimits
-from fluss_spark.transport.server import RpcServer
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +58,13 @@ class CoordinatorServer:
                                    on_unpinned=self.snapshots.collect, clock=clock,
                                    lock=self._lock)
         self.snapshots.is_pinned = self.leases.is_pinned
-        self.security = Security.from_options(settings.options)
-        self.authorizer = Authorizer(self.security, AclCache(self._store))
+        port = ServerPort.open(settings, "coordinator", self._store)
+        self.security, self.authorizer, self._rpc = port.security, port.authorizer, port.rpc
         self.acls = AclManager(self._store, self.authorizer, self._lock)
         self.snapshot_requests = SnapshotRequests(
             tables=self.tables, partitions=self.partitions, snapshots=self.snapshots,
             leases=self.leases, authorizer=self.authorizer,
             remote_data_dir=settings.remote_data_dir, lock=self._lock, clock=clock)
-        self._rpc = RpcServer(settings.host, settings.port, role="coordinator",
-                              server_id=settings.server_id, disabled=settings.disabled_apis,
-                              limits=RpcLimits.from_options(settings.options),
-                              security=self.security, tls=self.security.tls)
         self.host, self.port = self._rpc.host, self._rpc.port
         self._leader = threading.Event()
         #: The ZooKeeper connection is up (cleared while it is SUSPENDED or LOST): background

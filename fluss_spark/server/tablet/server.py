@@ -18,17 +18,14 @@ from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.acl import OperationType, Resource
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.ipc_limits import IpcLimits
-from fluss_spark.server.authorizer import AclCache, Authorizer
 from fluss_spark.server.metadata_view import build_metadata, snapshot_info
-from fluss_spark.server.security import Security
+from fluss_spark.server.port import ServerPort
 from fluss_spark.server.settings import ServerSettings
 from fluss_spark.server.tablet.assignment import (Assignment, BucketKey, bucket_dir,
                                                   remove_dropped_dirs)
 from fluss_spark.server.tablet.bucket import Bucket
 from fluss_spark.server.tablet.scanner import ScannerManager
 from fluss_spark.server.tablet.snapshotter import TRIGGER_DEADLINE_S, Snapshotter
-from fluss_spark.transport.limits import RpcLimits
-from fluss_spark.transport.server import RpcServer
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +54,9 @@ class TabletServer:
         self.store = MetadataStore(settings.zookeeper,
                                    session_timeout_s=settings.zk_session_timeout_s,
                                    digest=settings.zk_digest)
-        self.security = Security.from_options(settings.options)
-        self.authorizer = Authorizer(self.security, AclCache(self.store))
+        port = ServerPort.open(settings, "tablet", self.store)
+        self.security, self.authorizer, self.rpc = port.security, port.authorizer, port.rpc
         self.ipc_limits = IpcLimits.from_options(settings.options)
-        self.rpc = RpcServer(settings.host, settings.port, role="tablet",
-                             server_id=settings.server_id, disabled=settings.disabled_apis,
-                             limits=RpcLimits.from_options(settings.options),
-                             security=self.security, tls=self.security.tls)
         self.host, self.port = self.rpc.host, self.rpc.port
         self.stopping = threading.Event()
         self._registered = threading.Event()
