@@ -122,7 +122,7 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
                            (self.zookeeper_digest_file, f"fluss:{secrets.token_urlsafe(24)}\n")):
             if path.exists():
                 continue
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # secrets inside
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(text)
