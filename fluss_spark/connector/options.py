@@ -206,6 +206,16 @@ class SourceOptions:
                             username=self.sasl_username, password=self.sasl_password, tls=tls)
 
 
+#: Options of Spark's Kafka source, lower-cased -> what this source takes instead.
+_KAFKA_HABITS = {
+    "startingoffsets": "'scan.startup.mode' (full, earliest, latest or timestamp)",
+    "startingtimestamp": "'scan.startup.timestamp' (with scan.startup.mode=timestamp)",
+    "subscribe": "'tables' (comma-separated db.table names) or 'table'",
+    "subscribepattern": "'table.pattern' (a regex over db.table names)",
+    "kafka.bootstrap.servers": "'bootstrap.servers'",
+}
+
+
 def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
     """Check and parse the options a user passed to ``format("fluss")``.
 
@@ -228,13 +238,17 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
     if unknown:
         hints = []
         for key in sorted(unknown):
+            kafka = _KAFKA_HABITS.get(key.lower())
             close = difflib.get_close_matches(key.lower(), list(by_lower), n=1)
-            if close:
+            if kafka is not None:
+                hints.append(f"{key!r} is Kafka's; here it is {kafka}")
+            elif close:
                 hints.append(f"{key!r} -> did you mean {by_lower[close[0]].key!r}?")
-        # Spark shortens long tracebacks in the middle: the names that matter come last.
-        raise ConfigError(f"known options: {', '.join(o.key for o in SOURCE_OPTIONS)}. Unknown "
-                          f"option(s) for format('fluss'): {', '.join(map(repr, sorted(unknown)))}"
-                          + (f" ({'; '.join(hints)})" if hints else ""))
+        # The complaint and the hints first; the list of known names last (it is long).
+        raise ConfigError(f"unknown option(s) for format('fluss'): "
+                          f"{', '.join(map(repr, sorted(unknown)))}"
+                          + (f" ({'; '.join(hints)})" if hints else "")
+                          + f". Known options: {', '.join(o.key for o in SOURCE_OPTIONS)}")
 
     servers = BOOTSTRAP_SERVERS.get(values)
     if servers is None:

@@ -28,12 +28,24 @@ def test_spark_lowercased_keys_are_accepted():
     assert o.lease_duration_ms == 3_600_000
 
 
-def test_unknown_option_lists_known_ones():
+def test_unknown_option_is_named_first_then_the_known_ones():
     with pytest.raises(ConfigError) as e:
         parse_options({**BASE, "maxOffsetPerTrigger": "5"})
     msg = str(e.value)
-    assert ("maxOffsetPerTrigger" in msg and "maxOffsetsPerTrigger" in msg
-            and "bootstrap.servers" in msg)
+    assert msg.startswith("unknown option(s) for format('fluss'): 'maxOffsetPerTrigger' "
+                          "('maxOffsetPerTrigger' -> did you mean 'maxOffsetsPerTrigger'?). "
+                          "Known options: ")
+    assert "bootstrap.servers" in msg
+
+
+@pytest.mark.parametrize("kafka, ours", [("startingOffsets", "'scan.startup.mode'"),
+                                         ("startingTimestamp", "'scan.startup.timestamp'"),
+                                         ("subscribe", "'tables'"),
+                                         ("subscribePattern", "'table.pattern'")])
+def test_kafka_habits_get_the_name_this_source_uses(kafka, ours):
+    with pytest.raises(ConfigError) as e:
+        parse_options({**BASE, kafka: "x"})
+    assert f"{kafka!r} is Kafka's; here it is {ours}" in str(e.value).split(". Known")[0]
 
 
 def test_bootstrap_servers_required():
