@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from fluss_spark import __version__
 from fluss_spark.cli import (acls, cluster, leases, partitions, scans, snapshots, tables,
                              tiering)
 from fluss_spark.cli.common import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, bootstrap_servers, bounded
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
     p = _Parser(prog="fluss-spark", parents=[common],
                 description="Operate a fluss_spark cluster: tables, data, KV snapshots, leases.")
+    p.add_argument("--version", action="version", version=f"fluss-spark {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def cmd(parent, name, help_, func):

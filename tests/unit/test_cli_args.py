@@ -241,3 +241,10 @@ def test_table_create_refuses_empty_column_definitions_before_connecting(capsys,
     assert code == 1 and out == ""
     assert needle in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_version(capsys):
+    from fluss_spark import __version__
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == f"fluss-spark {__version__}\n"
