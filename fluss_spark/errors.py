@@ -17,7 +17,9 @@
     │   ├── MetadataStoreUnavailable (1005, retriable) the coordinator lost ZooKeeper
     │   ├── AuthenticationFailed    (1006) no or wrong SASL credentials
     │   ├── AuthorizationFailed     (1007) the principal may not do this
-    │   └── TlsHandshakeFailed      (1008) certificate not trusted, or TLS on one end only
+    │   ├── TlsHandshakeFailed      (1008) certificate not trusted, or TLS on one end only
+    │   ├── ConnectionRefused       (1009, a NetworkError) nothing listens at the address
+    │   └── ClusterUnreachable      (1010) every server refused connections: cluster down
     └── ConfigError                 bad option or argument, raised before any I/O
 
 Codes that Apache Fluss also has keep Fluss's number; codes of our own start at 1000.
@@ -79,6 +81,24 @@ class NetworkError(ApiError):
     code = 1
     retriable = True
     refresh_metadata = True
+
+
+class ConnectionRefused(NetworkError):
+    """Nothing listens at the address: the server is down, restarting, or the address is wrong
+    (client-side; retried like any network error)."""
+
+    code = 1009
+    retriable = True
+    refresh_metadata = True
+
+
+class ClusterUnreachable(ApiError):
+    """Every known server of the cluster refused connections for a while: the cluster is down,
+    or bootstrap.servers names the wrong addresses (client-side; not retried)."""
+
+    code = 1010
+    retriable = False
+    refresh_metadata = False
 
 
 class UnsupportedVersion(ApiError):

@@ -92,6 +92,7 @@ def cmd_tier_status(args) -> int:
     if not servers and job_file.exists():
         servers = json.loads(job_file.read_text()).get("bootstrap_servers")
     latest: dict[str, dict[int, int]] | None = None
+    unknown = None
     if servers:
         # An exact lag needs the tables' latest offsets; without the cluster, the job's last one.
         from fluss_spark.client import FlussConnection
@@ -104,16 +105,22 @@ def cmd_tier_status(args) -> int:
                     name = t.name
                     if admin.table_exists(name):
                         latest[name] = admin.list_offsets(name, spec="latest")
-        except FlussError:
+        except FlussError as e:
             latest = None
-    doc = job_status(lake, latest)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            unknown = f"the cluster at {servers} did not answer: {first}"
+    doc = job_status(lake, latest, unknown)
     if _json(args):
         emit_json(doc)
         return 0
     print(f"lake {doc['lake']}  job {doc['job_id'] or '-'}  lease {doc['lease_id'] or '-'}  "
           f"status updated {_fmt_ms(doc['updated_ms']) or '-'}")
-    rows = [{**r, "last_round": _fmt_ms(r.get("last_round_ms"))} for r in doc["tables"]]
+    rows = [{**r, "last_round": _fmt_ms(r.get("last_round_ms")),
+             "lag": "unknown" if unknown and r.get("lag") is None else r.get("lag")}
+            for r in doc["tables"]]
     print_table(rows, _TIER_COLUMNS)
+    if unknown:
+        print(f"lag unknown: {unknown} (the job's last reported lag: --json, reported_lag)")
     return 0
 
 

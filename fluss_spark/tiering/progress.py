@@ -56,13 +56,14 @@ def read_status(lake_root: str | Path) -> dict:
     return doc if isinstance(doc, dict) and doc.get("version") == STATUS_VERSION else {}
 
 
-def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None
-                   ) -> list[dict]:
-    """One row per lake table: ``table, kind, rows_tiered, lake_rows, lag, last_round_ms,
-    batch_id, version, snapshot_complete, active, error, restarts``.
+def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None,
+                   lag_unknown: str | None = None) -> list[dict]:
+    """One row per lake table: ``table, kind, rows_tiered, lake_rows, lag, reported_lag,
+    last_round_ms, batch_id, version, snapshot_complete, active, error, restarts``.
 
     ``latest`` (table name -> bucket -> latest offset, from the cluster) gives an exact lag;
-    without it the lag is the job's last reported one (None when unknown).
+    without it the lag is the job's last reported one (None when unknown). ``lag_unknown``: why
+    the cluster could not be asked (the lag is then None; ``reported_lag`` keeps the job's).
     """
     status = read_status(lake_root)
     per_table = status.get("tables") or {}
@@ -77,11 +78,13 @@ def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]
         lag: int | None
         if latest is not None and m.table in latest:
             lag = lag_from_state(m, latest[m.table])
+        elif lag_unknown is not None:
+            lag = None          # a stale number would read as "caught up"
         else:
             lag = s.get("lag")
         rows.append({
             "table": m.table, "kind": m.kind, "rows_tiered": m.rows_tiered,
-            "lake_rows": m.rows, "lag": lag,
+            "lake_rows": m.rows, "lag": lag, "reported_lag": s.get("lag"),
             "last_round_ms": m.commit.committed_ms if m.commit else None,
             "batch_id": m.commit.batch_id if m.commit else None,
             "version": m.table_version, "snapshot_id": m.snapshot_id,
@@ -92,14 +95,14 @@ def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]
     return rows
 
 
-def job_status(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None
-               ) -> dict[str, Any]:
+def job_status(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None,
+               lag_unknown: str | None = None) -> dict[str, Any]:
     """The whole picture for ``fluss-spark tier status``: the job and its tables."""
     status = read_status(lake_root)
     return {"lake": str(lake_root), "job_id": status.get("job_id"),
             "lease_id": status.get("lease_id"), "pid": status.get("pid"),
-            "updated_ms": status.get("updated_ms"),
-            "tables": table_progress(lake_root, latest)}
+            "updated_ms": status.get("updated_ms"), "lag_unknown": lag_unknown,
+            "tables": table_progress(lake_root, latest, lag_unknown)}
 
 
 __all__ = ["lag_from_state", "write_status", "read_status", "table_progress", "job_status",

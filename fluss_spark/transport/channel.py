@@ -8,7 +8,7 @@ import ssl
 import threading
 from typing import Callable
 
-from fluss_spark.errors import CorruptMessage, NetworkError
+from fluss_spark.errors import ConnectionRefused, CorruptMessage, NetworkError
 from fluss_spark.transport import tls as _tls
 from fluss_spark.transport.frames import recv_exact
 
@@ -68,6 +68,10 @@ class SocketChannel:
             sock.sendall(frame)
             prefix = recv_or_eof(sock, LENGTH_PREFIX)
             return recv_or_eof(sock, decode_length(prefix))
+        except ConnectionRefusedError:
+            self._close_locked()
+            raise ConnectionRefused(f"{what} to {self.address} failed: nothing listens there "
+                                    f"(connection refused)") from None
         except (OSError, EOFError) as e:
             self._close_locked()
             raise NetworkError(f"{what} to {self.address} failed: {type(e).__name__}: {e}") \

@@ -31,11 +31,15 @@ def test_every_error_is_a_fluss_error_with_flags():
 
 
 def _api_error_classes_in_source() -> dict[str, int]:
-    """Name -> literal ``code`` of every ``class X(ApiError):`` statement in errors.py."""
+    """Name -> literal ``code`` of every class statement in errors.py deriving from ApiError
+    (directly, or through another ApiError class such as NetworkError)."""
     tree = ast.parse(inspect.getsource(errors))
     found = {}
+    api_errors = {"ApiError"}
     for node in tree.body:
-        if isinstance(node, ast.ClassDef) and [ast.unparse(b) for b in node.bases] == ["ApiError"]:
+        if isinstance(node, ast.ClassDef) and len(node.bases) == 1 \
+                and ast.unparse(node.bases[0]) in api_errors:
+            api_errors.add(node.name)
             codes = [stmt.value for stmt in node.body
                      if isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]) == "code"]
             assert len(codes) == 1, f"{node.name} sets code {len(codes)} times"

@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from fluss_spark.client.bootstrap import parse_bootstrap
 from fluss_spark.client.embedded.metadata import MetadataCache
-from fluss_spark.errors import ConfigError, NetworkError, NotCoordinatorLeader, TableNotExist
+from fluss_spark.errors import (ClusterUnreachable, ConfigError, ConnectionRefused, NetworkError,
+                                NotCoordinatorLeader, TableNotExist)
 from fluss_spark.protocol.framing import MAX_FRAME_BYTES
 from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.protocol.messages import GetMetadataRequest, Message, Request, TableInfo
@@ -43,6 +44,11 @@ class FlussConnection:
     max_response_bytes:
         Largest response frame accepted (256 MB); a frame is read as its bytes arrive, never
         allocated from its announced length.
+    refused_timeout_s:
+        When every known server has refused connections (nothing listens) for this long, calls
+        fail with ClusterUnreachable instead of retrying until ``request_timeout_s``: a stopped
+        cluster or a wrong address is reported in seconds, while a server restarting within
+        this window is waited for.
     """
 
     def __init__(self, bootstrap_servers: str | Iterable[str], request_timeout_s: float = 60.0,
@@ -52,8 +58,11 @@ class FlussConnection:
                  username: str | None = None, password: str | None = None,
                  ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
                  max_response_bytes: int = MAX_FRAME_BYTES,
-                 tls: TlsClientConfig | None = None):
+                 tls: TlsClientConfig | None = None, refused_timeout_s: float = 10.0):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.refused_timeout_s = float(refused_timeout_s)
+        #: Since when every server asked for metadata refused the connection (None: one answers).
+        self._refused_since: float | None = None
         self.request_timeout_s = float(request_timeout_s)
         if (username is None) != (password is None):
             raise ConfigError("give both a username and a password, or neither")
@@ -152,15 +161,26 @@ class FlussConnection:
 
     def _ask_metadata(self, request: GetMetadataRequest,
                       complete: bool = False) -> list[TableInfo]:
-        tried, last = [], None
+        tried, last, refused = [], None, True
         for addr in dict.fromkeys(self._meta.addresses() + self.bootstrap):
             tried.append(f"{addr[0]}:{addr[1]}")
             try:
                 answer = self._rpc(addr).call(request)
             except NetworkError as e:
-                last = e
+                last, refused = e, refused and isinstance(e, ConnectionRefused)
                 continue
+            self._refused_since = None
             return self._meta.update(answer, complete=complete)
+        if refused:
+            now = self._clock()
+            since = self._refused_since = self._refused_since or now
+            if now - since >= self.refused_timeout_s:
+                raise ClusterUnreachable(
+                    f"no Fluss server listens at {', '.join(tried)} (every one refused the "
+                    f"connection for {now - since:.0f}s): the cluster is down or "
+                    f"bootstrap.servers is wrong")
+        else:
+            self._refused_since = None
         raise NetworkError(f"cannot reach any Fluss server (tried {', '.join(tried)}): {last}; "
                            "check bootstrap.servers and that the cluster is running")
 

@@ -9,7 +9,8 @@ import pytest
 
 from fluss_spark.client import FlussConnection
 from fluss_spark.client.bootstrap import parse_bootstrap
-from fluss_spark.errors import (ConfigError, InvalidRequest, LeaderNotAvailable, NetworkError,
+from fluss_spark.errors import (ClusterUnreachable, ConfigError, ConnectionRefused, InvalidRequest,
+                                LeaderNotAvailable, NetworkError,
                                 NotCoordinatorLeader, NotLeaderOrFollower, TableNotExist,
                                 TooManyScanners)
 from fluss_spark.protocol.api import ApiKey
@@ -281,3 +282,38 @@ def test_leader_not_available_when_tablet_not_registered(fake, clock):
     conn = connect(fake, clock, timeout=0.5)
     with pytest.raises(LeaderNotAvailable, match="bucket 1 of db.t"):
         conn.call_bucket(conn.table("db.t"), 1, PRODUCE)
+
+
+def refuse(k, b):
+    raise ConnectionRefused("nothing listens there (connection refused)")
+
+
+def test_a_cluster_where_nothing_listens_fails_in_seconds_not_at_the_request_timeout(fake, clock):
+    fake.handlers[1000] = refuse
+    conn, start = connect(fake, clock, timeout=60.0), clock.seconds()
+    with pytest.raises(ClusterUnreachable, match="no Fluss server listens at h:1000") as e:
+        conn.call_coordinator(ListTablesRequest())
+    assert "the cluster is down or bootstrap.servers is wrong" in str(e.value)
+    assert 10 <= clock.seconds() - start < 13   # the refused timeout, not the request timeout
+
+
+def test_a_server_that_comes_back_within_the_refused_timeout_is_waited_for(fake, clock):
+    fake.handlers[1000] = refuse
+    start, sleep = clock.seconds(), clock.sleep
+
+    def back_after_8s(s):
+        sleep(s)
+        if clock.seconds() - start >= 8:
+            fake.handlers[1000] = lambda k, b: (fake.metadata(b) if k == ApiKey.GET_METADATA
+                                                else {"tables": []})   # the coordinator is back
+    conn = FlussConnection("h:1000", request_timeout_s=60.0, rpc_factory=fake.factory,
+                           clock=clock.seconds, sleep=back_after_8s)
+    assert conn.call_coordinator(ListTablesRequest()) == {"tables": []}
+
+
+def test_other_network_errors_are_retried_until_the_request_timeout(fake, clock):
+    fake.handlers[1000] = lambda k, b: (_ for _ in ()).throw(NetworkError("reset by peer"))
+    conn, start = connect(fake, clock, timeout=30.0), clock.seconds()
+    with pytest.raises(NetworkError, match="cannot reach any Fluss server"):
+        conn.call_coordinator(ListTablesRequest())
+    assert clock.seconds() - start >= 29
