@@ -77,3 +77,20 @@ def test_cli_tier_status_on_a_missing_lake_is_one_line_error(tmp_path, capsys):
     assert cli_main(["tier", "status", "--lake", str(tmp_path / "nope")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: lake directory") and err.count("\n") == 1
+
+
+def test_cli_tier_status_says_the_lag_is_unknown_when_the_cluster_does_not_answer(
+        tmp_path, capsys):
+    make_lake(tmp_path)
+    write_status(tmp_path, {"job_id": "j", "tables": {"db.pk": {"active": True, "lag": 0}}})
+    down = "127.0.0.1:1"                       # nothing listens there
+    argv = ["--bootstrap-servers", down, "--timeout", "1", "tier", "status", "--lake",
+            str(tmp_path)]
+    assert cli_main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["lag_unknown"].startswith(f"the cluster at {down} did not answer")
+    pk = next(r for r in doc["tables"] if r["table"] == "db.pk")
+    assert pk["lag"] is None and pk["reported_lag"] == 0      # never a stale 0 as the lag
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "unknown" in out and f"lag unknown: the cluster at {down} did not answer" in out
