@@ -164,6 +164,9 @@ _SEGMENT_REF = 1
 #: Binary values at least this large become segments (smaller ones are cheaper inline).
 SEGMENT_MIN_BYTES = 64 * 1024
 _MAX_SEGMENTS = 0xFFFF
+#: Bytes a "pad" entry of up to 7 bytes adds to the envelope map: the key (fixstr, 4 bytes) and
+#: its value's bin8 header (2 bytes); the map's own header stays one byte (5 entries).
+_PAD_ENTRY = 6
 
 
 def encode_response_parts(correlation_id: int, body: dict | None = None,
@@ -203,8 +206,15 @@ def encode_response_parts(correlation_id: int, body: dict | None = None,
     pulled = pull(body)
     if not parts:
         return [encode_response(correlation_id, body)]
-    header = packb({"correlation_id": correlation_id, "error_code": 0, "error_message": "",
-                    "body": pulled})
+    envelope = {"correlation_id": correlation_id, "error_code": 0, "error_message": "",
+                "body": pulled}
+    fixed = _SEGMENTS_HEAD.size + 4 * len(parts)
+    # The segments start at a multiple of 8 bytes into the payload (which a client reads into a
+    # fresh, aligned buffer), so Arrow pages decode in place with aligned buffers: a "pad" entry
+    # (readers ignore unknown envelope keys) takes the header to the next multiple of 8.
+    unpadded = len(packb(envelope))
+    envelope["pad"] = b"\0" * ((-(fixed + unpadded + _PAD_ENTRY)) % 8)
+    header = packb(envelope)
     head = (_SEGMENTS_HEAD.pack(SEGMENTED, SEGMENTS_VERSION, len(parts), len(header))
             + struct.pack(f">{len(parts)}I", *(p.nbytes for p in parts)) + header)
     return [head, *parts]

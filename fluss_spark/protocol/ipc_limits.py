@@ -123,6 +123,9 @@ class IpcBudget:
         raise RecordTooLarge(f"{self.what}: {why} ({setting} raises it)")
 
 
+_ALIGNED = pa.ipc.IpcReadOptions(ensure_alignment=pa.ipc.Alignment.DataTypeSpecific)
+
+
 def read_stream(data: bytes | bytearray | memoryview | pa.Buffer, limits: IpcLimits, *,
                 what: str = "", validate: bool = False) -> pa.Table:
     """Decode an Arrow IPC stream within ``limits`` (RecordTooLarge past them, CorruptMessage
@@ -140,7 +143,10 @@ def read_stream(data: bytes | bytearray | memoryview | pa.Buffer, limits: IpcLim
         for message in pa.ipc.MessageReader.open_stream(buf):
             if message.type in ("record batch", "dictionary"):
                 budget.admit_message(message)
-        table = pa.ipc.open_stream(buf).read_all()
+        # A payload read in place from a response frame may start at any byte: buffers that are
+        # not aligned for their type are copied (compute kernels such as group_by warn about,
+        # and may crash on, misaligned buffers); aligned ones are not.
+        table = pa.ipc.open_stream(buf, options=_ALIGNED).read_all()
         if validate:
             table.validate(full=True)
         return table

@@ -32,6 +32,15 @@ def test_large_values_become_segments_read_in_place():
     assert got["small"] == b"tiny" and got["n"] == 3 and resp.correlation_id == 7
 
 
+@pytest.mark.parametrize("cid", [0, 7, 300, 70_000, 2**40])
+@pytest.mark.parametrize("name", ["", "t", "a much longer table name, thirty+"])
+def test_segments_start_at_a_multiple_of_8_so_arrow_pages_decode_aligned(cid, name):
+    parts = codec.encode_response_parts(cid, {"name": name, "records": BIG}, segments=True)
+    assert len(parts[0]) % 8 == 0
+    got = codec.decode_response(joined(parts)).raise_for_error()
+    assert got["name"] == name and bytes(got["records"]) == BIG
+
+
 def test_a_gather_is_one_value_sent_in_pieces():
     pieces = [b"a" * 70_000, pa.py_buffer(b"b" * 10), b"c" * 5]
     parts = codec.encode_response_parts(1, {"records": codec.Gather(pieces)}, segments=True)
