@@ -95,7 +95,9 @@ def test_cli_round_trip(cli, store, table_name):
         (("table", "create", table_name + "_c", "--schema", SCHEMA, "--primary-key", "id,dt",
           "--partition-key", "dt", "--property", "table.auto-partition.time-unit=WEEK"),
          "not one of YEAR"),
-        (("produce", table_name, "--rows", "3"), "does not write partitioned tables yet"),
+        (("produce", table_name, "--rows", "3", "--partition", "dt=2030-01-01"),
+         "partition dt=2030-01-01 of table"),
+        (("scan", table_name, "--partition", "dt=2030-01-01"), "does not exist"),
     ]:
         code, out, err = cli(*argv)
         assert code != 0 and out == "" and err.count("\n") == 1 and words in err, (argv, err)
@@ -105,6 +107,29 @@ def test_cli_round_trip(cli, store, table_name):
     assert code == 0, err
     code, out, err = cli("partition", "list", table_name + "_d")
     assert code != 0 and "is not partitioned" in err
+    code, out, err = cli("produce", table_name + "_d", "--rows", "2", "--partition", "dt=x")
+    assert code != 0 and out == "" and "is not partitioned" in err and err.count("\n") == 1
+
+    # produce into one partition, then spread over both; scan and snapshot list per partition.
+    assert cli("produce", table_name, "--rows", "4", "--partition", f"dt={DAYS[0]}")[0] == 0
+    code, out, err = cli("produce", table_name, "--rows", "20", "--updates", "5", "--deletes",
+                         "3", "--seed", "7", "--json")
+    assert code == 0 and json.loads(out)["rows"] == 28, err
+    scanned = {}
+    for day in DAYS[:2]:
+        code, out, err = cli("scan", table_name, "--partition", f"dt={day}", "--snapshot",
+                             "live", "--json")
+        assert code == 0, err
+        scanned[day] = json.loads(out)
+        assert scanned[day] and {r["dt"] for r in scanned[day]} == {day}
+    code, out, _ = cli("scan", table_name, "--snapshot", "live", "--json")
+    assert sorted(map(str, json.loads(out))) == sorted(map(str, scanned[DAYS[0]]
+                                                           + scanned[DAYS[1]]))
+    assert cli("snapshot", "trigger", table_name)[0] == 0
+    code, out, _ = cli("snapshot", "list", table_name, "--json")
+    assert {r["partition"] for r in json.loads(out)} == {f"dt={d}" for d in DAYS[:2]}
+    code, out, _ = cli("snapshot", "list", table_name, "--partition", f"dt={DAYS[1]}", "--json")
+    assert {r["partition"] for r in json.loads(out)} == {f"dt={DAYS[1]}"}
 
 
 def _rows(info, ids, day, v):
