@@ -352,6 +352,12 @@ SERVER_MEMORY_RELEASE_INTERVAL = duration(
     "How often a server hands memory it no longer uses back to the operating system (collects "
     "cyclic garbage, then trims the C heap), so its RSS falls back after a burst of large "
     "requests; 0 turns it off.", minimum=0)
+WRITER_DYNAMIC_CREATE_PARTITION = boolean(
+    "client.writer.dynamic-create-partition.enabled", False,
+    "A writer creates the partition a row belongs to when it does not exist yet (off: such a "
+    "write is refused with PartitionNotExist and writes nothing).")
+#: Options of a client's writer (``FlussConnection.writer(table, options)``).
+CLIENT_WRITER_OPTIONS = [WRITER_DYNAMIC_CREATE_PARTITION]
 SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL,
                   SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,

@@ -4,9 +4,53 @@ from __future__ import annotations
 
 from fluss_spark.cli.common import _json, bootstrap_servers, connect_cluster, not_available
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
+from fluss_spark.errors import ConfigError
 from fluss_spark.protocol.partitions import parse_spec, spec_text, values_of
 
 _SPEC_HELP = "the partition as key=value[,key=value...], e.g. dt=2026-11-25"
+#: Help of the --partition option of commands that read or write one partition.
+PARTITION_HELP = "only this partition of a partitioned table (key=value[,key=value...])"
+
+
+def partition_names(conn, info, partition: str | None) -> list[str | None]:
+    """The partitions a command addresses: [None] for an unpartitioned table (a ``partition``
+    is refused), the one ``partition`` names, or every partition of the table, by name."""
+    from fluss_spark.client.embedded import partitions
+    if partition is not None:
+        found = partitions.lookup(conn, info, partition)
+        return [None if found is None else found.name]
+    if not info.partitioned:
+        return [None]
+    names = sorted(p.name for p in conn.refresh_table(info.name).partitions)
+    if not names:
+        raise ConfigError(f"table {info.name} has no partitions; create one with `fluss-spark "
+                          f"partition create {info.name} {info.partition_keys[0]}=VALUE`")
+    return list(names)
+
+
+def row_placer(conn, info, partition: str | None):
+    """A function that sets the partition key columns of generated rows: to ``partition``, or
+    spread over the table's partitions by the rows' bucket key (an update or delete of a key
+    then goes where its insert went); unpartitioned tables' rows pass unchanged."""
+    import pyarrow as pa
+
+    from fluss_spark.protocol.rows import bucket_ids
+    names = partition_names(conn, info, partition)
+    if names == [None]:
+        return lambda rows: rows
+    keys = list(info.bucket_key) or [c for c in info.schema.names
+                                     if c not in info.partition_keys][:1]
+    values = {k: pa.array([values_of(str(n))[i] for n in names]).cast(info.schema.field(k).type)
+              for i, k in enumerate(info.partition_keys)}
+
+    def place(rows):
+        at = (bucket_ids(rows, keys, len(names)) if len(names) > 1 and keys
+              else pa.array([0] * rows.num_rows, pa.int32()))
+        for k, vals in values.items():
+            i = rows.schema.get_field_index(k)
+            rows = rows.set_column(i, rows.schema.field(i), vals.take(at))
+        return rows
+    return place
 
 
 def add_commands(sub, cmd) -> None:

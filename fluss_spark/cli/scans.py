@@ -10,6 +10,7 @@ from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json,
                                     bounded, connect, connect_cluster, embedded_connection,
                                     no_snapshot_yet, not_available)
 from fluss_spark.cli.output import _print_metrics, _Progress, emit_json, print_table
+from fluss_spark.cli.partitions import PARTITION_HELP, partition_names
 from fluss_spark.errors import ConfigError
 
 
@@ -24,6 +25,8 @@ def add_commands(sub, cmd) -> None:
                    help="the latest snapshot (default), a snapshot id, or the live state")
     c.add_argument("--limit", type=bounded(int, 1, MAX_COUNT), help="at most this many rows")
     c.add_argument("--columns", help="only these columns, comma separated")
+    c.add_argument("--partition", metavar="SPEC",
+                   help=PARTITION_HELP + " (default: every partition)")
     c.add_argument("--format", choices=["table", "json", "arrow"], default=None,
                    help="output format (arrow: an Arrow IPC stream on stdout)")
 
@@ -85,25 +88,29 @@ def cmd_scan(args) -> int:
         if not caps.scan_sessions:
             # The cluster's own snapshot reads (Apache Fluss: the snapshot's files).
             info = cluster.get_table(args.table)
+            parts: list[str | None] = [args.partition]
 
-            def latest_snapshots():
-                return cluster.latest_kv_snapshots(info.name)
+            def latest_snapshots(partition):
+                return cluster.latest_kv_snapshots(info.name, partition=partition)
 
-            def read(bucket, snapshot_id, limit):
+            def read(partition, bucket, snapshot_id, limit):
                 return cluster.read_snapshot(info.name, bucket, snapshot_id,
-                                             projection=projection, limit=limit)
+                                             projection=projection, limit=limit,
+                                             partition=partition)
         else:
             # Scan sessions, which also read the live state.
             conn = embedded_connection(args, cluster)
             info = conn.table(args.table)
-            scanner = conn.kv_scanner(info)
+            parts = partition_names(conn, info, args.partition)
+            scanners = {p: conn.kv_scanner(info, p) for p in parts}
 
-            def latest_snapshots():
-                return conn.admin().latest_kv_snapshots(info)
+            def latest_snapshots(partition):
+                return conn.admin().latest_kv_snapshots(info, partition=partition)
 
-            def read(bucket, snapshot_id, limit):
-                return scanner.scan(bucket, snapshot_id=snapshot_id, live=snapshot_id is None,
-                                    projection=projection, limit=limit)
+            def read(partition, bucket, snapshot_id, limit):
+                return scanners[partition].scan(bucket, snapshot_id=snapshot_id,
+                                                live=snapshot_id is None,
+                                                projection=projection, limit=limit)
         if not info.has_primary_key:
             raise ConfigError(f"{info.name} is a log table: scan reads primary-key tables; use "
                               f"`fluss-spark log {info.name}`")
@@ -116,19 +123,25 @@ def cmd_scan(args) -> int:
         if args.bucket is not None and not 0 <= args.bucket < info.num_buckets:
             raise ConfigError(f"{info.name} has buckets 0..{info.num_buckets - 1}, "
                               f"not {args.bucket}")
-        plan: list[tuple[int, int | None]] = []
+        if spec.isdigit() and len(parts) > 1:
+            raise ConfigError(f"--snapshot ID names one bucket's snapshot of one partition of "
+                              f"{info.name}: add --partition")
+        # (partition, bucket, snapshot id or None for live, its row count if known)
+        plan: list[tuple[str | None, int, int | None, int | None]] = []
         if spec == "latest":
-            latest = latest_snapshots()
-            plan = [(b, latest[b].snapshot_id) for b in buckets if b in latest]
+            for p in parts:
+                latest = latest_snapshots(p)
+                plan += [(p, b, latest[b].snapshot_id, latest[b].row_count)
+                         for b in buckets if b in latest]
             if not plan:
                 raise ConfigError(f"{info.name} has no KV snapshot yet: "
                                   f"{no_snapshot_yet(args, info.name, caps)}")
         elif spec == "live":
-            plan = [(b, None) for b in buckets]
+            plan = [(p, b, None, None) for p in parts for b in buckets]
         else:
-            plan = [(buckets[0], int(spec))]
+            plan = [(parts[0], buckets[0], int(spec), None)]
         schema = _project_schema(info.schema, projection)
-        total = (sum(latest[b].row_count for b, _ in plan) if spec == "latest" else None)
+        total = (sum(n or 0 for *_, n in plan) if spec == "latest" else None)
         if total is not None and args.limit is not None:
             total = min(total, args.limit)
         progress = _Progress(f"scan {info.name}", total,
@@ -136,10 +149,10 @@ def cmd_scan(args) -> int:
 
         def batches():
             remaining = args.limit
-            for bucket, snapshot_id in plan:
+            for partition, bucket, snapshot_id, _ in plan:
                 if remaining is not None and remaining <= 0:
                     return
-                for b in read(bucket, snapshot_id, remaining):
+                for b in read(partition, bucket, snapshot_id, remaining):
                     if remaining is not None:
                         b = b.slice(0, remaining)
                         remaining -= b.num_rows

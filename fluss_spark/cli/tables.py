@@ -6,7 +6,8 @@ from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json,
                                     connect, connect_cluster, table_admin)
 from fluss_spark.config import parse_pairs
 from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
-from fluss_spark.errors import ConfigError, UnsupportedVersion
+from fluss_spark.cli.partitions import row_placer
+from fluss_spark.errors import ConfigError
 
 
 def add_commands(sub, cmd) -> None:
@@ -42,6 +43,9 @@ def add_commands(sub, cmd) -> None:
                    help="deletes of random existing keys (PK)")
     c.add_argument("--seed", type=bounded(int, 0, 2**63 - 1), default=0,
                    help="random seed (same seed, same data)")
+    c.add_argument("--partition", metavar="SPEC",
+                   help="write to this partition (key=value[,key=value...]); default: spread the "
+                        "rows of a partitioned table over its partitions")
     c.add_argument("--batch-size", type=bounded(int, 1, 10_000_000), default=10_000,
                    help="rows per write call")
 
@@ -136,10 +140,7 @@ def cmd_produce(args) -> int:
     from fluss_spark.local.demo_data import DemoData
     with connect(args) as conn:
         info = conn.table(args.table)
-        if info.partitioned:
-            raise UnsupportedVersion(f"{info.name} is partitioned (by "
-                                     f"{', '.join(info.partition_keys)}); `produce` does not "
-                                     "write partitioned tables yet")
+        place = row_placer(conn, info, args.partition)
         if not info.has_primary_key and (args.updates or args.deletes):
             raise ConfigError(f"{info.name} is a log table: --updates and --deletes need a "
                               "primary-key table")
@@ -151,18 +152,18 @@ def cmd_produce(args) -> int:
         if info.has_primary_key:
             counts.update(updates=0, deletes=0)
         for start in range(0, args.rows, args.batch_size):
-            batch = gen.rows(start, min(start + args.batch_size, args.rows))
+            batch = place(gen.rows(start, min(start + args.batch_size, args.rows)))
             (writer.upsert if info.has_primary_key else writer.append)(batch)
             counts["inserts" if info.has_primary_key else "appends"] += batch.num_rows
             progress.add(batch.num_rows)
         if info.has_primary_key and args.rows:
             for start in range(0, args.updates, args.batch_size):
                 n = min(args.batch_size, args.updates - start)
-                batch = gen.updates(n, args.rows)
+                batch = place(gen.updates(n, args.rows))
                 writer.upsert(batch)
                 counts["updates"] += n
                 progress.add(n)
-            deleted = gen.deletes(min(args.deletes, args.rows), args.rows)
+            deleted = place(gen.deletes(min(args.deletes, args.rows), args.rows))
             for start in range(0, deleted.num_rows, args.batch_size):
                 part = deleted.slice(start, args.batch_size)
                 writer.delete(part)

@@ -65,6 +65,14 @@ def refuse_partitioned(info: TableInfo, path: str) -> TableInfo:
     return info
 
 
+def refuse_partition(partition: str | None, table: str, path: str) -> None:
+    """Nothing when ``partition`` is None; a partition named to ``path`` (a cluster that does
+    not read partitions yet) is refused with ``UnsupportedVersion``."""
+    if partition is not None:
+        raise UnsupportedVersion(f"partition {partition} of table {table}: partitions are not "
+                                 f"supported by {path} yet")
+
+
 @dataclass(frozen=True)
 class LiveScanStart:
     """The open of a live KV scan of one bucket: the offset its rows reflect and its first rows.
@@ -116,13 +124,19 @@ class Cluster(Protocol):
         ...
 
     def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
-                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
+                     spec: str = "latest", timestamp_ms: int | None = None, *,
+                     partition: str | None = None) -> dict[int, int]:
         """Changelog offset per bucket: ``earliest`` retained, ``latest`` (the high watermark),
         or ``timestamp``: the first offset committed at or after ``timestamp_ms``. A bad
-        ``spec`` (or ``timestamp`` without ``timestamp_ms``) is a ``ConfigError``."""
+        ``spec`` (or ``timestamp`` without ``timestamp_ms``) is a ``ConfigError``.
+
+        ``partition`` (here and in the reads below): the partition of a partitioned table, by
+        name or spec (``dt=2026-11-25``); a partitioned table needs one (only where
+        ``capabilities().partition_admin``)."""
         ...
 
-    def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
+    def latest_kv_snapshots(self, table: str, *,
+                            partition: str | None = None) -> dict[int, SnapshotInfo]:
         """The newest KV snapshot of every bucket that has one."""
         ...
 
@@ -155,7 +169,8 @@ class Cluster(Protocol):
 
     # -- reads ------------------------------------------------------------------------------------
     def read_log(self, table: str, bucket: int, start: int, end: int,
-                 projection: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+                 projection: list[str] | None = None, *,
+                 partition: str | None = None) -> Iterator[pa.RecordBatch]:
         """Exactly the changelog records of offsets ``[start, end)``: the (projected) table
         columns then ``_change_type``, ``_log_offset``, ``_commit_timestamp``.
         ``LogOffsetOutOfRange`` when ``start`` is below the retained log start."""
@@ -163,7 +178,8 @@ class Cluster(Protocol):
 
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
-                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
+                      partition: str | None = None) -> RecordBatchStream:
         """Rows ``[start_row, start_row + limit)`` of a KV snapshot in key order, the
         (projected) table columns only. ``KvSnapshotNotExist`` (while iterating) when the
         snapshot is gone. Close the stream when stopping early."""
@@ -241,5 +257,5 @@ class PartitionAdmin(Protocol):
 __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
            "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
            "LeaseInfo", "LiveScanStart", "PartitionAdmin", "PartitionInfo", "Pins", "RETRACTIONS",
-           "RecordBatchStream", "SnapshotInfo", "refuse_partitioned",
+           "RecordBatchStream", "SnapshotInfo", "refuse_partition", "refuse_partitioned",
            "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE"]

@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from fluss_spark.client import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, Pins, RecordBatchStream)
+                                        LiveScanStart, Pins, RecordBatchStream,
+                                        refuse_partition)
 from fluss_spark.clock import Clock
 from fluss_spark.testing.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
@@ -144,7 +145,9 @@ class FakeCluster:
         return sorted(self.tables)
 
     def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
-                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
+                     spec: str = "latest", timestamp_ms: int | None = None, *,
+                     partition: str | None = None) -> dict[int, int]:
+        refuse_partition(partition, table, "the fake cluster")
         # The same argument checks as the client's Admin.list_offsets, before any lookup.
         if spec not in _OFFSET_SPECS:
             raise ConfigError(f"offset spec must be one of {', '.join(_OFFSET_SPECS)}, "
@@ -165,7 +168,9 @@ class FakeCluster:
                 out[b] = max(min(first, end), t.log_start[b])
         return out
 
-    def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
+    def latest_kv_snapshots(self, table: str, *,
+                            partition: str | None = None) -> dict[int, SnapshotInfo]:
+        refuse_partition(partition, table, "the fake cluster")
         self.calls.append(("latest_kv_snapshots", getattr(table, "name", table)))
         t = self._table(table)
         out = {}
@@ -282,7 +287,9 @@ class FakeCluster:
 
     # -- reads ------------------------------------------------------------------------------
     def read_log(self, table: str, bucket: int, start: int, end: int,
-                 projection: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+                 projection: list[str] | None = None, *,
+                 partition: str | None = None) -> Iterator[pa.RecordBatch]:
+        refuse_partition(partition, table, "the fake cluster")
         t = self._table(table)
         self.projections.append(("log", projection))
         schema = t.info.changelog_schema(projection)
@@ -301,7 +308,9 @@ class FakeCluster:
 
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
-                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
+                      partition: str | None = None) -> RecordBatchStream:
+        refuse_partition(partition, table, "the fake cluster")
         t = self._table(table)
 
         def batches() -> Generator[pa.RecordBatch, None, None]:

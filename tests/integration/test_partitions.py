@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.errors import (InvalidPartitionSpec, PartitionAlreadyExist,
-                                PartitionNotExist, TableNotPartitioned, UnsupportedVersion)
+                                PartitionNotExist, TableNotPartitioned)
 from fluss_spark.local.ports import wait_until
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.store import MetadataStore
@@ -95,7 +95,9 @@ def test_cli_round_trip(cli, store, table_name):
         (("table", "create", table_name + "_c", "--schema", SCHEMA, "--primary-key", "id,dt",
           "--partition-key", "dt", "--property", "table.auto-partition.time-unit=WEEK"),
          "not one of YEAR"),
-        (("produce", table_name, "--rows", "3"), "does not write partitioned tables yet"),
+        (("produce", table_name, "--rows", "3", "--partition", "dt=2030-01-01"),
+         "partition dt=2030-01-01 of table"),
+        (("scan", table_name, "--partition", "dt=2030-01-01"), "does not exist"),
     ]:
         code, out, err = cli(*argv)
         assert code != 0 and out == "" and err.count("\n") == 1 and words in err, (argv, err)
@@ -105,6 +107,29 @@ def test_cli_round_trip(cli, store, table_name):
     assert code == 0, err
     code, out, err = cli("partition", "list", table_name + "_d")
     assert code != 0 and "is not partitioned" in err
+    code, out, err = cli("produce", table_name + "_d", "--rows", "2", "--partition", "dt=x")
+    assert code != 0 and out == "" and "is not partitioned" in err and err.count("\n") == 1
+
+    # produce into one partition, then spread over both; scan and snapshot list per partition.
+    assert cli("produce", table_name, "--rows", "4", "--partition", f"dt={DAYS[0]}")[0] == 0
+    code, out, err = cli("produce", table_name, "--rows", "20", "--updates", "5", "--deletes",
+                         "3", "--seed", "7", "--json")
+    assert code == 0 and json.loads(out)["rows"] == 28, err
+    scanned = {}
+    for day in DAYS[:2]:
+        code, out, err = cli("scan", table_name, "--partition", f"dt={day}", "--snapshot",
+                             "live", "--json")
+        assert code == 0, err
+        scanned[day] = json.loads(out)
+        assert scanned[day] and {r["dt"] for r in scanned[day]} == {day}
+    code, out, _ = cli("scan", table_name, "--snapshot", "live", "--json")
+    assert sorted(map(str, json.loads(out))) == sorted(map(str, scanned[DAYS[0]]
+                                                           + scanned[DAYS[1]]))
+    assert cli("snapshot", "trigger", table_name)[0] == 0
+    code, out, _ = cli("snapshot", "list", table_name, "--json")
+    assert {r["partition"] for r in json.loads(out)} == {f"dt={d}" for d in DAYS[:2]}
+    code, out, _ = cli("snapshot", "list", table_name, "--partition", f"dt={DAYS[1]}", "--json")
+    assert {r["partition"] for r in json.loads(out)} == {f"dt={DAYS[1]}"}
 
 
 def _rows(info, ids, day, v):
@@ -165,8 +190,6 @@ def test_changelog_kv_and_snapshots_per_partition_and_a_dropped_partition_goes(
 
     with pytest.raises(PartitionNotExist, match="is partitioned .*name a partition id"):
         call(DAYS[0], m.FetchLogRequest(info.table_id, 0, 0))
-    with pytest.raises(UnsupportedVersion, match=f"table {table_name} is partitioned"):
-        conn.writer(table_name)
 
     # Dropping a partition removes its snapshots (records and files) and, on its tablet, its
     # changelog and KV state; the other partitions keep theirs.
@@ -184,3 +207,54 @@ def test_changelog_kv_and_snapshots_per_partition_and_a_dropped_partition_goes(
         info.table_id, 0, 0, partition_id=parts[DAYS[1]].partition_id)).records).num_rows == 3
     admin.drop_table(table_name)
     assert not store.zk.exists(layout.snapshot_index_path(info.table_id))
+
+
+def _fold(log: pa.Table) -> dict:
+    """The changelog folded by key: what the KV state must hold."""
+    state: dict = {}
+    for row in log.to_pylist():
+        if row["_change_type"] in ("-D", "-U"):
+            state.pop(row["id"], None)
+        if row["_change_type"] in ("+I", "+U"):
+            state[row["id"]] = (row["dt"], row["v"])
+    return state
+
+
+def test_the_client_writes_and_reads_each_partition(conn, table_name):
+    admin = conn.admin()
+    admin.create_table(table_name, SCHEMA, primary_key=["id", "dt"], num_buckets=2,
+                       partition_keys=["dt"])
+    for day in DAYS[:2]:
+        admin.create_partition(table_name, {"dt": day})
+    writer = conn.writer(table_name)
+    with pytest.raises(PartitionNotExist, match=f"partition dt={DAYS[2]} of table {table_name} "
+                                                "does not exist; create it with"):
+        writer.upsert([(1, DAYS[0], 1.0), (1, DAYS[2], 1.0)])
+    assert admin.list_offsets(table_name, partition=f"dt={DAYS[0]}") == {0: 0, 1: 0}
+    dynamic = conn.writer(table_name, {"client.writer.dynamic-create-partition.enabled": "true"})
+    spans = dynamic.upsert([(i, day, float(i)) for day in DAYS for i in range(6)])
+    assert {p for p, _ in spans} == set(DAYS)
+    assert [p.name for p in admin.list_partitions(table_name)] == list(DAYS)
+    writer.upsert([(1, DAYS[0], 10.0), (2, DAYS[1], 20.0)])
+    writer.delete([(3, DAYS[0]), (4, DAYS[2])])
+    for day in DAYS:
+        spec = f"dt={day}"
+        latest = admin.list_offsets(table_name, partition=spec)
+        scanner = conn.log_scanner(table_name, partition=spec)
+        log = pa.Table.from_batches(
+            [b for bucket, end in latest.items() for b in scanner.read(bucket, 0, end)],
+            schema=scanner.schema)
+        assert set(log.column("dt").to_pylist()) == {day}
+        folded = _fold(log)
+        assert len(folded) == 6 - (day != DAYS[1])
+        snaps = admin.trigger_kv_snapshot(table_name, partition=day)
+        assert sorted(snaps) == [0, 1] and admin.latest_kv_snapshots(table_name, partition=day)
+        kv = conn.kv_scanner(table_name, partition=day)
+        for live in (False, True):
+            rows = [r for b in (0, 1) for batch in kv.scan(b, live=live)
+                    for r in batch.to_pylist()]
+            assert {r["id"]: (r["dt"], r["v"]) for r in rows} == folded, (day, live)
+    with pytest.raises(Exception, match=f"table {table_name} is partitioned .*name a partition"):
+        conn.log_scanner(table_name)
+    with pytest.raises(PartitionNotExist, match="dt=2026-01-01 of table"):
+        conn.kv_scanner(table_name, partition="dt=2026-01-01")

@@ -15,7 +15,8 @@ from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnaps
 from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_scan,
                                                        supports_live_scans)
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, Pins, RecordBatchStream, TableAdmin)
+                                        LiveScanStart, Pins, RecordBatchStream, TableAdmin,
+                                        refuse_partition)
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, KvSnapshotNotExist, LeaderNotAvailable,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
                                 UnsupportedVersion)
@@ -142,7 +143,9 @@ class ApacheFlussWireCluster:
 
     # -- offsets --------------------------------------------------------------------------------
     def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
-                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
+                     spec: str = "latest", timestamp_ms: int | None = None, *,
+                     partition: str | None = None) -> dict[int, int]:
+        refuse_partition(partition, table, "the Apache Fluss client")
         if spec not in _SPECS:
             raise ConfigError(f"offset spec {spec!r} is not one of {', '.join(_SPECS)}")
         if spec == "timestamp" and timestamp_ms is None:
@@ -168,9 +171,11 @@ class ApacheFlussWireCluster:
         return self.conn.with_retries(op, table=table)
 
     # -- KV snapshots and leases ----------------------------------------------------------------
-    def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
+    def latest_kv_snapshots(self, table: str, *,
+                            partition: str | None = None) -> dict[int, SnapshotInfo]:
         """The newest snapshot of each bucket, with its row count (from the snapshot's
         ``_METADATA``, or counted from its checkpoint when Fluss recorded none)."""
+        refuse_partition(partition, table, "the Apache Fluss client")
         self._unpartitioned(table)
         for attempt in range(_LISTING_ATTEMPTS):
             resp = self.conn.call_coordinator(GetLatestKvSnapshotsRequest(
@@ -261,11 +266,13 @@ class ApacheFlussWireCluster:
 
     # -- reads ----------------------------------------------------------------------------------
     def read_log(self, table: str, bucket: int, start: int, end: int,
-                 projection: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+                 projection: list[str] | None = None, *,
+                 partition: str | None = None) -> Iterator[pa.RecordBatch]:
         """Exactly the records of offsets ``[start, end)`` of one bucket, as changelog batches.
 
         A projection is pushed to the server (Fluss sends only those columns); the CRC of
         such batches is not checked, because Fluss rewrites them without recomputing it."""
+        refuse_partition(partition, table, "the Apache Fluss client")
         self._projection(table, projection)
         return self._read_log(table, int(bucket), int(start), int(end), projection)
 
@@ -374,9 +381,11 @@ class ApacheFlussWireCluster:
 
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
-                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
+                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
+                      partition: str | None = None) -> RecordBatchStream:
         """Rows of the snapshot's RocksDB checkpoint, copied from remote storage when the first
         batch is asked for; projection happens after decoding (the files hold whole rows)."""
+        refuse_partition(partition, table, "the Apache Fluss client")
         meta = self._kv_table(table)
         return CheckpointScan(lambda: self.kv_snapshot_files(table, bucket, snapshot_id),
                               lambda schema_id: self.conn.schema(meta, schema_id)[1],

@@ -7,7 +7,7 @@ from typing import Iterable, Mapping, TypeVar
 
 import pyarrow as pa
 
-from fluss_spark.client.cluster import refuse_partitioned
+from fluss_spark.client.embedded import partitions
 from fluss_spark.config import validate_table_properties
 from fluss_spark.errors import ConfigError, NetworkError, TableNotExist
 from fluss_spark.protocol import messages as m
@@ -105,59 +105,74 @@ class Admin:
             return False
 
     # -- offsets --------------------------------------------------------------------------------
+    def _partition_id(self, info: TableInfo, partition: str | None) -> int | None:
+        part = partitions.lookup(self._conn, info, partition)
+        return None if part is None else part.partition_id
+
     def list_offsets(self, table: str | TableInfo, buckets: Iterable[int] | None = None,
-                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
-        """Changelog offsets per bucket: ``earliest`` retained, ``latest`` (the high watermark),
-        or the first offset whose commit timestamp is >= ``timestamp_ms``."""
-        info = refuse_partitioned(self._conn.resolve(table), "list_offsets")
+                     spec: str = "latest", timestamp_ms: int | None = None, *,
+                     partition: str | None = None) -> dict[int, int]:
+        """Changelog offsets per bucket (of ``partition``, by name or spec, of a partitioned
+        table): ``earliest`` retained, ``latest`` (the high watermark), or the first offset
+        whose commit timestamp is >= ``timestamp_ms``."""
+        info = self._conn.resolve(table)
         if spec not in _OFFSET_SPECS:
             raise ConfigError(f"offset spec must be one of {', '.join(_OFFSET_SPECS)}, "
                               f"got {spec!r}")
         if spec == "timestamp" and timestamp_ms is None:
             raise ConfigError("offset spec 'timestamp' needs timestamp_ms")
+        pid = self._partition_id(info, partition)
         wanted = info.buckets if buckets is None else list(buckets)
 
         def request(group: list[int]) -> m.ListOffsetsRequest:
             return m.ListOffsetsRequest(
                 table_id=info.table_id, buckets=tuple(group), spec=spec,
-                timestamp_ms=None if timestamp_ms is None else int(timestamp_ms))
+                timestamp_ms=None if timestamp_ms is None else int(timestamp_ms), partition_id=pid)
 
         out: dict[int, int] = {}
-        for _, resp in self._conn.call_buckets(info, wanted, request):
+        for _, resp in self._conn.call_buckets(info, wanted, request, pid):
             out.update(resp.offsets)
         return dict(sorted(out.items()))
 
     # -- KV snapshots ---------------------------------------------------------------------------
-    def list_kv_snapshots(self, table: str | TableInfo,
-                          bucket: int | None = None) -> list[SnapshotInfo]:
-        """Registered snapshots, ordered by bucket then snapshot id."""
+    def list_kv_snapshots(self, table: str | TableInfo, bucket: int | None = None, *,
+                          partition: str | None = None) -> list[SnapshotInfo]:
+        """Registered snapshots (of every partition of a partitioned table unless
+        ``partition`` names one), ordered by partition, bucket, then snapshot id."""
+        info = self._conn.resolve(table)
+        pid = None if partition is None else self._partition_id(info, partition)
+        resp = self._conn.call_coordinator(m.ListKvSnapshotsRequest(
+            table_id=info.table_id, bucket=None if bucket is None else int(bucket),
+            partition_id=pid))
+        return sorted(resp.snapshots,
+                      key=lambda s: (s.partition_id or 0, s.bucket, s.snapshot_id))
+
+    def latest_kv_snapshots(self, table: str | TableInfo, *,
+                            partition: str | None = None) -> dict[int, SnapshotInfo]:
+        """The newest snapshot of every bucket (of ``partition``) that has one."""
         info = self._conn.resolve(table)
         resp = self._conn.call_coordinator(m.ListKvSnapshotsRequest(
-            table_id=info.table_id, bucket=None if bucket is None else int(bucket)))
-        return sorted(resp.snapshots, key=lambda s: (s.bucket, s.snapshot_id))
-
-    def latest_kv_snapshots(self, table: str | TableInfo) -> dict[int, SnapshotInfo]:
-        """The newest snapshot of every bucket that has one."""
-        info = refuse_partitioned(self._conn.resolve(table), "latest_kv_snapshots")
-        resp = self._conn.call_coordinator(m.ListKvSnapshotsRequest(table_id=info.table_id,
-                                                                    latest_only=True))
+            table_id=info.table_id, latest_only=True,
+            partition_id=self._partition_id(info, partition)))
         out: dict[int, SnapshotInfo] = {}
         for s in resp.snapshots:
             if s.bucket not in out or s.snapshot_id > out[s.bucket].snapshot_id:
                 out[s.bucket] = s
         return dict(sorted(out.items()))
 
-    def trigger_kv_snapshot(self, table: str | TableInfo,
-                            buckets: Iterable[int] | None = None) -> dict[int, SnapshotInfo | None]:
-        """Snapshot the buckets now (each tablet waits until its snapshots are registered);
-        None for a bucket that is empty and was never snapshotted."""
-        info = refuse_partitioned(self._conn.resolve(table), "trigger_kv_snapshot")
+    def trigger_kv_snapshot(self, table: str | TableInfo, buckets: Iterable[int] | None = None,
+                            *, partition: str | None = None) -> dict[int, SnapshotInfo | None]:
+        """Snapshot the buckets (of ``partition``) now (each tablet waits until its snapshots
+        are registered); None for a bucket that is empty and was never snapshotted."""
+        info = self._conn.resolve(table)
+        pid = self._partition_id(info, partition)
         wanted = info.buckets if buckets is None else list(buckets)
         out: dict[int, SnapshotInfo | None] = {}
         for _, resp in self._conn.call_buckets(
                 info, wanted,
                 lambda group: m.TriggerKvSnapshotRequest(table_id=info.table_id,
-                                                         buckets=tuple(group))):
+                                                         buckets=tuple(group), partition_id=pid),
+                pid):
             out.update(resp.snapshots)
         return dict(sorted(out.items()))
 

@@ -56,12 +56,14 @@ class EmbeddedCluster:
         return self.conn.admin().get_table(name)
 
     def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
-                     spec: str = "latest", timestamp_ms: int | None = None) -> dict[int, int]:
+                     spec: str = "latest", timestamp_ms: int | None = None, *,
+                     partition: str | None = None) -> dict[int, int]:
         return self.conn.admin().list_offsets(table, buckets=buckets, spec=spec,
-                                              timestamp_ms=timestamp_ms)
+                                              timestamp_ms=timestamp_ms, partition=partition)
 
-    def latest_kv_snapshots(self, table: str) -> dict[int, SnapshotInfo]:
-        return self.conn.admin().latest_kv_snapshots(table)
+    def latest_kv_snapshots(self, table: str, *,
+                            partition: str | None = None) -> dict[int, SnapshotInfo]:
+        return self.conn.admin().latest_kv_snapshots(table, partition=partition)
 
     # -- databases and tables (TableAdmin) ------------------------------------------------------
     def create_database(self, name: str, *, ignore_if_exists: bool = True) -> None:
@@ -111,13 +113,15 @@ class EmbeddedCluster:
 
     # -- reads ------------------------------------------------------------------------------------
     def read_log(self, table: str, bucket: int, start: int, end: int,
-                 projection: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-        return self.conn.log_scanner(table, projection).read(bucket, start, end)
+                 projection: list[str] | None = None, *,
+                 partition: str | None = None) -> Iterator[pa.RecordBatch]:
+        return self.conn.log_scanner(table, projection, partition).read(bucket, start, end)
 
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
-                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
-        return self.conn.kv_scanner(table).scan(bucket, snapshot_id=snapshot_id,
+                      batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
+                      partition: str | None = None) -> RecordBatchStream:
+        return self.conn.kv_scanner(table, partition).scan(bucket, snapshot_id=snapshot_id,
                                                 start_row=start_row, limit=limit,
                                                 projection=projection,
                                                 batch_size_bytes=batch_size_bytes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from fluss_spark.client.bootstrap import parse_bootstrap
 from fluss_spark.client.embedded.metadata import MetadataCache
@@ -109,17 +109,21 @@ class FlussConnection:
         from fluss_spark.client.embedded.admin import Admin
         return Admin(self)
 
-    def writer(self, table: str | TableInfo):
+    def writer(self, table: str | TableInfo, options: Mapping[str, Any] | None = None):
+        """A writer of ``table``; ``options``: client options (``client.writer.*``)."""
         from fluss_spark.client.embedded.writer import TableWriter
-        return TableWriter(self, self.resolve(table))
+        return TableWriter(self, self.resolve(table), options=options)
 
-    def log_scanner(self, table: str | TableInfo, projection: list[str] | None = None):
+    def log_scanner(self, table: str | TableInfo, projection: list[str] | None = None,
+                    partition: str | None = None):
+        """A changelog reader of ``table`` (of its ``partition``, by name or spec)."""
         from fluss_spark.client.embedded.log_scanner import LogScanner
-        return LogScanner(self, self.resolve(table), projection)
+        return LogScanner(self, self.resolve(table), projection, partition=partition)
 
-    def kv_scanner(self, table: str | TableInfo):
+    def kv_scanner(self, table: str | TableInfo, partition: str | None = None):
+        """A KV state reader of ``table`` (of its ``partition``, by name or spec)."""
         from fluss_spark.client.embedded.kv_scanner import KvScanner
-        return KvScanner(self, self.resolve(table))
+        return KvScanner(self, self.resolve(table), partition=partition)
 
     # -- metadata -------------------------------------------------------------------------------
     def resolve(self, table: str | TableInfo) -> TableInfo:
@@ -204,10 +208,11 @@ class FlussConnection:
             raise NotCoordinatorLeader("no active coordinator is registered in ZooKeeper")
         return self._rpc(addr)
 
-    def tablet_for(self, table_id: int, bucket: int):
-        """The RpcConnection of the tablet server hosting ``bucket`` of table ``table_id``."""
+    def tablet_for(self, table_id: int, bucket: int, partition_id: int | None = None):
+        """The RpcConnection of the tablet server hosting ``bucket`` of table ``table_id`` (of
+        its partition ``partition_id``)."""
         info = self.table_by_id(table_id)
-        return self._rpc(self._meta.tablet_address(info, bucket)[1])
+        return self._rpc(self._meta.tablet_address(info, bucket, partition_id)[1])
 
     def tablet(self, tablet_id: int):
         """The RpcConnection of one tablet server by id."""
@@ -239,15 +244,20 @@ class FlussConnection:
         """Run ``fn(coordinator rpc)`` with retries, following a moved coordinator."""
         return self.retry(lambda: fn(self.coordinator()), self.refresh_metadata)
 
-    def call_bucket(self, table: TableInfo, bucket: int, request: Request[R]) -> R:
-        """Send ``request`` to the tablet hosting ``bucket``, retrying retriable errors."""
+    def call_bucket(self, table: TableInfo, bucket: int, request: Request[R],
+                    partition_id: int | None = None) -> R:
+        """Send ``request`` to the tablet hosting ``bucket`` (of partition ``partition_id``),
+        retrying retriable errors."""
         def op():
-            return self._rpc(self._meta.tablet_address(table, bucket)[1]).call(request)
+            return self._rpc(self._meta.tablet_address(table, bucket, partition_id)[1]).call(
+                request)
         return self.retry(op, lambda: self._refresh_same_table(table))
 
     def call_buckets(self, table: TableInfo, buckets: Iterable[int],
-                     make_request: Callable[[list[int]], Request[R]]) -> list[tuple[list[int], R]]:
-        """One call per tablet server for the buckets it hosts; [(buckets, response)].
+                     make_request: Callable[[list[int]], Request[R]],
+                     partition_id: int | None = None) -> list[tuple[list[int], R]]:
+        """One call per tablet server for the buckets it hosts (of partition ``partition_id``);
+        [(buckets, response)].
 
         A group that fails with a retriable error is regrouped after a metadata refresh and
         retried until ``request_timeout_s``.
@@ -258,7 +268,8 @@ class FlussConnection:
         def attempt():
             groups: dict[tuple[str, int], list[int]] = {}
             for b in pending:
-                groups.setdefault(self._meta.tablet_address(table, b)[1], []).append(b)
+                groups.setdefault(self._meta.tablet_address(table, b, partition_id)[1],
+                                  []).append(b)
             for addr, group in groups.items():
                 results.append((group, self._rpc(addr).call(make_request(group))))
                 for b in group:

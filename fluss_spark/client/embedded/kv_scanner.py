@@ -18,7 +18,8 @@ from typing import Callable, Generator, Iterator
 
 import pyarrow as pa
 
-from fluss_spark.client.cluster import LiveScanStart, refuse_partitioned
+from fluss_spark.client.cluster import LiveScanStart
+from fluss_spark.client.embedded import partitions
 from fluss_spark.errors import (ApiError, ConfigError, FlussError, KvSnapshotNotExist,
                                 LiveScanLost, NetworkError, ScannerExpired, TooManyScanners,
                                 UnknownScannerId)
@@ -118,6 +119,8 @@ class KvScanner:
         A ``FlussConnection``.
     table_info:
         The table (``TableInfo``).
+    partition:
+        The partition of a partitioned table to scan (its name or spec, ``dt=2026-11-25``).
     continue_retries:
         How many times a continue is repeated after a lost response before the session is
         considered lost.
@@ -130,9 +133,15 @@ class KvScanner:
 
     def __init__(self, conn, table_info, *, continue_retries: int = 2,
                  open_timeout_s: float = 60.0, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, prefetch: bool = True):
+                 clock: Callable[[], float] = time.monotonic, prefetch: bool = True,
+                 partition: str | None = None):
         self._conn = conn
-        self.table = refuse_partitioned(table_info, "the KV scanner")
+        self.table = table_info
+        part = partitions.lookup(conn, table_info, partition)
+        self.partition_id = None if part is None else part.partition_id
+        #: Names the scan's place in messages: ``db.t`` or ``db.t partition p``.
+        self.where = (table_info.name if part is None
+                      else f"{table_info.name} partition {part.name}")
         # What a server's response may make this client decode (a test's stand-in for the
         # connection may carry no limits of its own).
         self.ipc_limits: IpcLimits = getattr(conn, "ipc_limits", CLIENT_IPC_LIMITS)
@@ -144,11 +153,12 @@ class KvScanner:
     def latest_snapshot(self, bucket: int) -> SnapshotInfo:
         """The bucket's newest registered snapshot, or KvSnapshotNotExist."""
         resp = self._conn.call_coordinator(ListKvSnapshotsRequest(
-            table_id=self.table.table_id, bucket=bucket, latest_only=True))
+            table_id=self.table.table_id, bucket=bucket, latest_only=True,
+            partition_id=self.partition_id))
         mine = [s for s in resp.snapshots if s.bucket == bucket]
         if not mine:
             raise KvSnapshotNotExist(
-                f"bucket {bucket} of table {self.table.name} has no KV snapshot yet; trigger "
+                f"bucket {bucket} of table {self.where} has no KV snapshot yet; trigger "
                 "one (fluss-spark snapshot trigger) or scan the live state (live=True)")
         return max(mine, key=lambda s: s.snapshot_id)
 
@@ -184,7 +194,7 @@ class KvScanner:
         if projection is not None:
             projection = list(projection)
         if not 0 <= bucket < self.table.num_buckets:
-            raise ConfigError(f"table {self.table.name} has buckets 0..{self.table.num_buckets - 1}"
+            raise ConfigError(f"table {self.where} has buckets 0..{self.table.num_buckets - 1}"
                               f", not {bucket}")
         return KvScan(lambda scan: self._pages(scan, projection, limit, start_row,
                                                batch_size_bytes),
@@ -248,7 +258,7 @@ class KvScanner:
         """Open a live scan and return where it stands (``read_live`` reads the rest)."""
         _, resp = self._open(bucket, None, True, None, None, 0, batch_size_bytes)
         if resp.log_offset is None:
-            raise FlussError(f"live scan of {self.table.name} bucket {bucket}: the tablet "
+            raise FlussError(f"live scan of {self.where} bucket {bucket}: the tablet "
                              "server did not say which changelog offset the scan reflects")
         return LiveScanStart(log_offset=resp.log_offset,
                              scanner_id=resp.scanner_id if resp.has_more else None,
@@ -265,14 +275,15 @@ class KvScanner:
                     batch_size: int) -> Generator[pa.RecordBatch, None, None]:
         scan.log_offset = start.log_offset
         scanner_id = start.scanner_id if start.has_more else None
-        rpc = self._conn.tablet_for(self.table.table_id, scan.bucket) if scanner_id else None
+        rpc = (self._conn.tablet_for(self.table.table_id, scan.bucket, self.partition_id)
+               if scanner_id else None)
 
         def fetch(sid: str, seq: int) -> ScanKvResponse:
             try:
                 resp = self._continue(scan, rpc, sid, seq, batch_size)
             except ApiError as e:          # any failure of a continue ends a live session
                 raise LiveScanLost(
-                    f"live scan of table {self.table.name} bucket {scan.bucket} lost its "
+                    f"live scan of table {self.where} bucket {scan.bucket} lost its "
                     f"session {sid} at call {seq} ({type(e).__name__}: {e})") from e
             assert resp is not None        # a live scan raises instead of asking to reopen
             return resp
@@ -311,10 +322,10 @@ class KvScanner:
             table_id=self.table.table_id, bucket=bucket, batch_size_bytes=batch_size,
             call_seq_id=0, snapshot_id=None if live else snapshot_id, live=live,
             projection=tuple(projection) if projection is not None else None, limit=limit,
-            start_row=start_row)
+            start_row=start_row, partition_id=self.partition_id)
 
         def attempt():
-            rpc = self._conn.tablet_for(self.table.table_id, bucket)
+            rpc = self._conn.tablet_for(self.table.table_id, bucket, self.partition_id)
             return rpc, rpc.call(request)
 
         # Past the connection's own retries, a full server is waited for a while longer: its
@@ -347,17 +358,17 @@ class KvScanner:
                 break
         if scan.live:
             raise LiveScanLost(
-                f"live scan of table {self.table.name} bucket {scan.bucket} lost its session "
+                f"live scan of table {self.where} bucket {scan.bucket} lost its session "
                 f"after {scan.rows} rows ({type(error).__name__}: {error}); live scans are not "
                 "resumable: start the scan again, or scan a snapshot, which resumes by row")
         log.info("scan of %s bucket %d snapshot %s lost its session after %d rows (%s); "
-                 "reopening at the next row", self.table.name, scan.bucket, scan.snapshot_id,
+                 "reopening at the next row", self.where, scan.bucket, scan.snapshot_id,
                  scan.rows, type(error).__name__)
         return None
 
     def _decode(self, records: bytes | memoryview, bucket: int) -> pa.Table:
         return bytes_to_table(records, limits=self.ipc_limits,
-                              what=f"SCAN_KV response for table {self.table.name} bucket {bucket}")
+                              what=f"SCAN_KV response for table {self.where} bucket {bucket}")
 
     def _batches(self, scan: KvScan, resp: ScanKvResponse,
                  expected: int) -> Iterator[pa.RecordBatch]:
@@ -370,7 +381,7 @@ class KvScanner:
             scan.schema = table.schema
         row_start = resp.row_start if resp.row_start is not None else expected
         if row_start > expected:
-            raise FlussError(f"scan of {self.table.name} bucket {scan.bucket} got rows from "
+            raise FlussError(f"scan of {self.where} bucket {scan.bucket} got rows from "
                              f"{row_start}, expected {expected}: rows would be skipped")
         if row_start < expected:       # already yielded: drop the overlap
             table = table.slice(expected - row_start)

@@ -8,7 +8,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from fluss_spark.client.cluster import refuse_partitioned
+from fluss_spark.client.embedded import partitions
 from fluss_spark.client.embedded.model import LogBatch
 from fluss_spark.errors import ConfigError, LogOffsetOutOfRange
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
@@ -20,11 +20,17 @@ _TS_TYPE = pa.timestamp("ms", tz="UTC")
 
 
 class LogScanner:
-    """Fetches changelog records of one table, bucket by bucket (stateless; thread-safe)."""
+    """Fetches changelog records of one table (of one partition of a partitioned table), bucket
+    by bucket (stateless; thread-safe)."""
 
-    def __init__(self, conn, table: TableInfo, projection: list[str] | None = None):
+    def __init__(self, conn, table: TableInfo, projection: list[str] | None = None, *,
+                 partition: str | None = None):
         self._conn = conn
-        self.table = refuse_partitioned(table, "the log scanner")
+        self.table = table
+        part = partitions.lookup(conn, table, partition)
+        self.partition_id = None if part is None else part.partition_id
+        #: Names the bucket's place in messages: ``table db.t`` or ``table db.t partition p``.
+        self.where = table.name if part is None else f"{table.name} partition {part.name}"
         # What a server's response may make this client decode (a test's stand-in for the
         # connection may carry no limits of its own).
         self.ipc_limits: IpcLimits = getattr(conn, "ipc_limits", CLIENT_IPC_LIMITS)
@@ -48,8 +54,9 @@ class LogScanner:
             table_id=self.table.table_id, bucket=int(bucket), offset=int(offset),
             end_offset=None if end_offset is None else int(end_offset),
             max_bytes=int(max_bytes), max_wait_ms=int(max_wait_ms),
-            projection=tuple(self.projection) if self.projection is not None else None)
-        resp = self._conn.call_bucket(self.table, bucket, request)
+            projection=tuple(self.projection) if self.projection is not None else None,
+            partition_id=self.partition_id)
+        resp = self._conn.call_bucket(self.table, bucket, request, self.partition_id)
         records = self._decode(resp.records, resp.base_offset, bucket)
         return LogBatch(records=records, next_offset=resp.next_offset,
                         high_watermark=resp.high_watermark,
@@ -68,7 +75,7 @@ class LogScanner:
             lb = self.fetch(bucket, offset, end_offset=end, max_bytes=max_bytes)
             if offset < lb.log_start_offset:
                 raise LogOffsetOutOfRange(
-                    f"offset {offset} of {self.table.name} bucket {bucket} is below the log start "
+                    f"offset {offset} of {self.where} bucket {bucket} is below the log start "
                     f"{lb.log_start_offset}: those records were deleted by retention")
             records = lb.records
             if records.num_rows:
@@ -87,14 +94,14 @@ class LogScanner:
                 self.fetch(bucket, offset, end_offset=end, max_bytes=1, max_wait_ms=200)
             else:
                 raise LogOffsetOutOfRange(
-                    f"cannot read offsets [{offset}, {end}) of {self.table.name} bucket {bucket}: "
+                    f"cannot read offsets [{offset}, {end}) of {self.where} bucket {bucket}: "
                     f"the high watermark is {lb.high_watermark}")
 
     def _decode(self, data: bytes | None, base_offset: int, bucket: int) -> pa.Table:
         if not data:
             return self.schema.empty_table()
         raw = bytes_to_table(data, limits=self.ipc_limits,
-                             what=f"FETCH_LOG response for table {self.table.name} bucket {bucket}")
+                             what=f"FETCH_LOG response for table {self.where} bucket {bucket}")
         n = raw.num_rows
         names = self.projection or self.table.schema.names
         columns = [raw.column(c) for c in names]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from fluss_spark.errors import ConfigError, LeaderNotAvailable
+from fluss_spark.errors import ConfigError, LeaderNotAvailable, PartitionNotExist
 from fluss_spark.protocol.messages import GetMetadataResponse, TableInfo
 
 
@@ -49,14 +49,24 @@ class MetadataCache:
         with self._lock:
             return self._by_id.get(int(table_id))
 
-    def tablet_address(self, table: TableInfo, bucket: int) -> tuple[int, tuple[str, int]]:
-        """(tablet id, address) hosting ``bucket``; LeaderNotAvailable when none is known."""
+    def tablet_address(self, table: TableInfo, bucket: int,
+                       partition_id: int | None = None) -> tuple[int, tuple[str, int]]:
+        """(tablet id, address) hosting ``bucket`` (of partition ``partition_id``);
+        LeaderNotAvailable when none is known, PartitionNotExist when the partition is gone."""
         if not 0 <= bucket < table.num_buckets:
             raise ConfigError(f"table {table.name} has buckets 0..{table.num_buckets - 1}, "
                                 f"not {bucket}")
         with self._lock:
             current = self._by_id.get(table.table_id, table)
-            tablet = current.assignment.get(bucket)
+            assignment = current.assignment
+            if partition_id is not None:
+                part = next((p for p in current.partitions if p.partition_id == partition_id),
+                            None)
+                if part is None:
+                    raise PartitionNotExist(f"partition id {partition_id} of table {table.name} "
+                                            "does not exist (any more)")
+                assignment = part.assignment
+            tablet = assignment.get(bucket)
             addr = self.tablets.get(tablet) if tablet is not None else None
         if tablet is None or addr is None:
             raise LeaderNotAvailable(f"no live tablet server hosts bucket {bucket} of "

@@ -5,11 +5,13 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from typing import Any, Sequence, TypeAlias
+from typing import Any, Mapping, Sequence, TypeAlias
 
 import pyarrow as pa
 
-from fluss_spark.client.cluster import refuse_partitioned
+from fluss_spark.client.embedded import partitions
+from fluss_spark.config import (CLIENT_WRITER_OPTIONS, WRITER_DYNAMIC_CREATE_PARTITION,
+                                check_known)
 from fluss_spark.errors import ConfigError, NonPrimaryKeyTable
 from fluss_spark.protocol.arrow_ipc import table_to_bytes
 from fluss_spark.protocol.messages import ProduceRequest, TableInfo
@@ -23,6 +25,8 @@ MAX_REQUEST_BYTES = 8 << 20
 MAX_REQUEST_ROWS = 4_000_000
 
 Data: TypeAlias = pa.Table | pa.RecordBatch | Sequence[dict] | Sequence[tuple]
+#: Where rows go: a bucket, or ``(partition id, bucket)`` for a partitioned table.
+Place: TypeAlias = int | tuple[int, int]
 
 
 def to_arrow(data: Any, schema: pa.Schema, what: str = "rows") -> pa.Table:
@@ -133,20 +137,30 @@ def chunks(table: pa.Table, max_bytes: int = MAX_REQUEST_BYTES,
 class TableWriter:
     """Writes to one table; every call returns once the tablets have made the rows durable.
 
-    Each call returns ``{bucket: (base_offset, end_offset)}``: the changelog offsets written.
+    Each call returns ``{bucket: (base_offset, end_offset)}``: the changelog offsets written;
+    for a partitioned table the keys are ``(partition name, bucket)``. Rows of a partitioned
+    table go to the partition their partition key values name, then to a bucket of it by the
+    bucket key. A row of a partition that does not exist fails the whole call before anything
+    is written (``PartitionNotExist``), unless ``client.writer.dynamic-create-partition.enabled``
+    is set: then the writer creates it.
     Delivery is at least once: a request retried after a lost response may have been applied
     (for upserts that only repeats ``-U``/``+U`` pairs of the same values).
     """
 
-    def __init__(self, conn, table: TableInfo, max_request_bytes: int = MAX_REQUEST_BYTES):
+    def __init__(self, conn, table: TableInfo, max_request_bytes: int = MAX_REQUEST_BYTES,
+                 options: Mapping[str, Any] | None = None):
         self._conn = conn
-        self.table = refuse_partitioned(table, "the embedded writer")
+        self.table = table
+        options = dict(options or {})
+        check_known(options, CLIENT_WRITER_OPTIONS, "client writer option")
+        self.dynamic_create_partition = bool(WRITER_DYNAMIC_CREATE_PARTITION.get(options))
         self.max_request_bytes = max_request_bytes
+        self._names: dict[int, str] = {}          # partition id -> name, as written to
         self._lock = threading.Lock()
         # Sticky bucket for log tables without a bucket key: one bucket per call, rotating.
         self._next_bucket = itertools.count(random.randrange(table.num_buckets))
 
-    def append(self, data: Data) -> dict[int, tuple[int, int]]:
+    def append(self, data: Data) -> dict[Any, tuple[int, int]]:
         """Append rows to a log table (change type ``+A``)."""
         if self.table.has_primary_key:
             raise ConfigError(f"table {self.table.name} has a primary key: use upsert/delete, "
@@ -154,21 +168,15 @@ class TableWriter:
         rows = self._convert(data, "append")
         if not rows.num_rows:
             return {}
-        if self.table.bucket_key:
-            parts = split_by_bucket(rows, list(self.table.bucket_key), self.table.num_buckets)
-        else:
-            with self._lock:
-                bucket = next(self._next_bucket) % self.table.num_buckets
-            parts = {bucket: rows}
-        return self._produce("append", parts)
+        return self._produce("append", self._route(rows, self._split_log))
 
-    def upsert(self, data: Data) -> dict[int, tuple[int, int]]:
+    def upsert(self, data: Data) -> dict[Any, tuple[int, int]]:
         """Insert or replace rows by primary key (``+I``, or ``-U``/``+U`` for existing keys)."""
         self._require_pk("upsert")
         rows = self._convert(data, "upsert")
-        return self._produce("upsert", self._split(rows))
+        return self._produce("upsert", self._route(rows, self._split))
 
-    def delete(self, data: Data) -> dict[int, tuple[int, int]]:
+    def delete(self, data: Data) -> dict[Any, tuple[int, int]]:
         """Delete rows by primary key (``-D`` with the old row; a missing key writes nothing).
 
         Rows may hold only the primary-key columns or full rows.
@@ -184,7 +192,7 @@ class TableWriter:
             schema = pa.schema([schema.field(c) for c in pk])   # tuples of key values
         rows = to_arrow(data, schema, f"delete from {self.table.name}")
         check_not_null(rows, self.table.primary_key, f"delete from {self.table.name}")
-        return self._produce("delete", self._split(rows))
+        return self._produce("delete", self._route(rows, self._split))
 
     def _require_pk(self, op: str) -> None:
         if not self.table.has_primary_key:
@@ -204,10 +212,40 @@ class TableWriter:
         key = list(self.table.bucket_key or self.table.primary_key)
         return split_by_bucket(rows, key, self.table.num_buckets)
 
-    def _produce(self, op: str, parts: dict[int, pa.Table]) -> dict[int, tuple[int, int]]:
+    def _split_log(self, rows: pa.Table) -> dict[int, pa.Table]:
+        if self.table.bucket_key:
+            return split_by_bucket(rows, list(self.table.bucket_key), self.table.num_buckets)
+        with self._lock:        # sticky: one bucket per call (per partition), rotating
+            bucket = next(self._next_bucket) % self.table.num_buckets
+        return {bucket: rows}
+
+    def _route(self, rows: pa.Table, split) -> dict[Place, pa.Table]:
+        """Rows by bucket, or by (partition id, bucket) for a partitioned table; every
+        partition is found (or created) before anything is written."""
+        if not self.table.partitioned:
+            return split(rows)
+        by_name = partitions.split_by_partition(self.table, rows)
+        ids = {name: self._partition_id(name) for name in by_name}
+        return {(ids[name], b): part for name, part_rows in by_name.items()
+                for b, part in split(part_rows).items()}
+
+    def _partition_id(self, name: str) -> int:
+        found = partitions.find(self._conn, self.table, name)
+        if found is None:
+            if not self.dynamic_create_partition:
+                raise partitions.missing(self.table, name)
+            self._conn.admin().create_partition(
+                self.table.name, partitions.spec_of(self.table, name), ignore_if_exists=True)
+            found = partitions.find(self._conn, self._conn.refresh_table(self.table.name), name)
+            if found is None:
+                raise partitions.missing(self.table, name)
+        self._names[found.partition_id] = name
+        return found.partition_id
+
+    def _produce(self, op: str, parts: dict[Place, pa.Table]) -> dict[Any, tuple[int, int]]:
         if len(parts) <= 1:
-            return {b: r for b, part in parts.items()
-                    if (r := self._produce_bucket(op, b, part)) is not None}
+            return self._keyed({b: r for b, part in parts.items()
+                                if (r := self._produce_bucket(op, b, part)) is not None})
         # Buckets live on different tablets: write them in parallel, each bucket in order.
         pool = self._conn.executor()
         futures = {b: pool.submit(self._produce_bucket, op, b, part)
@@ -223,14 +261,22 @@ class TableWriter:
                 out[b] = r
         if error is not None:
             raise error
-        return out
+        return self._keyed(out)
 
-    def _produce_bucket(self, op: str, bucket: int, part: pa.Table) -> tuple[int, int] | None:
+    def _keyed(self, spans: dict[Place, tuple[int, int]]) -> dict[Any, tuple[int, int]]:
+        """The spans by bucket, or by (partition name, bucket) for a partitioned table."""
+        if not self.table.partitioned:
+            return dict(spans)
+        return {(self._names[place[0]], place[1]): span
+                for place, span in spans.items() if isinstance(place, tuple)}
+
+    def _produce_bucket(self, op: str, place: Place, part: pa.Table) -> tuple[int, int] | None:
+        pid, bucket = place if isinstance(place, tuple) else (None, place)
         span: tuple[int, int] | None = None       # [first chunk's base, last chunk's end)
         for chunk in chunks(part, self.max_request_bytes):
             resp = self._conn.call_bucket(self.table, bucket, ProduceRequest(
                 table_id=self.table.table_id, bucket=bucket, op=op,
-                records=table_to_bytes(chunk)))
+                records=table_to_bytes(chunk), partition_id=pid), pid)
             span = (resp.base_offset if span is None else span[0], resp.end_offset)
         return span
 

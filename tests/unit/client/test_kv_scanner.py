@@ -110,7 +110,7 @@ class FakeConn:
         self.tablet = tablet
         self.retries = 0
 
-    def tablet_for(self, table_id, bucket):
+    def tablet_for(self, table_id, bucket, partition_id=None):
         return self.tablet
 
     def refresh_table(self, name):

@@ -22,7 +22,7 @@ class FakeLog:
         self.request_timeout_s = 1.0
         self.bodies = []
 
-    def call_bucket(self, table, bucket, request):
+    def call_bucket(self, table, bucket, request, partition_id=None):
         body = request.to_wire()
         self.bodies.append(body)
         off = body["offset"]

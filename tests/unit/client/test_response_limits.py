@@ -141,7 +141,7 @@ class OneTablet:
     def __init__(self, rpc: RpcConnection):
         self.rpc = rpc
 
-    def call_bucket(self, table, bucket, request):
+    def call_bucket(self, table, bucket, request, partition_id=None):
         return self.rpc.call(request)
 
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 from fluss_spark.client import TableInfo
 from fluss_spark.client.embedded.writer import TableWriter, chunks, to_arrow
-from fluss_spark.errors import ConfigError, NonPrimaryKeyTable, RecordTooLarge, UnsupportedVersion
+from fluss_spark.errors import ConfigError, NonPrimaryKeyTable, PartitionNotExist, RecordTooLarge
+from fluss_spark.protocol.messages import PartitionInfo
 from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.rows import bucket_of, encode_key
 
@@ -33,7 +34,7 @@ class FakeConn:
     def executor(self):
         return self.pool
 
-    def call_bucket(self, table, bucket, request):
+    def call_bucket(self, table, bucket, request, partition_id=None):
         body = request.to_wire()
         if bucket == self.fail_bucket:
             raise RecordTooLarge(f"bucket {bucket} refuses")
@@ -206,12 +207,71 @@ def test_upsert_partitions_rows_exactly_once_into_their_key_bucket(ids, buckets)
     assert sum(end - base for base, end in result.values()) == len(ids)
 
 
-def test_a_partitioned_table_is_refused_before_anything_is_sent():
-    conn = FakeConn()
-    partitioned = TableInfo(table_id=1, name="db.t", schema=SCHEMA, primary_key=("id", "name"),
-                            bucket_key=("id",), num_buckets=1, partition_keys=("name",))
-    with pytest.raises(UnsupportedVersion, match=r"^table db.t is partitioned \(by name\); "
-                                                 r"partitions are not supported by the embedded "
-                                                 r"writer yet$"):
-        TableWriter(conn, partitioned).upsert([(1, "a", 1.0)])
-    assert conn.calls == []
+class PartitionedConn(FakeConn):
+    """A FakeConn whose table is partitioned by ``name``; CREATE_PARTITION adds one."""
+
+    def __init__(self, names):
+        super().__init__()
+        self.ids = {n: 10 + i for i, n in enumerate(names)}
+        self.created, self.partition_ids, self.written = [], [], []
+
+    def info(self):
+        return TableInfo(table_id=1, name="db.t", schema=SCHEMA, primary_key=("id", "name"),
+                         bucket_key=("id",), num_buckets=2, partition_keys=("name",),
+                         partitions=tuple(PartitionInfo(pid, n) for n, pid in self.ids.items()))
+
+    def refresh_table(self, name):
+        return self.info()
+
+    def admin(self):
+        return self
+
+    def create_partition(self, table, spec, ignore_if_exists=False):
+        self.created.append((table, spec))
+        self.ids[spec.split("=")[1]] = 10 + len(self.ids)
+
+    def call_bucket(self, table, bucket, request, partition_id=None):
+        assert request.partition_id == partition_id
+        rows = bytes_to_table(request.to_wire()["records"])
+        with self.lock:
+            self.partition_ids.append((partition_id, bucket))
+            self.written.append((partition_id, bucket, rows))
+        return super().call_bucket(table, bucket, request, partition_id)
+
+
+def test_rows_go_to_their_partition_then_to_a_bucket_by_the_bucket_key():
+    conn = PartitionedConn(["a", "b"])
+    rows = [(i, "ab"[i % 2], float(i)) for i in range(20)]
+    spans = TableWriter(conn, conn.info()).upsert(rows)
+    assert sorted({p for p, _ in conn.partition_ids}) == [10, 11]
+    written = [(b, r) for b, _, t in conn.calls for r in t.to_pylist()]
+    assert sorted(r["id"] for _, r in written) == list(range(20))
+    for pid, bucket, t in conn.written:
+        assert set(t.column("name").to_pylist()) == {"ab"[pid - 10]}
+        assert {bucket_of(encode_key([r["id"]]), 2) for r in t.to_pylist()} == {bucket}
+    assert {p for p, _ in spans} == {"a", "b"}
+
+
+def test_a_row_of_an_unknown_partition_fails_the_call_and_writes_nothing():
+    conn = PartitionedConn(["a"])
+    with pytest.raises(PartitionNotExist, match=r"^partition name=zz of table db.t does not "
+                                                r"exist; create it with `fluss-spark partition "
+                                                r"create db.t name=zz`$"):
+        TableWriter(conn, conn.info()).upsert([(1, "a", 1.0), (2, "zz", 2.0)])
+    assert conn.calls == [] and conn.created == []
+    with pytest.raises(ConfigError, match="partition value of 'name' 'a/b' is invalid"):
+        TableWriter(conn, conn.info()).upsert([(1, "a/b", 1.0)])
+    with pytest.raises(ConfigError, match="unknown client writer option"):
+        TableWriter(conn, conn.info(), options={"client.writer.nope": "1"})
+
+
+def test_dynamic_partition_creation_creates_the_missing_partition_then_writes():
+    conn = PartitionedConn(["a"])
+    writer = TableWriter(conn, conn.info(),
+                         options={"client.writer.dynamic-create-partition.enabled": "true"})
+    spans = writer.upsert([(1, "a", 1.0), (2, "zz", 2.0)])
+    assert conn.created == [("db.t", "name=zz")]
+    assert sorted(p for p, _ in spans) == ["a", "zz"]
+    assert sorted(p for p, _ in conn.partition_ids) == [10, 11]
+
+

@@ -1,0 +1,92 @@
+"""Which partition a read or write of the embedded client addresses: names, specs and row values
+resolved to the partitions the cluster's metadata lists."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fluss_spark.errors import ConfigError, PartitionNotExist, TableNotPartitioned
+from fluss_spark.protocol.messages import PartitionInfo, TableInfo
+from fluss_spark.protocol.partitions import (SEPARATOR, check_value, parse_spec, partition_name,
+                                             resolve, spec_text, values_of)
+
+
+def name_of(info: TableInfo, partition: str) -> str:
+    """The partition's name from its name (``2026-11-25``) or its spec (``dt=2026-11-25``)."""
+    if not info.partitioned:
+        raise TableNotPartitioned(f"table {info.name} is not partitioned; drop the partition "
+                                  f"{partition!r}")
+    if "=" in partition:
+        return partition_name(resolve(info.name, info.partition_keys, parse_spec(partition)))
+    values = values_of(partition)
+    if len(values) != len(info.partition_keys):
+        raise ConfigError(f"partition {partition!r} of {info.name}: give key=value for each of "
+                          f"the partition keys ({', '.join(info.partition_keys)})")
+    for key, value in zip(info.partition_keys, values):
+        check_value(value, f"partition value of {key!r}")
+    return partition
+
+
+def spec_of(info: TableInfo, name: str) -> str:
+    """The command line's form of the partition ``name`` of ``info``: ``dt=2026-11-25``."""
+    return spec_text(info.partition_keys, values_of(name))
+
+
+def find(conn, info: TableInfo, name: str) -> PartitionInfo | None:
+    """The partition ``name`` from the cached metadata, else from fresh metadata; None if the
+    cluster has no such partition."""
+    for p in info.partitions:
+        if p.name == name:
+            return p
+    fresh = conn.refresh_table(info.name)
+    return next((p for p in fresh.partitions if p.name == name), None)
+
+
+def missing(info: TableInfo, name: str) -> PartitionNotExist:
+    spec = spec_of(info, name)
+    return PartitionNotExist(f"partition {spec} of table {info.name} does not exist; create it "
+                             f"with `fluss-spark partition create {info.name} {spec}`")
+
+
+def lookup(conn, info: TableInfo, partition: str | None) -> PartitionInfo | None:
+    """The partition a read addresses: None for an unpartitioned table (``partition`` None);
+    a partitioned table needs one, an unpartitioned one refuses one."""
+    if partition is None:
+        if info.partitioned:
+            raise ConfigError(f"table {info.name} is partitioned (by "
+                              f"{', '.join(info.partition_keys)}): name a partition, e.g. "
+                              f"{info.partition_keys[0]}=VALUE")
+        return None
+    name = name_of(info, partition)
+    found = find(conn, info, name)
+    if found is None:
+        raise missing(info, name)
+    return found
+
+
+def names_of_rows(info: TableInfo, rows: pa.Table) -> pa.Array:
+    """The partition name of every row (its partition key values as text, joined by ``$``)."""
+    texts = [pc.cast(rows.column(k), pa.string()) for k in info.partition_keys]
+    if len(texts) == 1:
+        return texts[0].combine_chunks()
+    return pc.binary_join_element_wise(*texts, SEPARATOR).combine_chunks()
+
+
+def split_by_partition(info: TableInfo, rows: pa.Table) -> dict[str, pa.Table]:
+    """Rows by partition name, in their order; ConfigError naming a value that cannot be one."""
+    text = names_of_rows(info, rows)
+    if text.null_count:
+        raise ConfigError(f"{info.name}: a partition key column ({', '.join(info.partition_keys)})"
+                          " holds null; partition values must be set")
+    names = pc.dictionary_encode(text)
+    out: dict[str, pa.Table] = {}
+    for i, name in enumerate(names.dictionary.to_pylist()):
+        for key, value in zip(info.partition_keys, values_of(name)):
+            check_value(value, f"{info.name}: partition value of {key!r}")
+        out[name] = rows.filter(pc.equal(names.indices, i))
+    return out
+
+
+__all__ = ["find", "lookup", "missing", "name_of", "names_of_rows", "spec_of",
+           "split_by_partition"]
