@@ -54,7 +54,8 @@ def test_a_compression_bomb_is_refused_and_nothing_is_stored(cluster, conn, tabl
     with pytest.raises(RecordTooLarge) as e:
         rpc.call(ProduceRequest(table_id=info.table_id, bucket=0, op="append", records=bomb))
     msg = str(e.value)
-    assert f"PRODUCE to table {table_name} bucket 0 refused, nothing written" in msg
+    assert (f"PRODUCE to table {table_name} (id {info.table_id}) bucket 0 refused, nothing "
+            "written") in msg
     assert "record batch 0 decodes to 160,000,000 bytes" in msg
     assert "server option rpc.arrow.max-decoded-batch-size" in msg
 
