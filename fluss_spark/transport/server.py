@@ -43,8 +43,8 @@ from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.messages import Message, Request
 from fluss_spark.transport import tls as _tls
 from fluss_spark.transport.admission import Admission
-from fluss_spark.transport.limits import RpcLimits
 from fluss_spark.transport.dispatch import Authenticator, Dispatcher, NoAuthentication
+from fluss_spark.transport.limits import RpcLimits
 from fluss_spark.transport.log_limiter import LogLimiter
 from fluss_spark.transport.sending import as_views, send_some
 
