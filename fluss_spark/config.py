@@ -211,6 +211,10 @@ def validate_table_properties(props: Mapping[str, str]) -> dict[str, str]:
 LEASE_EXPIRATION_CHECK_INTERVAL = duration(
     "kv.snapshot.lease.expiration-check-interval", "1min",
     "How often the coordinator removes expired KV snapshot leases.", minimum=1)
+AUTO_PARTITION_CHECK_INTERVAL = duration(
+    "auto-partition.check.interval", "10min",
+    "How often the coordinator creates the coming partitions and drops the expired ones of "
+    "auto-partitioned tables (also at once when a table is created).", minimum=1)
 SCANNER_TTL = duration("kv.scanner.ttl", "10min",
                        "An idle scan session is closed after this long.", minimum=1)
 SCANNER_EXPIRATION_INTERVAL = duration("kv.scanner.expiration-interval", "30s",
@@ -358,7 +362,8 @@ WRITER_DYNAMIC_CREATE_PARTITION = boolean(
     "write is refused with PartitionNotExist and writes nothing).")
 #: Options of a client's writer (``FlussConnection.writer(table, options)``).
 CLIENT_WRITER_OPTIONS = [WRITER_DYNAMIC_CREATE_PARTITION]
-SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL, SCANNER_TTL,
+SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL,
+                  AUTO_PARTITION_CHECK_INTERVAL, SCANNER_TTL,
                   SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
                   RPC_MAX_REQUEST_SIZE, RPC_ARROW_MAX_BATCH_BYTES, RPC_ARROW_MAX_REQUEST_BYTES,

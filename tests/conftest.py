@@ -30,6 +30,7 @@ CLUSTER_TEST_OPTIONS = (
     "kv.snapshot.lease.expiration-check-interval=200ms",
     "kv.scanner.expiration-interval=200ms",
     "log.retention.check-interval=500ms",
+    "auto-partition.check.interval=500ms",
 )
 
 

@@ -5,8 +5,9 @@
 ``table.auto-partition.time-unit``: ``yyyy`` (YEAR), ``yyyyQ`` (QUARTER), ``yyyyMM`` (MONTH),
 ``yyyyMMdd`` (DAY) or ``yyyyMMddHH`` (HOUR), in ``table.auto-partition.time-zone``. The
 coordinator keeps the current partition and ``num-precreate - 1`` later ones, and drops those
-older than ``num-retention`` units back. These values compare in time order as strings, which is
-how retention finds the expired ones.
+older than ``num-retention`` units back (server/coordinator/auto_partitions.py); with several
+partition keys only the dropping applies, so ``num-precreate`` must be 0. These values compare
+in time order as strings, which is how retention finds the expired ones.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ class AutoPartition:
         if enabled and key is None and len(keys) > 1:
             raise ConfigError(f"table {table} has several partition keys ({', '.join(keys)}); "
                               f"name the time key with {config.AUTO_PARTITION_KEY.key}")
+        if enabled and len(keys) > 1 and strategy.num_precreate > 0:
+            # Only the time key's values are known ahead, so nothing can be created (Fluss's rule).
+            raise ConfigError(f"table {table} has several partition keys: auto-partitioning only "
+                              f"drops expired partitions; set "
+                              f"{config.AUTO_PARTITION_NUM_PRECREATE.key}=0 (got "
+                              f"{strategy.num_precreate})")
         return strategy
 
     @property

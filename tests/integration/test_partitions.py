@@ -9,12 +9,14 @@ import json
 import pyarrow as pa
 import pytest
 
+from fluss_spark.clock import wall_ms
 from fluss_spark.errors import (InvalidPartitionSpec, PartitionAlreadyExist,
                                 PartitionNotExist, TableNotPartitioned)
 from fluss_spark.local.ports import wait_until
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol import messages as m
+from fluss_spark.protocol.auto_partition import AutoPartition
 from fluss_spark.protocol.arrow_ipc import bytes_to_table, table_to_bytes
 
 SCHEMA = "id BIGINT NOT NULL, dt STRING NOT NULL, v DOUBLE"
@@ -57,6 +59,18 @@ def test_partitions_of_a_day_partitioned_pk_table(conn, store, table_name):
     assert [p.name for p in store.partitions(table_name)] == list(DAYS[1:])
     admin.drop_table(table_name)
     assert store.table(table_name) is None and store.partitions(table_name) == []
+
+
+def test_the_coordinator_creates_the_partitions_of_an_auto_partitioned_table(conn, store,
+                                                                             table_name):
+    props = {"table.auto-partition.enabled": "true", "table.auto-partition.time-unit": "HOUR",
+             "table.auto-partition.num-precreate": "3"}
+    conn.admin().create_table(table_name, SCHEMA, primary_key=["id", "dt"],
+                              partition_keys=["dt"], properties=props)
+    strategy = AutoPartition.of(table_name, props, ["dt"])
+    # The wanted hours are computed again each time: an hour may turn while we wait.
+    wait_until(lambda: sorted(p.name for p in store.partitions(table_name))
+               == strategy.wanted(wall_ms()), 5, "the current and 2 coming hour partitions")
 
 
 def test_bad_partitioned_tables_and_specs_are_refused(conn, store, table_name):

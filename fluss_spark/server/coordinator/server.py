@@ -15,6 +15,7 @@ from fluss_spark.metadata.store import Election, MetadataStore
 from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.acl import OperationType, Resource
 from fluss_spark.server.coordinator.acls import AclManager
+from fluss_spark.server.coordinator.auto_partitions import AutoPartitioner
 from fluss_spark.server.coordinator.leases import LeaseManager
 from fluss_spark.server.coordinator.partitions import PartitionManager
 from fluss_spark.server.coordinator.recovery import recover
@@ -65,6 +66,8 @@ class CoordinatorServer:
             tables=self.tables, partitions=self.partitions, snapshots=self.snapshots,
             leases=self.leases, authorizer=self.authorizer,
             remote_data_dir=settings.remote_data_dir, lock=self._lock, clock=clock)
+        self.auto_partitions = AutoPartitioner(self.tables, self.partitions,
+                                               drop=self.drop_partition, clock=clock)
         self.host, self.port = self._rpc.host, self._rpc.port
         self._leader = threading.Event()
         #: The ZooKeeper connection is up (cleared while it is SUSPENDED or LOST): background
@@ -119,6 +122,7 @@ class CoordinatorServer:
         if self._election_thread is not None:
             self._election_thread.join(timeout=10)
         self.leases.stop_expiry()
+        self.auto_partitions.stop()
 
     @property
     def is_leader(self) -> bool:
@@ -196,6 +200,7 @@ class CoordinatorServer:
             self._confirm_leadership()
         self._leader.clear()
         self.leases.stop_expiry()
+        self.auto_partitions.stop()
 
     def _become_leader(self) -> None:
         with self._lock:
@@ -214,6 +219,9 @@ class CoordinatorServer:
         interval = self.settings.options.get(config.LEASE_EXPIRATION_CHECK_INTERVAL.key,
                                              config.LEASE_EXPIRATION_CHECK_INTERVAL.default)
         self.leases.start_expiry(int(interval), active=self._may_act)
+        interval = self.settings.options.get(config.AUTO_PARTITION_CHECK_INTERVAL.key,
+                                             config.AUTO_PARTITION_CHECK_INTERVAL.default)
+        self.auto_partitions.start(int(interval), active=self._may_act)
 
     # -- handlers ----------------------------------------------------------------------------
     def _register_handlers(self) -> None:
@@ -269,7 +277,9 @@ class CoordinatorServer:
     def _create_table(self, req: m.CreateTableRequest) -> m.CreateTableResponse:
         self.authorizer.check(OperationType.CREATE, Resource.database_of(req.name),
                               f"create table {req.name!r}")
-        return m.CreateTableResponse(self.tables.create(req))
+        created = self.tables.create(req)
+        self.auto_partitions.wake()     # its first partitions now, not after the interval
+        return m.CreateTableResponse(created)
 
     def _drop_table(self, req: m.DropTableRequest) -> m.Empty:
         self.authorizer.check(OperationType.DROP, Resource.table(req.name),
@@ -303,10 +313,14 @@ class CoordinatorServer:
     def _drop_partition(self, req: m.DropPartitionRequest) -> m.Empty:
         self.authorizer.check(OperationType.WRITE, Resource.table(req.table),
                               f"drop a partition of {req.table!r}")
-        part = self.partitions.drop(req.table, dict(req.spec), req.ignore_if_not_exists)
+        self.drop_partition(req.table, dict(req.spec), req.ignore_if_not_exists)
+        return m.Empty()
+
+    def drop_partition(self, table: str, spec: dict, ignore_if_not_exists: bool = False) -> None:
+        """Drop a partition and its snapshots, by request or by auto-partition retention."""
+        part = self.partitions.drop(table, spec, ignore_if_not_exists)
         if part is not None:    # its tablets delete its local data when they see it gone
             self.snapshot_requests.drop_partition(part)
-        return m.Empty()
 
     def _commit_snapshot(self, req: m.CommitKvSnapshotRequest) -> m.Empty:
         self.security.authorize_internal("commit KV snapshots (a tablet server's call)")

@@ -45,6 +45,8 @@ def test_precreate_retention_and_time_zone():
     ({"time_zone": "Mars/Base"}, ("dt",), "unknown time zone"),
     ({"key": "region"}, ("dt",), "'region' is not a partition key"),
     ({}, ("dt", "region"), "name the time key"),
+    ({"key": "dt"}, ("dt", "region"), "only drops expired partitions; set "
+                                      "table.auto-partition.num-precreate=0 \\(got 2\\)"),
     ({}, (), "needs partition keys"),
 ])
 def test_malformed_properties_are_refused(props, keys, message):
