@@ -17,6 +17,8 @@
                                               read and migrated, never written)
     /fluss/leases/kv_snapshot/<lease_id>  LeaseRecord header (see leases below)
     /fluss/leases/kv_snapshot/<lease_id>/part-<table_id>-<part>-<generation>   one lease part
+    /fluss/leases/kv_snapshot/<lease_id>/part-<table_id>-p<partition_id>-<part>-<generation>
+                                          one lease part of a partition's pins (v5)
     /fluss/acls/<cluster|database|table>/<name>   AclRecord: the ACLs of one resource
     /fluss/acl_changes                    empty; its znode version moves with every ACL change
 
@@ -27,6 +29,8 @@ Every record is a msgpack map with a ``v`` field. Version history:
   snapshots, so recovery reads O(tables + buckets/128) znodes. A coordinator moves v1 snapshot
   znodes into the pages when it takes over; until then (and if that is cut off) both are read.
 - LeaseRecord v4: pins in independently encoded parts (see ``LeaseRecord``).
+- LeaseRecord v5: parts of partitions' pins (see ``LeaseRecord``); written only by a lease that
+  pins partitions, so a lease without them stays v4.
 - AclRecord v1: the ACLs of one resource (see ``AclRecord``).
 - TableRecord v2: adds ``partition_keys``; a v1 record decodes as an unpartitioned table.
 - PartitionRecord v1: a partition's id, values and bucket assignment (see ``PartitionRecord``).
@@ -384,7 +388,9 @@ def check_lease_id(lease_id) -> str:
 
 @dataclass(frozen=True)
 class LeaseRecord:
-    """A KV snapshot lease: its expiry and its pins ``{table_id: {bucket: snapshot_id}}``.
+    """A KV snapshot lease: its expiry and its pins, ``tables`` ``{table_id: {bucket:
+    snapshot_id}}`` (unpartitioned tables) and ``partitions`` ``{table_id: {partition_id:
+    {bucket: snapshot_id}}}``.
 
     Stored at ``/fluss/leases/kv_snapshot/<lease_id>`` as a msgpack header map. Since v4::
 
@@ -413,9 +419,17 @@ class LeaseRecord:
       PLAINTEXT cluster); v1 and v2 records decode with no owner.
     - v4: pins in parts (``parts`` / ``refs`` above, the ``sparse`` and ``pfor`` encodings);
       a v1-v3 header still decodes, and the next write turns it into v4.
+    - v5: pins of partitions. A partition's pins are their own parts: each entry adds ``p``,
+      the partition id, its ref appends the partition id
+      (``[table_id, part, generation, bytes, crc32, partition_id]``) and its child znode is
+      ``part-<table_id>-p<partition_id>-<part>-<generation>``. Only a lease that pins
+      partitions is written as v5; one that does not is still written as v4, so software
+      that reads v4 reads it.
     """
 
-    VERSION = 4
+    VERSION = 5
+    #: The version written when a lease pins no partitions.
+    TABLES_ONLY_VERSION = 4
 
     lease_id: str
     created_ms: int
@@ -423,14 +437,27 @@ class LeaseRecord:
     tables: dict = field(default_factory=dict)
     holders: dict = field(default_factory=dict)
     owner: str | None = None
+    partitions: dict = field(default_factory=dict)
 
     def pin_count(self) -> int:
-        return sum(len(p) for p in self.tables.values())
+        return (sum(len(p) for p in self.tables.values())
+                + sum(len(p) for ps in self.partitions.values() for p in ps.values()))
+
+    def pinned_table_ids(self) -> set[int]:
+        """Tables with pins, their own or their partitions'."""
+        return ({t for t, p in self.tables.items() if p}
+                | {t for t, ps in self.partitions.items() if any(ps.values())})
+
+    def groups(self) -> dict:
+        """``{(table_id, partition id or lease_codec.NO_PARTITION): {bucket: snapshot_id}}``."""
+        return lease_codec.pin_groups(self.tables, self.partitions)
 
     def header(self, generation: int, parts: list[bytes], refs: list[list[int]],
                state: str = "ok") -> bytes:
-        """The v4 header znode bytes, with inline ``parts`` and child ``refs``."""
-        return packb({"v": self.VERSION, "lease_id": self.lease_id,
+        """The header znode bytes (v5 when the lease pins partitions, else v4), with inline
+        ``parts`` and child ``refs``."""
+        version = self.VERSION if self.partitions else self.TABLES_ONLY_VERSION
+        return packb({"v": version, "lease_id": self.lease_id,
                       "created_ms": self.created_ms, "expires_at_ms": self.expires_at_ms,
                       "state": state,
                       "holders": {int(t): h for t, h in sorted(self.holders.items())},
@@ -439,14 +466,14 @@ class LeaseRecord:
 
     def encode_all(self, generation: int) -> tuple[bytes, dict[str, bytes]]:
         """(header, {child name: bytes}) of the whole record, every part encoded afresh."""
-        encoded = {(e["t"], lease_codec.entry_part(e)): packb(e)
-                   for e in lease_codec.encode_lease_pins(self.tables)}
+        encoded = {lease_codec.entry_key(e): packb(e)
+                   for e in lease_codec.encode_lease_pins(self.tables, self.partitions)}
         inline, children = lease_codec.place_lease_parts(encoded)
         refs, named = [], {}
         for key in children:
             data = encoded[key]
             refs.append(lease_codec.lease_ref(key, generation, data))
-            named[lease_codec.lease_part_name(key[0], key[1], generation)] = data
+            named[lease_codec.ref_part_name(refs[-1])] = data
         return self.header(generation, [encoded[k] for k in inline], refs), named
 
     @staticmethod
@@ -468,11 +495,15 @@ class LeaseRecord:
         if "refs" in raw:
             entries = [lease_codec.unpack_part(p, raw.get("lease_id"))
                        for p in raw.get("parts") or []]
-            for table_id, part, gen, size, crc in raw["refs"]:
-                data = (parts or {}).get(lease_codec.lease_part_name(table_id, part, gen))
+            for ref in raw["refs"]:
+                (table_id, partition, part), gen, size, crc = lease_codec.parse_lease_ref(ref)
+                data = (parts or {}).get(lease_codec.ref_part_name(ref))
                 if data is None or len(data) != size or zlib.crc32(data) != crc:
+                    where = ("" if partition == lease_codec.NO_PARTITION
+                             else f" partition id {partition}")
                     raise CorruptMessage(f"lease {raw.get('lease_id')}: part {part} of table "
-                                         f"{table_id} (generation {gen}) is missing or damaged")
+                                         f"{table_id}{where} (generation {gen}) is missing or "
+                                         "damaged")
                 entries.append(lease_codec.unpack_part(data, raw.get("lease_id")))
         elif raw.get("chunks", 0):
             payload = b"".join(chunks or [])
@@ -482,11 +513,11 @@ class LeaseRecord:
             entries = unpackb(payload)
         else:
             entries = raw.get("pins") or []
+        tables, partitions = lease_codec.decode_lease_groups(entries)
         return cls(lease_id=raw["lease_id"], created_ms=int(raw.get("created_ms", 0)),
-                   expires_at_ms=int(raw["expires_at_ms"]),
-                   tables=lease_codec.decode_lease_pins(entries),
+                   expires_at_ms=int(raw["expires_at_ms"]), tables=tables,
                    holders={int(t): str(h) for t, h in (raw.get("holders") or {}).items()},
-                   owner=raw.get("owner"))
+                   owner=raw.get("owner"), partitions=partitions)
 
 
 # -- ACLs -----------------------------------------------------------------------------------

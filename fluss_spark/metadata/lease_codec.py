@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import re
 import sys
+from typing import Any, Iterable, Mapping, Optional
 
 from fluss_spark.errors import CorruptMessage
 from fluss_spark.protocol.codec import packb, unpackb
@@ -21,7 +22,14 @@ LEASE_INLINE_PART_BYTES = 2048
 LEASE_INLINE_BYTES = 64 * 1024
 #: Most bytes one ZooKeeper multi of a lease write carries (its limit is ~1 MB per request).
 LEASE_MULTI_BYTES = 900 * 1024
-_LEASE_PART = re.compile(r"^part-(\d+)-(\d+)-(\d+)$")
+_LEASE_PART = re.compile(r"^part-(\d+)-(?:p(\d+)-)?(\d+)-(\d+)$")
+#: The partition id of a pin group that is a whole (unpartitioned) table.
+NO_PARTITION = -1
+#: A pin group: (table_id, partition id or NO_PARTITION); a part key adds the part number.
+PinGroup = tuple[int, int]
+#: What a lease write changed: ``{table_id or (table_id, partition_id): buckets or None}``
+#: (None: all of that table's or partition's pins).
+PinChanges = Mapping[Any, Optional[Iterable[int]]]
 
 
 def lease_chunk_name(generation: int, index: int) -> str:
@@ -34,14 +42,23 @@ def parse_lease_chunk_name(name: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def lease_part_name(table_id: int, part: int, generation: int) -> str:
-    return f"part-{table_id}-{part}-{generation}"
+def lease_part_name(table_id: int, part: int, generation: int,
+                    partition: int = NO_PARTITION) -> str:
+    """``part-<table_id>-<part>-<generation>``; a partition's part (v5) puts
+    ``p<partition_id>-`` before the part number."""
+    if partition == NO_PARTITION:
+        return f"part-{table_id}-{part}-{generation}"
+    return f"part-{table_id}-p{partition}-{part}-{generation}"
 
 
-def parse_lease_part_name(name: str) -> tuple[int, int, int] | None:
-    """``part-<table_id>-<part>-<generation>`` -> the three numbers; None for anything else."""
+def parse_lease_part_name(name: str) -> tuple[int, int, int, int] | None:
+    """A part name -> (table_id, part, generation, partition id or NO_PARTITION); None for
+    anything else."""
     m = _LEASE_PART.fullmatch(name)
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+    if not m:
+        return None
+    partition = NO_PARTITION if m.group(2) is None else int(m.group(2))
+    return int(m.group(1)), int(m.group(3)), int(m.group(4)), partition
 
 
 def _packed_typecode(width: int) -> str:
@@ -133,9 +150,11 @@ def _pfor_payload(u, width: int, n_exc: int) -> tuple[bytes, int, int, int]:
     return _bitpack(u, width), 0, 0, 0
 
 
-def encode_lease_part(table_id: int, part: int, buckets, snaps) -> dict:
+def encode_lease_part(table_id: int, part: int, buckets, snaps,
+                      partition: int = NO_PARTITION) -> dict:
     """The entry of one lease part: the pins ``buckets[i] -> snaps[i]`` (buckets ascending,
-    all in the part's range), as whichever of ``sparse`` and ``pfor`` is smaller.
+    all in the part's range), as whichever of ``sparse`` and ``pfor`` is smaller; a
+    partition's part (v5) also carries ``p``, its partition id.
 
     - ``sparse``: parallel msgpack int arrays ``b`` and ``s`` (a handful of pins).
     - ``pfor``: ``{lo, n, m, mode, base, w, x, wp, wh, xb, z, d}``. ``d`` (zlib-compressed
@@ -149,6 +168,14 @@ def encode_lease_part(table_id: int, part: int, buckets, snaps) -> dict:
       pins sit in a narrow window, ``delta`` when they follow the bucket number; exceptions keep
       a few outliers from widening all the others, zlib catches repeating patterns.
     """
+    entry = _encode_part(table_id, part, buckets, snaps)
+    if partition != NO_PARTITION:
+        entry["p"] = partition
+    return entry
+
+
+def _encode_part(table_id: int, part: int, buckets, snaps) -> dict:
+    """The smallest entry of one part's pins (see ``encode_lease_part``)."""
     import zlib
 
     import numpy as np
@@ -293,23 +320,44 @@ def _lookup_part(pins: dict, part: int):
     return offsets + lo, ids[offsets]
 
 
-def encode_lease_pins(tables: dict) -> list:
-    """``{table_id: {bucket: snapshot_id}}`` -> one entry per table and part (see
-    ``encode_lease_part``), ordered by table then part."""
+def pin_groups(tables: dict, partitions: dict | None = None) -> dict[PinGroup, dict]:
+    """``{(table_id, partition id or NO_PARTITION): {bucket: snapshot_id}}`` of a lease's
+    table pins ``{table_id: pins}`` and partition pins ``{table_id: {partition_id: pins}}``."""
+    groups = {(t, NO_PARTITION): pins for t, pins in tables.items()}
+    for t, by_partition in (partitions or {}).items():
+        groups.update(((t, p), pins) for p, pins in by_partition.items())
+    return groups
+
+
+def encode_lease_pins(tables: dict, partitions: dict | None = None) -> list:
+    """``{table_id: {bucket: snapshot_id}}`` and ``{table_id: {partition_id: {bucket:
+    snapshot_id}}}`` -> one entry per pin group and part (see ``encode_lease_part``), ordered
+    by table, partition (tables' own pins first), then part."""
     out = []
-    for table_id in sorted(tables):
-        pins = tables[table_id]
+    groups = pin_groups(tables, partitions)
+    for (table_id, partition) in sorted(groups):
+        pins = groups[(table_id, partition)]
         if any(b < 0 for b in pins):
             raise ValueError(f"lease pins of table {table_id}: a bucket is negative")
         for part, (buckets, snaps) in sorted(table_parts(pins).items()):
-            out.append(encode_lease_part(table_id, part, buckets, snaps))
+            out.append(encode_lease_part(table_id, part, buckets, snaps, partition))
     return out
 
 
 def decode_lease_pins(entries: list) -> dict:
-    """Inverse of ``encode_lease_pins``; also reads the v1-v3 encodings ``dense``, ``sparse``
-    and ``packed`` (see docs/zookeeper_layout.md)."""
+    """The table pins ``{table_id: {bucket: snapshot_id}}`` of ``entries`` (an entry of a
+    partition must not be among them: see ``decode_lease_groups``)."""
+    tables, partitions = decode_lease_groups(entries)
+    if partitions:
+        raise CorruptMessage("lease pins: partition entries where only table pins may be")
+    return tables
+
+
+def decode_lease_groups(entries: list) -> tuple[dict, dict]:
+    """Inverse of ``encode_lease_pins``: (table pins, partition pins); also reads the v1-v3
+    encodings ``dense``, ``sparse`` and ``packed`` (see docs/zookeeper_layout.md)."""
     tables: dict = {}
+    partitions: dict = {}
     for entry in entries:
         kind = entry.get("e")
         if kind == "pfor":
@@ -325,9 +373,20 @@ def decode_lease_pins(entries: list) -> dict:
         else:
             raise CorruptMessage(f"lease pins of table {entry.get('t')} have unknown encoding "
                                  f"{kind!r}; upgrade fluss_spark")
-        if pins:
+        if not pins:
+            continue
+        partition = entry.get("p")
+        if partition is None:
             tables.setdefault(int(entry["t"]), {}).update(pins)
-    return tables
+        else:
+            partitions.setdefault(int(entry["t"]), {}).setdefault(int(partition), {}).update(pins)
+    return tables, partitions
+
+
+def entry_key(entry: dict) -> tuple[int, int, int]:
+    """(table_id, partition id or NO_PARTITION, part) of an entry."""
+    return int(entry["t"]), int(entry.get("p", NO_PARTITION)), entry_part(entry)
+
 
 def entry_part(entry: dict) -> int:
     if entry["e"] == "pfor":
@@ -345,15 +404,35 @@ def unpack_part(data: bytes, lease_id) -> dict:
     return entry
 
 
-def lease_ref(key: tuple[int, int], generation: int, data: bytes) -> list[int]:
-    """The header's reference to a part stored in a child znode."""
+def lease_ref(key: tuple[int, int, int], generation: int, data: bytes) -> list[int]:
+    """The header's reference to a part stored in a child znode, ``key`` being
+    (table_id, partition, part): ``[table_id, part, generation, bytes, crc32]``, and a
+    partition's part (v5) appends its partition id."""
     import zlib
-    return [key[0], key[1], generation, len(data), zlib.crc32(data)]
+    ref = [key[0], key[2], generation, len(data), zlib.crc32(data)]
+    return ref if key[1] == NO_PARTITION else ref + [key[1]]
 
 
-def place_lease_parts(encoded: dict[tuple[int, int], bytes]
-                      ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(inline keys, child-znode keys) of a lease's encoded parts, both in (table, part) order.
+def parse_lease_ref(ref) -> tuple[tuple[int, int, int], int, int, int]:
+    """((table_id, partition, part), generation, bytes, crc32) of a header reference."""
+    try:
+        t, k, g, size, crc = (int(x) for x in ref[:5])
+        partition = int(ref[5]) if len(ref) > 5 else NO_PARTITION
+    except (TypeError, ValueError) as e:
+        raise CorruptMessage(f"lease part reference {ref!r} is damaged ({e})") from None
+    return (t, partition, k), g, size, crc
+
+
+def ref_part_name(ref) -> str:
+    """The child znode name a header reference points at."""
+    (t, partition, k), g, _, _ = parse_lease_ref(ref)
+    return lease_part_name(t, k, g, partition)
+
+
+def place_lease_parts(encoded: dict[tuple[int, int, int], bytes]
+                      ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """(inline keys, child-znode keys) of a lease's encoded parts, both in (table, partition,
+    part) order.
 
     Decided from the parts' sizes alone, so a part that does not change stays where it is
     unless the inline budget ahead of it moves."""

@@ -4,13 +4,14 @@ that a crash at any point leaves the old or the new lease."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
 from fluss_spark.errors import CorruptMessage, FlussError
 from fluss_spark.metadata import layout, lease_codec
 from fluss_spark.metadata.layout import LeaseRecord
+from fluss_spark.metadata.lease_codec import PinChanges
 from fluss_spark.metadata.zk import ZkSession, retriable_on_connection_loss
 from fluss_spark.protocol.codec import packb
 
@@ -39,11 +40,13 @@ class ZkLeaseStore:
         return sorted(self._session.children(layout.LEASES))
 
     def save_lease(self, record: LeaseRecord,
-                   changed: Mapping[int, Iterable[int] | None] | None = None) -> int:
+                   changed: PinChanges | None = None) -> int:
         """Write a lease; returns the bytes now stored for it (header plus part znodes).
 
-        ``changed``: ``{table_id: buckets}`` whose pins differ from the last record this store
-        wrote or loaded for the lease (None for a whole table; a table not named is unchanged);
+        ``changed``: ``{table_id: buckets}`` (a table's own pins) and ``{(table_id,
+        partition_id): buckets}`` (a partition's) whose pins differ from the last record this
+        store wrote or loaded for the lease (None for a whole table or partition; one not named
+        is unchanged);
         only their parts are encoded and written. Without it every part is encoded again and
         only those whose bytes differ are written. See LeaseRecord for why a crash at any point
         leaves the old or the new lease.
@@ -92,7 +95,7 @@ class ZkLeaseStore:
                 names[key] = old_name
             else:
                 gen = generation
-                names[key] = lease_codec.lease_part_name(key[0], key[1], gen)
+                names[key] = lease_codec.lease_part_name(key[0], key[2], gen, key[1])
                 creates.append((names[key], data))
             refs.append(lease_codec.lease_ref(key, gen, data))
         header = record.header(generation, [encoded[k] for k in inline], refs)
@@ -155,32 +158,34 @@ class ZkLeaseStore:
 
     @staticmethod
     def _encode_lease(record: LeaseRecord, state: "_LeaseState | None", changed
-                      ) -> dict[tuple[int, int], bytes]:
-        """``{(table_id, part): encoded part}`` of the record; parts that ``changed`` says are
-        unchanged are taken from what was last written."""
+                      ) -> dict[tuple[int, int, int], bytes]:
+        """``{(table_id, partition, part): encoded part}`` of the record; parts that
+        ``changed`` says are unchanged are taken from what was last written."""
         if changed is None or state is None or not state.complete:
-            return {(e["t"], lease_codec.entry_part(e)): packb(e)
-                    for e in lease_codec.encode_lease_pins(record.tables)}
-        encoded: dict[tuple[int, int], bytes] = {}
-        cached_tables = {t for t, _ in state.parts}
-        for (t, k), data in state.parts.items():
-            if t in record.tables and t not in changed:
-                encoded[(t, k)] = data
-        for t, pins in record.tables.items():
-            if not pins or (t not in changed and t in cached_tables):
+            return {lease_codec.entry_key(e): packb(e)
+                    for e in lease_codec.encode_lease_pins(record.tables, record.partitions)}
+        changed = {_group(g): buckets for g, buckets in changed.items()}
+        groups = record.groups()
+        encoded: dict[tuple[int, int, int], bytes] = {}
+        cached_groups = {(t, p) for t, p, _ in state.parts}
+        for (t, p, k), data in state.parts.items():
+            if (t, p) in groups and (t, p) not in changed:
+                encoded[(t, p, k)] = data
+        for (t, p), pins in groups.items():
+            if not pins or ((t, p) not in changed and (t, p) in cached_groups):
                 continue
-            buckets = changed.get(t)
+            buckets = changed.get((t, p))
             parts = (None if buckets is None
                      else {b // lease_codec.LEASE_PART_BUCKETS for b in buckets})
             if parts is not None:
-                for (ct, k), data in state.parts.items():
-                    if ct == t and k not in parts:
-                        encoded[(t, k)] = data
+                for (ct, cp, k), data in state.parts.items():
+                    if (ct, cp) == (t, p) and k not in parts:
+                        encoded[(t, p, k)] = data
             if any(b < 0 for b in (buckets or ())):
                 raise ValueError(f"lease pins of table {t}: a bucket is negative")
             for k, (bs, ss) in lease_codec.table_parts(pins, parts).items():
                 if len(bs):
-                    encoded[(t, k)] = packb(lease_codec.encode_lease_part(t, k, bs, ss))
+                    encoded[(t, p, k)] = packb(lease_codec.encode_lease_part(t, k, bs, ss, p))
         return encoded
 
     def load_lease(self, lease_id: str) -> LeaseRecord | None:
@@ -194,17 +199,17 @@ class ZkLeaseStore:
         if header.get("state") == "writing":
             return None
         if "refs" in header:
-            names = [lease_codec.lease_part_name(t, k, g) for t, k, g, _, _ in header["refs"]]
+            names = [lease_codec.ref_part_name(ref) for ref in header["refs"]]
             parts = dict(zip(names, self._get_all(path, names, lease_id)))
             rec = LeaseRecord.decode(header, parts=parts)
             keys = {}
             for raw in header.get("parts") or []:
-                entry = lease_codec.unpack_part(raw, lease_id)
-                keys[(int(entry["t"]), lease_codec.entry_part(entry))] = raw
+                keys[lease_codec.entry_key(lease_codec.unpack_part(raw, lease_id))] = raw
             refs = {}
-            for (t, k, g, _, _), name in zip(header["refs"], names):
-                keys[(t, k)] = parts[name]
-                refs[(t, k)] = name
+            for ref, name in zip(header["refs"], names):
+                key = lease_codec.parse_lease_ref(ref)[0]
+                keys[key] = parts[name]
+                refs[key] = name
             children = set(self._session.children(path))
             self._lease_states[lease_id] = _LeaseState(
                 version=stat.version, generation=_max_generation(header, children), parts=keys,
@@ -284,10 +289,17 @@ class _LeaseState:
 
     version: int
     generation: int
-    parts: dict          # (table_id, part) -> encoded bytes, every part of the lease
-    refs: dict           # (table_id, part) -> name of the child znode holding it
+    parts: dict          # (table_id, partition, part) -> encoded bytes, every part of the lease
+    refs: dict           # (table_id, partition, part) -> name of the child znode holding it
     children: set        # names of the lease znode's children (parts and orphans)
     complete: bool       # False: parts unknown (read without decoding), encode everything
+
+
+def _group(key) -> tuple[int, int]:
+    """A ``changed`` key as a pin group: a table id, or (table_id, partition_id)."""
+    if isinstance(key, tuple):
+        return int(key[0]), int(key[1])
+    return int(key), lease_codec.NO_PARTITION
 
 
 class _StaleLease(Exception):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Mapping
+from typing import Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.election import Election
@@ -15,6 +15,7 @@ from fluss_spark.metadata.acl_store import AclMap, ZkAclStore
 from fluss_spark.metadata.layout import (AssignmentRecord, CoordinatorRecord, LeaseRecord,
                                          PartitionRecord, SnapshotRecord, TableRecord,
                                          TabletRecord)
+from fluss_spark.metadata.lease_codec import PinChanges
 from fluss_spark.metadata.lease_store import ZkLeaseStore
 from fluss_spark.metadata.snapshot_index import SnapshotIndex
 from fluss_spark.metadata.zk import ZkSession, retriable_on_connection_loss
@@ -282,7 +283,7 @@ class MetadataStore:
         return self._leases.lease_ids()
 
     def save_lease(self, record: LeaseRecord,
-                   changed: Mapping[int, Iterable[int] | None] | None = None) -> int:
+                   changed: PinChanges | None = None) -> int:
         """Write a lease; returns the bytes now stored for it (see ``ZkLeaseStore.save_lease``)."""
         return self._leases.save_lease(record, changed=changed)
 

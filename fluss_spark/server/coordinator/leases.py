@@ -11,6 +11,7 @@ from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.config import MAX_LEASE_DURATION_MS
 from fluss_spark.errors import InvalidRequest, LeaseHeldByOther, LeaseNotFound
 from fluss_spark.metadata.layout import LeaseRecord, check_lease_id
+from fluss_spark.metadata.lease_codec import PinChanges
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ class LeaseStore(Protocol):
     """The part of MetadataStore the lease manager writes through."""
 
     def save_lease(self, record: LeaseRecord,
-                   changed: Mapping[int, Iterable[int] | None] | None = None) -> int: ...
+                   changed: PinChanges | None = None) -> int: ...
 
     def delete_lease(self, lease_id: str) -> None: ...
 

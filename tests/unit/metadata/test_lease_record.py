@@ -216,14 +216,15 @@ def test_a_v1_header_without_holders_decodes_with_none_inline_or_chunked():
                      "payload_bytes": len(payload), "payload_crc": zlib.crc32(payload)})
     rec = LeaseRecord.decode(chunked, [payload[:4], payload[4:]])
     assert (rec.tables, rec.holders) == ({7: {0: 5, 1: 6}}, {})
-    # Re-encoding a v1 record writes the current version.
-    assert LeaseRecord.decode_header(rec.encode_all(generation=3)[0])["v"] == LeaseRecord.VERSION
+    # Re-encoding a v1 record writes the current version of a lease without partition pins.
+    assert (LeaseRecord.decode_header(rec.encode_all(generation=3)[0])["v"]
+            == LeaseRecord.TABLES_ONLY_VERSION)
 
 
 def test_v2_keeps_each_tables_holder_inline_and_in_parts():
     rec = LeaseRecord("job-1", 5, 99, tables={1: {0: 3}, 2: {0: 4}}, holders={1: "q-a", 2: "q-b"})
     header, _ = rec.encode_all(generation=1)
-    assert LeaseRecord.decode_header(header)["v"] == LeaseRecord.VERSION
+    assert LeaseRecord.decode_header(header)["v"] == LeaseRecord.TABLES_ONLY_VERSION
     back = LeaseRecord.decode(header)
     assert back == rec and back.holders == {1: "q-a", 2: "q-b"}
     rng = random.Random(1)
