@@ -219,7 +219,7 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
                  heap: str = "512m", startup_timeout_s: float = 120.0, sasl: bool = False):
         self.version = version
         self.heap = heap
-        self.sasl = sasl
+        self._sasl = sasl
         self.options = dict(DEFAULT_OPTIONS)
         self.options.update(parse_options(options))
         self._jars: list[Path] | None = None
@@ -227,20 +227,12 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
 
     # -- SASL -----------------------------------------------------------------------------------
     @property
-    def users_file(self) -> Path:
-        return self.base_dir / "security" / "users"
-
-    @property
     def jaas_file(self) -> Path:
         return self.base_dir / "security" / "jaas.conf"
 
     @property
-    def credentials(self) -> tuple[str, str] | None:
-        """The super user's (username, password) of a SASL cluster; None for PLAINTEXT."""
-        if not self.sasl:
-            return None
-        from fluss_spark.server.security import read_users_file
-        return "admin", read_users_file(self.users_file)["admin"]
+    def sasl(self) -> bool:
+        return self._sasl
 
     @property
     def client_properties(self) -> dict[str, str]:

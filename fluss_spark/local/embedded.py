@@ -75,10 +75,6 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
                                     f"security.ssl.ca-file={files.ca_file}"]
 
     @property
-    def users_file(self) -> Path:
-        return self.base_dir / "security" / "users"
-
-    @property
     def zookeeper_digest_file(self) -> Path:
         return self.base_dir / "security" / "zookeeper"
 
@@ -100,14 +96,6 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         if not self.tls:
             return None
         return TlsClientConfig(str(self.tls_files.ca_file))
-
-    @property
-    def credentials(self) -> tuple[str, str] | None:
-        """The super user's (username, password) of a SASL cluster; None for PLAINTEXT."""
-        if not self.sasl:
-            return None
-        from fluss_spark.server.security import read_users_file
-        return "admin", read_users_file(self.users_file)["admin"]
 
     def _ensure_users(self) -> None:
         """Write the users file and the ZooKeeper credential of a SASL cluster (mode 600),
