@@ -36,8 +36,9 @@ def add_commands(sub, cmd) -> None:
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="server option, e.g. kv.scanner.ttl=1min (repeatable)")
     c.add_argument("--sasl", action="store_true",
-                   help="require SASL PLAIN authentication; the super user 'admin' and the "
-                        "servers' 'internal' principal get random passwords in DIR/security/users")
+                   help="require SASL PLAIN authentication; the super user 'admin' (and, on the "
+                        "embedded engine, the servers' 'internal' principal) get random "
+                        "passwords in DIR/security/users")
     c.add_argument("--disable-api", action="append", default=[], metavar="GROUP",
                    help="leave out an API group (kv_snapshot_lease, scan_kv) to emulate an old "
                         "server")
@@ -82,8 +83,9 @@ def start_engine(args) -> str:
     if engine != "apache-fluss":
         if args.fluss_version:
             raise ConfigError("--fluss-version needs --engine apache-fluss")
-    elif args.sasl or args.disable_api or _tls(args):
-        raise ConfigError("--sasl, --tls and --disable-api are options of the embedded engine")
+    elif args.disable_api or _tls(args):
+        raise ConfigError("--tls and --disable-api are options of the embedded engine (Apache "
+                          "Fluss has no TLS listeners)")
     return engine
 
 
@@ -126,10 +128,14 @@ def _start_apache_fluss(args) -> int:
         if args.fluss_version and args.fluss_version != cluster.version:
             raise ConfigError(f"{d} holds Apache Fluss {cluster.version}; stop it and use another "
                               f"--dir for {args.fluss_version}")
+        if args.sasl and not cluster.sasl:
+            raise ConfigError(f"{d} holds an Apache Fluss cluster without SASL; stop it and use "
+                              "another --dir for --sasl")
         cluster.options.update(options)
     else:
         cluster = ApacheFlussProcesses(d, tablets=args.tablets or 1, version=version,
-                                       zookeeper=args.zookeeper, options=options)
+                                       zookeeper=args.zookeeper, options=options,
+                                       sasl=args.sasl)
     cluster.start()
     if _json(args):
         emit_json({"dir": str(d), "engine": "apache-fluss", "fluss_version": cluster.version,
@@ -147,7 +153,8 @@ def _status_apache_fluss(args, d: Path) -> int:
     if _json(args):
         emit_json({"dir": str(d), "engine": "apache-fluss", "fluss_version": cluster.version,
                    "bootstrap_servers": cluster.bootstrap_servers,
-                   "zookeeper": cluster.zookeeper_address, "processes": procs, "metrics": None})
+                   "zookeeper": cluster.zookeeper_address, "processes": procs, "metrics": None,
+                   "users_file": str(cluster.users_file) if cluster.sasl else None})
         return 0
     print(f"cluster {d}  Apache Fluss {cluster.version}  bootstrap {cluster.bootstrap_servers}  "
           f"zookeeper {cluster.zookeeper_address}")

@@ -15,6 +15,7 @@ if TYPE_CHECKING:   # the client is imported when a command runs, not to parse a
     from fluss_spark.client.cluster import Capabilities, Cluster, TableAdmin
     from fluss_spark.client.embedded import FlussConnection
     from fluss_spark.local.embedded import EmbeddedProcesses
+    from fluss_spark.local.apache_fluss import ApacheFlussProcesses
 
 DEFAULT_TIMEOUT_S = 30.0
 #: Largest row or record count an argument takes.
@@ -185,14 +186,20 @@ def tls(args, servers: str) -> "TlsClientConfig | None":
     return local.tls_client if local is not None else None
 
 
-def _local_cluster(servers: str) -> "EmbeddedProcesses | None":
-    """The local cluster of this machine when ``servers`` names one of its servers."""
+def _local_cluster(servers: str) -> "EmbeddedProcesses | ApacheFlussProcesses | None":
+    """The local cluster of this machine (either engine) when ``servers`` names one of its
+    servers."""
     from fluss_spark.client.bootstrap import parse_bootstrap
+    from fluss_spark.local import apache_fluss
     from fluss_spark.local.embedded import EmbeddedProcesses, read_state
     d = default_cluster_dir()
-    if read_state(d) is None:
+    local: EmbeddedProcesses | ApacheFlussProcesses
+    if apache_fluss.read_state(d) is not None:
+        local = apache_fluss.ApacheFlussProcesses.load(d)
+    elif read_state(d) is not None:
+        local = EmbeddedProcesses.load(d)
+    else:
         return None
-    local = EmbeddedProcesses.load(d)
     if set(parse_bootstrap(local.bootstrap_servers)) & set(parse_bootstrap(servers)):
         return local
     return None

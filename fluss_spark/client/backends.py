@@ -63,15 +63,13 @@ def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_
     if engine == AUTO:
         engine = detect_engine(bootstrap_servers, timeout_s=min(5.0, request_timeout_s))
     if engine == APACHE_FLUSS:
-        if username is not None:
-            raise ConfigError("SASL credentials are not supported for Apache Fluss clusters yet: "
-                              "use a PLAINTEXT listener, or drop the username and password")
         if tls is not None:
-            raise ConfigError("TLS is not supported for Apache Fluss clusters yet: use a "
-                              "PLAINTEXT listener, or connect without TLS")
+            raise ConfigError("TLS is not supported for Apache Fluss clusters (Apache Fluss has "
+                              "no TLS listeners): connect without TLS")
         from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
         return ApacheFlussWireCluster.connect(bootstrap_servers,
-                                              request_timeout_s=request_timeout_s)
+                                              request_timeout_s=request_timeout_s,
+                                              username=username, password=password)
     from fluss_spark.client.embedded.cluster import EmbeddedCluster
     return EmbeddedCluster.connect(bootstrap_servers, request_timeout_s=request_timeout_s,
                                    username=username, password=password, tls=tls)

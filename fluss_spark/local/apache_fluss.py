@@ -6,7 +6,16 @@ and N tablet servers, each a ``java`` process on a free loopback port with its o
 the cluster again is in ``<base_dir>/apache-fluss.json``:
 
 - version 1: ``{version, engine: "apache-fluss", fluss_version, host, heap, options,
-  zookeeper: {address, external, port, pid}, servers: [{role, id, port, pid}]}``
+  zookeeper: {address, external, port, pid}, servers: [{role, id, port, pid}]}``; optional
+  ``sasl`` (absent: false) and ``servers[].internal_port`` (absent: none yet), written since
+  SASL clusters exist.
+
+With ``sasl`` clients log in with SASL PLAIN on each server's ``port`` (listener ``CLIENT``);
+the servers talk to each other over PLAINTEXT on ``internal_port`` (listener ``INTERNAL``).
+The users are ``DIR/security/users`` (``user:password`` lines, mode 600; ``admin`` is the super
+user); each start writes them into the JAAS file ``DIR/security/jaas.conf`` (mode 600), which
+the servers read through ``-Djava.security.auth.login.config``: Fluss logs every line of
+``server.yaml`` at start, so the passwords stay out of it.
 
 A server counts as started when its port accepts connections and its log, since it was
 spawned, shows that it registered in ZooKeeper (``End initializing coordinator context`` for
@@ -29,6 +38,7 @@ from fluss_spark.errors import FlussError
 from fluss_spark.local.apache_fluss_jars import DEFAULT_VERSION, ensure_jars
 from fluss_spark.local.ports import free_port, port_open
 from fluss_spark.local.processes import LocalProcesses, read_state_file
+from fluss_spark.local.secret_files import random_password, write_secret_file
 from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
 from fluss_spark.local.zookeeper import java_binary
 
@@ -46,6 +56,18 @@ DEFAULT_OPTIONS = {
     "zookeeper.client.session-timeout": "6s",
     "default.replication.factor": "1",
 }
+
+#: Fluss's server settings of a SASL cluster (``bind.listeners`` names both listeners).
+SASL_OPTIONS = {
+    "internal.listener.name": "INTERNAL",
+    "security.protocol.map": "CLIENT:SASL,INTERNAL:PLAINTEXT",
+    "security.sasl.enabled.mechanisms": "PLAIN",
+    "authorizer.enabled": "true",
+    "super.users": "User:admin",
+}
+
+#: Fluss's login module for SASL PLAIN; its options ``user_<name>="<password>"`` are the users.
+_PLAIN_LOGIN_MODULE = "org.apache.fluss.security.auth.sasl.plain.PlainLoginModule"
 
 #: Arrow (inside fluss-server) reads java.nio internals. The jar is on the classpath, not the
 #: module path, so ALL-UNNAMED is the module that needs the opening.
@@ -71,6 +93,7 @@ class JavaServer:
         self.server_id = server_id
         self.host = host
         self.port: int | None = None
+        self.internal_port: int | None = None   # a SASL cluster's PLAINTEXT listener
         self.pid: int | None = None
         self.proc: subprocess.Popen | None = None
         self.server_dir = base_dir / f"{role}-{server_id}"
@@ -95,12 +118,18 @@ class JavaServer:
         # The config dir is on the command line, so a reused pid is never taken for this server.
         return self.pid is not None and pid_alive(self.pid, self.proc, str(self.conf_dir))
 
-    def write_config(self, zookeeper: str, remote_dir: Path, options: dict[str, str]) -> None:
+    def write_config(self, zookeeper: str, remote_dir: Path, options: dict[str, str],
+                     sasl: bool = False) -> None:
         assert self.port is not None
+        listeners = f"FLUSS://{self.host}:{self.port}"
+        if sasl:
+            listeners = (f"CLIENT://{self.host}:{self.port},"
+                         f"INTERNAL://{self.host}:{self.internal_port}")
         settings = {"zookeeper.address": zookeeper,
-                    "bind.listeners": f"FLUSS://{self.host}:{self.port}",
+                    "bind.listeners": listeners,
                     "data.dir": str(self.data_dir),
-                    "remote.data.dir": str(remote_dir)}
+                    "remote.data.dir": str(remote_dir),
+                    **(SASL_OPTIONS if sasl else {})}
         if self.role == "tablet":
             settings["tablet-server.id"] = str(self.server_id)
         settings.update(options)
@@ -114,8 +143,9 @@ class JavaServer:
             "".join(f"{k}: {v}\n" for k, v in settings.items()))
         (self.conf_dir / "log4j2.properties").write_text(_LOG4J_PROPERTIES)
 
-    def command(self, jars: list[Path], heap: str) -> list[str]:
-        return [java_binary(), f"-Xmx{heap}", *JAVA_17_FLAGS,
+    def command(self, jars: list[Path], heap: str, jaas: Path | None = None) -> list[str]:
+        login = [f"-Djava.security.auth.login.config={jaas}"] if jaas is not None else []
+        return [java_binary(), f"-Xmx{heap}", *JAVA_17_FLAGS, *login,
                 f"-Dlog.file={self.log_path}",
                 # Fluss logs its own shutdown; log4j's shutdown hook would close the log first.
                 "-Dlog4j.shutdownHookEnabled=false",
@@ -123,7 +153,7 @@ class JavaServer:
                 "-cp", os.pathsep.join(str(j) for j in jars),
                 _MAIN_CLASS[self.role], "--configDir", str(self.conf_dir)]
 
-    def spawn(self, jars: list[Path], heap: str) -> None:
+    def spawn(self, jars: list[Path], heap: str, jaas: Path | None = None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -132,7 +162,7 @@ class JavaServer:
             log.flush()
             self.log_offset = log.tell()
             # stdout/stderr (JVM warnings, a crash before log4j starts) go to the same file.
-            self.proc = subprocess.Popen(self.command(jars, heap), stdout=log,
+            self.proc = subprocess.Popen(self.command(jars, heap, jaas), stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, cwd=self.server_dir)
         self.pid = self.proc.pid
@@ -179,18 +209,65 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
     ``options`` are server settings (``{key: value}`` or ``key=value`` strings) for every server,
     on top of ``DEFAULT_OPTIONS``; ``zookeeper`` is ``host:port`` of an external ZooKeeper
     (None starts one under ``base_dir/zookeeper``); clusters sharing one ZooKeeper need
-    distinct ``zookeeper.path.root`` options.
+    distinct ``zookeeper.path.root`` options. ``sasl``: clients must log in with SASL PLAIN
+    (see the module docstring); ``admin``, a super user, gets a random password in
+    ``users_file``.
     """
 
     def __init__(self, base_dir: str | Path, tablets: int = 1, version: str = DEFAULT_VERSION,
                  zookeeper: str | None = None, options=None, host: str = "127.0.0.1",
-                 heap: str = "512m", startup_timeout_s: float = 120.0):
+                 heap: str = "512m", startup_timeout_s: float = 120.0, sasl: bool = False):
         self.version = version
         self.heap = heap
+        self._sasl = sasl
         self.options = dict(DEFAULT_OPTIONS)
         self.options.update(parse_options(options))
         self._jars: list[Path] | None = None
         super().__init__(base_dir, tablets, zookeeper, host, startup_timeout_s)
+
+    # -- SASL -----------------------------------------------------------------------------------
+    @property
+    def jaas_file(self) -> Path:
+        return self.base_dir / "security" / "jaas.conf"
+
+    @property
+    def sasl(self) -> bool:
+        return self._sasl
+
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """Fluss's client options that log in to this cluster as its super user (none for
+        PLAINTEXT)."""
+        if self.credentials is None:
+            return {}
+        user, password = self.credentials
+        return {"client.security.protocol": "SASL", "client.security.sasl.mechanism": "PLAIN",
+                "client.security.sasl.username": user, "client.security.sasl.password": password}
+
+    @property
+    def tls_client(self) -> None:
+        """Apache Fluss has no TLS listeners."""
+        return None
+
+    def _write_security(self) -> Path | None:
+        """The users file (once, random ``admin`` password) and, from it, the JAAS file the
+        servers read; None for a PLAINTEXT cluster."""
+        if not self.sasl:
+            return None
+        from fluss_spark.server.security import read_users_file
+        write_secret_file(self.users_file, "# principals of this cluster: username:password\n"
+                                           f"admin:{random_password()}\n")
+        users = read_users_file(self.users_file)
+        for user, password in users.items():
+            # JAAS quotes option values in double quotes, and a user name is part of a key.
+            if not re.fullmatch(r"[A-Za-z0-9._@-]+", user) or any(c in password for c in '"\\'):
+                raise FlussError(f"{self.users_file}: user {user!r} cannot be written to JAAS: "
+                                 "use letters, digits and ._@- in names, no quote or backslash "
+                                 "in passwords")
+        entries = "".join(f'\n  user_{u}="{p}"' for u, p in users.items())
+        write_secret_file(self.jaas_file, f"FlussServer {{\n  {_PLAIN_LOGIN_MODULE} required"
+                                          f"{entries};\n}};\n", replace=True)
+        return self.jaas_file
 
     def _add_server(self, role: str, server_id: int) -> None:
         self.servers[(role, server_id)] = JavaServer(role, server_id, self.base_dir, self.host)
@@ -206,17 +283,36 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
             base_dir, f"no Apache Fluss cluster in {base_dir} (no {STATE_FILE}); start one with "
                       "`fluss-spark cluster start --engine apache-fluss`")
         return cls(base_dir, **saved, version=state["fluss_version"],
-                   options=state.get("options"), heap=state.get("heap", "512m"))
+                   options=state.get("options"), heap=state.get("heap", "512m"),
+                   sasl=bool(state.get("sasl", False)))
 
     def _merge_settings(self, state: dict) -> None:
         if state.get("fluss_version") != self.version:
             raise FlussError(f"{self.state_path} holds Apache Fluss {state.get('fluss_version')}, "
                              f"not {self.version}; stop it and use another directory")
+        if bool(state.get("sasl", False)) != self.sasl:
+            raise FlussError(f"{self.state_path} holds a cluster "
+                             f"{'with' if state.get('sasl') else 'without'} SASL; stop it and "
+                             "use another directory")
+
+    def _merge_state(self) -> None:
+        super()._merge_state()
+        state = read_state(self.base_dir) or {}
+        for s in state.get("servers") or ():
+            server = self.servers.get((s["role"], int(s["id"])))
+            if server is not None:
+                server.internal_port = s.get("internal_port")
+
+    def _servers_state(self) -> list[dict]:
+        rows = super()._servers_state()
+        for row in rows:
+            row["internal_port"] = self.servers[(row["role"], row["id"])].internal_port
+        return rows
 
     def _state(self) -> dict:
         return {
             "version": STATE_VERSION, "engine": ENGINE, "fluss_version": self.version,
-            "host": self.host, "heap": self.heap, "options": self.options,
+            "host": self.host, "heap": self.heap, "options": self.options, "sasl": self.sasl,
             "zookeeper": self._zookeeper_state(), "servers": self._servers_state(),
         }
 
@@ -293,9 +389,11 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
     def _spawn(self, s: JavaServer, jars: list[Path]) -> None:
         if s.port is None:
             s.port = free_port(self.host)
+        if self.sasl and s.internal_port is None:
+            s.internal_port = free_port(self.host)
         assert self.zookeeper_address is not None
-        s.write_config(self.zookeeper_address, self.remote_data_dir, self.options)
-        s.spawn(jars, self.heap)
+        s.write_config(self.zookeeper_address, self.remote_data_dir, self.options, self.sasl)
+        s.spawn(jars, self.heap, self._write_security())
         self._save_state()
 
     def _wait(self, servers: list[JavaServer]) -> None:

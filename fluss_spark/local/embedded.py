@@ -13,7 +13,6 @@ processes, on the ports they had before.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from fluss_spark.errors import FlussError
 from fluss_spark.local.certificates import TlsFiles
 from fluss_spark.local.ports import free_port
 from fluss_spark.local.processes import LocalProcesses, read_state_file
+from fluss_spark.local.secret_files import random_password, write_secret_file
 from fluss_spark.local.server_process import ServerProcess, pid_alive, stop_all
 from fluss_spark.transport.tls import TlsClientConfig
 
@@ -75,10 +75,6 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
                                     f"security.ssl.ca-file={files.ca_file}"]
 
     @property
-    def users_file(self) -> Path:
-        return self.base_dir / "security" / "users"
-
-    @property
     def zookeeper_digest_file(self) -> Path:
         return self.base_dir / "security" / "zookeeper"
 
@@ -101,31 +97,17 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
             return None
         return TlsClientConfig(str(self.tls_files.ca_file))
 
-    @property
-    def credentials(self) -> tuple[str, str] | None:
-        """The super user's (username, password) of a SASL cluster; None for PLAINTEXT."""
-        if not self.sasl:
-            return None
-        from fluss_spark.server.security import read_users_file
-        return "admin", read_users_file(self.users_file)["admin"]
-
     def _ensure_users(self) -> None:
         """Write the users file and the ZooKeeper credential of a SASL cluster (mode 600),
         with random passwords, unless they exist."""
         if not self.sasl:
             return
-        import secrets
         for path, text in ((self.users_file,
                             f"# principals of this cluster: username:password\n"
-                            f"admin:{secrets.token_urlsafe(24)}\n"
-                            f"internal:{secrets.token_urlsafe(24)}\n"),
-                           (self.zookeeper_digest_file, f"fluss:{secrets.token_urlsafe(24)}\n")):
-            if path.exists():
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)   # secrets inside
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
+                            f"admin:{random_password()}\n"
+                            f"internal:{random_password()}\n"),
+                           (self.zookeeper_digest_file, f"fluss:{random_password()}\n")):
+            write_secret_file(path, text)
 
     # -- state file -----------------------------------------------------------------------------
     _state_file = STATE_FILE

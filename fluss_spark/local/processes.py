@@ -129,6 +129,25 @@ class LocalProcesses(abc.ABC, Generic[S]):
         tmp.write_text(json.dumps(state, indent=2))
         os.replace(tmp, self.state_path)
 
+    # -- SASL -----------------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def sasl(self) -> bool:
+        """Whether clients must log in with SASL PLAIN."""
+
+    @property
+    def users_file(self) -> Path:
+        """``username:password`` lines of a SASL cluster (mode 600)."""
+        return self.base_dir / "security" / "users"
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        """The super user's (username, password) of a SASL cluster; None for PLAINTEXT."""
+        if not self.sasl:
+            return None
+        from fluss_spark.server.security import read_users_file
+        return "admin", read_users_file(self.users_file)["admin"]
+
     # -- addresses ------------------------------------------------------------------------------
     @property
     def zookeeper_address(self) -> str | None:

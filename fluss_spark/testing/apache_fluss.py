@@ -58,14 +58,20 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 class PyFluss:
-    """One pyfluss connection to ``bootstrap`` (``host:port``) with blocking helper methods."""
+    """One pyfluss connection to ``bootstrap`` (``host:port``) with blocking helper methods.
+
+    ``properties`` are client options; Fluss's Java names (``client.security.protocol``,
+    ``client.security.sasl.username``, ... as ``ApacheFlussProcesses.client_properties`` gives
+    them) are passed under pyfluss's names, which lack the ``client.`` prefix."""
 
     def __init__(self, bootstrap: str, properties: dict[str, str] | None = None):
         import fluss
         self._fluss = fluss
         # pyfluss's calls expect a running event loop, so each method runs one coroutine here.
         self._loop = asyncio.new_event_loop()
-        config = fluss.Config({"bootstrap.servers": bootstrap, **(properties or {})})
+        config = fluss.Config({"bootstrap.servers": bootstrap,
+                               **{k.removeprefix("client."): v
+                                  for k, v in (properties or {}).items()}})
 
         async def connect():
             return await fluss.FlussConnection.create(config)

@@ -7,20 +7,28 @@ import socket
 from typing import TypeVar
 
 from fluss_spark import __version__
-from fluss_spark.errors import ApiError, CorruptMessage, NetworkError
+from fluss_spark.errors import ApiError, AuthenticationFailed, CorruptMessage, NetworkError
 from fluss_spark.protocol.apache_fluss import framing
 from fluss_spark.protocol.apache_fluss.api import API_VERSION, api_name
 from fluss_spark.protocol.apache_fluss.errors import to_exception
 from fluss_spark.protocol.apache_fluss.messages import (ApiVersionsRequest, ApiVersionsResponse,
-                                                 ErrorResponse, FlussRequest)
+                                                 AuthenticateRequest, ErrorResponse,
+                                                 FlussRequest)
 from fluss_spark.protocol.apache_fluss.proto import ProtoMessage
-from fluss_spark.transport.channel import SocketChannel
+from fluss_spark.transport.channel import SocketChannel, recv_or_eof
 from fluss_spark.transport.frames import recv_exact
 
 R = TypeVar("R", bound=ProtoMessage)
 
 #: What this client calls itself in API_VERSIONS.
 CLIENT_SOFTWARE_NAME = "fluss-spark-python"
+
+#: The SASL mechanism this client logs in with (Fluss 0.9.1 has no other).
+SASL_PLAIN = "PLAIN"
+
+#: What a user sets to log in, named in the refusals of a SASL listener.
+_LOGIN_SETTINGS = ("client.security.sasl.username and client.security.sasl.password (command "
+                   "line: --username or FLUSS_USERNAME, and FLUSS_PASSWORD)")
 
 
 def api_versions_request() -> ApiVersionsRequest:
@@ -34,15 +42,19 @@ class FlussRpcConnection(SocketChannel):
     One request is in flight at a time; request ids count up per connection object. Error
     responses raise the ``fluss_spark.errors`` class of their Fluss code; any socket failure
     closes the socket and raises ``NetworkError`` (retriable), and the next call reconnects.
+    With ``credentials`` (username, password) every new socket logs in with SASL PLAIN before
+    its first request; a refused login raises ``AuthenticationFailed`` (not retriable).
     """
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
                  connect_timeout_s: float = 5.0,
-                 max_response_bytes: int = framing.MAX_RESPONSE_BYTES):
+                 max_response_bytes: int = framing.MAX_RESPONSE_BYTES,
+                 credentials: tuple[str, str] | None = None):
         """``max_response_bytes``: a response frame announcing more is refused (CorruptMessage)
         and the socket closed; a smaller one is read as its bytes arrive."""
         super().__init__(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
         self.max_response_bytes = max_response_bytes
+        self._credentials = credentials
         self._ids = itertools.count(1)
         self._api_versions: dict[int, tuple[int, int]] | None = None
         self.server_type: int | None = None
@@ -80,7 +92,39 @@ class FlussRpcConnection(SocketChannel):
         body_view = memoryview(payload)[header.body_offset:]
         if header.response_type == framing.SUCCESS_RESPONSE:
             return body_view
-        raise _error(body_view, api_key, self.address)
+        error = _error(body_view, api_key, self.address)
+        if isinstance(error, AuthenticationFailed) and self._credentials is None:
+            # A SASL listener answers every request but API_VERSIONS so until a login.
+            raise AuthenticationFailed(f"{self.address} requires a SASL login: set "
+                                       f"{_LOGIN_SETTINGS}") from None
+        raise error
+
+    def _on_connect(self, sock: socket.socket) -> None:
+        if self._credentials is not None:
+            self._authenticate(sock)
+
+    def _authenticate(self, sock: socket.socket) -> None:
+        """Log in on a new socket: one AUTHENTICATE with the PLAIN token. The server answers
+        it with an empty challenge once the login succeeded; PLAIN has no second step."""
+        assert self._credentials is not None
+        user, password = self._credentials
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        request = AuthenticateRequest(protocol=SASL_PLAIN, token=token)
+        request_id = next(self._ids) & 0x7FFFFFFF
+        sock.settimeout(self.timeout_s)
+        sock.sendall(framing.encode_request(int(request.API_KEY),
+                                            API_VERSION[request.API_KEY], request_id,
+                                            request.encode()))
+        payload = recv_or_eof(sock, self._decode_length(recv_or_eof(sock, framing.LENGTH.size)))
+        header = framing.decode_response_header(payload)
+        if header.response_type == framing.SUCCESS_RESPONSE and header.request_id == request_id:
+            return
+        body = memoryview(payload)[header.body_offset:]
+        error = _error(body, request.API_KEY, self.address)
+        # Fluss's refusals never quote the password; this line must not either.
+        reason = str(error).replace(password, "***") if password else str(error)
+        raise AuthenticationFailed(f"{self.address} refused the SASL PLAIN login of user "
+                                   f"{user!r} ({reason}); check {_LOGIN_SETTINGS}")
 
     def _decode_length(self, prefix: bytes | bytearray) -> int:
         try:
@@ -144,5 +188,5 @@ def speaks_fluss(host: str, port: int, timeout: float = 5.0) -> bool:
         return False
 
 
-__all__ = ["CLIENT_SOFTWARE_NAME", "FlussRpcConnection", "api_versions_request",
+__all__ = ["CLIENT_SOFTWARE_NAME", "FlussRpcConnection", "SASL_PLAIN", "api_versions_request",
            "speaks_fluss"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import socket
+from contextlib import closing
 
 import pytest
 
 from fluss_spark.client import EmbeddedCluster
 from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
 from fluss_spark.client.backends import detect_engine, open_cluster
-from fluss_spark.errors import ConfigError, NetworkError
+from fluss_spark.errors import AuthenticationFailed, ConfigError, NetworkError
 from fluss_spark.local.ports import free_port
 
 
@@ -45,9 +46,14 @@ def test_nothing_reachable_and_bad_choices_are_clear_errors(apache_fluss):
         detect_engine(down, timeout_s=0.5)
     with pytest.raises(ConfigError, match="engine must be one of auto, embedded, apache-fluss"):
         open_cluster(down, engine="kafka")
-    with pytest.raises(ConfigError, match="SASL credentials are not supported for Apache Fluss"):
-        open_cluster(apache_fluss.bootstrap_servers, engine="apache-fluss", username="u",
-                     password="p")
+    # A PLAINTEXT listener refuses a login: one line naming the listener and what to check.
+    with closing(open_cluster(apache_fluss.bootstrap_servers, engine="apache-fluss",
+                              username="u", password="secret-p")) as cluster:
+        with pytest.raises(AuthenticationFailed) as info:
+            cluster.list_databases()
+    text = str(info.value)
+    assert f"{apache_fluss.bootstrap_servers} refused the SASL PLAIN login of user 'u'" in text
+    assert "PLAINTEXT" in text and "secret-p" not in text and "\n" not in text
 
 
 def test_a_silent_server_is_not_taken_for_fluss():

@@ -205,7 +205,9 @@ def test_cluster_start_takes_the_engine_of_the_cluster_in_its_dir(tmp_path):
 @pytest.mark.parametrize("argv, needle", [
     (["cluster", "start", "--engine", "kafka"], "invalid choice"),
     (["cluster", "start", "--fluss-version", "0.9.1-incubating"], "--engine apache-fluss"),
-    (["cluster", "start", "--engine", "apache-fluss", "--sasl"], "embedded engine"),
+    (["cluster", "start", "--engine", "apache-fluss", "--tls"], "no TLS listeners"),
+    (["cluster", "start", "--engine", "apache-fluss", "--disable-api", "scan_kv"],
+     "embedded engine"),
     (["cluster", "start", "--engine", "apache-fluss", "--option", "kv.snapshot.interval"],
      "key=value"),
     (["cluster", "start", "--engine", "apache-fluss", "--fluss-version", "0.0.1"], "0.0.1"),

@@ -64,9 +64,13 @@ class ApacheFlussWireCluster:
         self._capabilities: Capabilities | None = None
 
     @classmethod
-    def connect(cls, bootstrap_servers: str, *,
-                request_timeout_s: float = 60.0) -> "ApacheFlussWireCluster":
-        return cls(FlussWireConnection(bootstrap_servers, request_timeout_s=request_timeout_s))
+    def connect(cls, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
+                username: str | None = None,
+                password: str | None = None) -> "ApacheFlussWireCluster":
+        """The cluster at ``bootstrap_servers``; with ``username``/``password`` every connection
+        logs in with SASL PLAIN."""
+        return cls(FlussWireConnection(bootstrap_servers, request_timeout_s=request_timeout_s,
+                                       username=username, password=password))
 
     def capabilities(self) -> Capabilities:
         if self._capabilities is None:

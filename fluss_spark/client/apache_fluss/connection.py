@@ -67,12 +67,20 @@ class FlussWireConnection:
 
     ``ipc_limits``: what the Arrow record batches of one FETCH_LOG response may make this
     client decode (refused with RecordTooLarge from their headers, before decompression);
-    ``max_response_bytes``: largest response frame accepted (512 MB), read as its bytes arrive.
+    ``max_response_bytes``: largest response frame accepted (512 MB), read as its bytes arrive;
+    ``username`` and ``password``: a SASL PLAIN login on every connection (a listener with
+    ``security.protocol.map`` ``...:SASL``).
     """
 
     def __init__(self, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
                  ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES):
+                 max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 username: str | None = None, password: str | None = None):
+        self._credentials: tuple[str, str] | None = None
+        if username is not None and password is not None:
+            self._credentials = (username, password)
+        elif username is not None or password is not None:
+            raise ConfigError("a SASL login needs both a username and a password, or neither")
         self.bootstrap = parse_servers(bootstrap_servers)
         self.request_timeout_s = request_timeout_s
         self.ipc_limits = ipc_limits
@@ -90,7 +98,8 @@ class FlussWireConnection:
             conn = self._conns.get((host, port))
             if conn is None:
                 conn = FlussRpcConnection(host, port, timeout_s=self.request_timeout_s,
-                                          max_response_bytes=self.max_response_bytes)
+                                          max_response_bytes=self.max_response_bytes,
+                                          credentials=self._credentials)
                 self._conns[(host, port)] = conn
             return conn
 

@@ -22,6 +22,9 @@ class FlussApiKey(IntEnum):
     LIST_OFFSETS = 1021
     GET_LATEST_KV_SNAPSHOTS = 1023
     GET_KV_SNAPSHOT_METADATA = 1024
+    #: A SASL login on a connection; a SASL listener answers nothing else but API_VERSIONS
+    #: before it succeeded.
+    AUTHENTICATE = 1038
     ACQUIRE_KV_SNAPSHOT_LEASE = 1056
     RELEASE_KV_SNAPSHOT_LEASE = 1057
     DROP_KV_SNAPSHOT_LEASE = 1058

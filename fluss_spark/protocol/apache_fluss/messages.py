@@ -104,6 +104,31 @@ class ApiVersionsRequest(FlussRequest[ApiVersionsResponse]):
     client_software_version: str = pb(2, STRING, required=True)
 
 
+# -- AUTHENTICATE ---------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class AuthenticateResponse(ProtoMessage):
+    """The server's next challenge (SASL PLAIN answers an empty one once the login succeeded)."""
+
+    challenge: bytes | None = pb(1, BYTES)
+
+
+@dataclass(kw_only=True)
+class AuthenticateRequest(FlussRequest[AuthenticateResponse]):
+    """One step of a login: ``protocol`` is the SASL mechanism (``PLAIN``), ``token`` its bytes
+    (for PLAIN: authzid NUL username NUL password, RFC 4616)."""
+
+    API_KEY = FlussApiKey.AUTHENTICATE
+    RESPONSE = AuthenticateResponse
+    protocol: str = pb(1, STRING, required=True)
+    token: bytes = pb(2, BYTES, required=True)
+
+    def __repr__(self) -> str:
+        # The token holds a password.
+        return f"AuthenticateRequest(protocol={self.protocol!r}, token=<{len(self.token)} bytes>)"
+
+
 # -- databases and tables -------------------------------------------------------------------------
 
 

@@ -71,3 +71,32 @@ def test_pid_identity_uses_the_command_line(tmp_path):
         proc.wait()
     assert not _pid_alive(proc.pid, None, marker)
     assert not _pid_alive(os.getpid() + 10_000_000, None, None)
+
+
+def test_apache_fluss_sasl_state_and_files(tmp_path):
+    from fluss_spark.local.apache_fluss import ApacheFlussProcesses
+    old = {"version": 1, "engine": "apache-fluss", "fluss_version": "0.9.1-incubating",
+           "host": "127.0.0.1", "heap": "512m", "options": {},
+           "zookeeper": {"address": "zk:1", "external": True, "port": None, "pid": None},
+           "servers": [{"role": "coordinator", "id": 0, "port": 7000, "pid": None},
+                       {"role": "tablet", "id": 0, "port": 7001, "pid": None}]}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "apache-fluss.json").write_text(json.dumps(old))
+    loaded = ApacheFlussProcesses.load(tmp_path / "old")     # written before SASL existed
+    assert not loaded.sasl and loaded.credentials is None and loaded.client_properties == {}
+
+    c = ApacheFlussProcesses(tmp_path / "new", zookeeper="zk:1", sasl=True)
+    c.servers[("coordinator", 0)].port, c.servers[("coordinator", 0)].internal_port = 7100, 7101
+    c._save_state()
+    jaas = c._write_security()
+    again = ApacheFlussProcesses.load(tmp_path / "new")
+    assert again.sasl and again.servers[("coordinator", 0)].internal_port == 7101
+    user, password = again.credentials
+    assert user == "admin" and oct(c.users_file.stat().st_mode & 0o777) == "0o600"
+    assert jaas is not None and f'user_admin="{password}";' in jaas.read_text()
+    assert again.client_properties["client.security.sasl.password"] == password
+    with pytest.raises(FlussError, match="with SASL"):
+        ApacheFlussProcesses(tmp_path / "new", zookeeper="zk:1")
+    c.users_file.write_text('admin:pa"ss\n')
+    with pytest.raises(FlussError, match="cannot be written to JAAS"):
+        c._write_security()

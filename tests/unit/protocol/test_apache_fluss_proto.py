@@ -170,3 +170,15 @@ def test_missing_required_field_is_refused_on_encoding():
     with pytest.raises(CorruptMessage, match="required"):
         ErrorResponse(error_code=None).encode()  # type: ignore[arg-type]
 
+
+
+def test_authenticate_messages_and_a_token_kept_out_of_reprs():
+    from fluss_spark.protocol.apache_fluss.messages import (AuthenticateRequest,
+                                                            AuthenticateResponse)
+    req = AuthenticateRequest(protocol="PLAIN", token=b"\0admin\0s3cret")
+    assert req.API_KEY == 1038
+    assert req.encode() == b"\x0a\x05PLAIN\x12\x0d\x00admin\x00s3cret"
+    assert AuthenticateRequest.decode(req.encode()) == req
+    assert "s3cret" not in repr(req)
+    assert AuthenticateResponse.decode(b"\x0a\x00").challenge == b""
+    assert AuthenticateResponse.decode(b"").challenge is None
