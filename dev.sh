@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up everything this project needs on a fresh Debian machine, then run one task.
 #   ./dev.sh demo    install, then run the quickstart job (local cluster + Spark streaming read)
-#   ./dev.sh test    install, then type-check (mypy), lint (ruff) and run the whole test suite
+#   ./dev.sh test    install, then type-check (mypy), lint (ruff) and run the test suite (CI's run:
+#                    everything but the tests marked extended)
+#   ./dev.sh test-all  the same with the extended tests (more kill points and replays, ~6 min more)
 #   ./dev.sh check   install, then mypy, ruff and the unit tests (tests/unit), stopping at the
 #                    first failure: the developer's loop, under 2 minutes
 #   ./dev.sh typecheck  install, then run mypy (configured in setup.cfg, section [mypy])
@@ -64,12 +66,14 @@ fluss_jars() {
 
 case "${1:-}" in
   demo)    shift; exec python examples/quickstart.py "$@" ;;
-  test)    shift
+  test|test-all)
+           [ "$1" = test ] && select=(-m "not extended") || select=()
+           shift
            typecheck          # a type error fails the run (and CI) before any test
            lint               # so does a lint finding
            fluss_jars >/dev/null   # the real Apache Fluss cluster of the tests runs these jars
            # The 20 slowest tests close the report: the place to look when CI time grows.
-           exec python -m pytest --durations=20 "$@" ;;
+           exec python -m pytest --durations=20 "${select[@]}" "$@" ;;
   check)   shift
            typecheck
            lint
@@ -77,5 +81,5 @@ case "${1:-}" in
   fluss-jars) shift; fluss_jars ;;
   typecheck) shift; typecheck ;;
   install) echo "Installed: $(python -c 'import fluss_spark; print(fluss_spark.__version__)')" ;;
-  *) echo "usage: ./dev.sh demo|test|check|typecheck|fluss-jars|install" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test|test-all|check|typecheck|fluss-jars|install" >&2; exit 2 ;;
 esac

@@ -225,6 +225,7 @@ def test_tablet_killed_during_a_stream_loses_and_repeats_nothing(spark, apache_f
                            expected(spark, range(150)), ignore_row_order=True)
 
 
+@pytest.mark.extended      # test_batch0_kills.py kills and restarts drivers on Apache Fluss
 def test_driver_killed_then_restarted_from_its_checkpoint(spark, apache_fluss, fluss, name,
                                                           tmp_path):
     servers = apache_fluss.bootstrap_servers

@@ -122,6 +122,7 @@ class Writer(threading.Thread):
         assert self.error is None, self.error
 
 
+@pytest.mark.extended      # test_batch0_kills.py: full mode, concurrent writes, retention of one
 def test_full_mode_under_one_lease_with_concurrent_writes_and_retention(
         spark, apache_fluss, fluss, wire, leases, name, tmp_path):
     servers = apache_fluss.bootstrap_servers

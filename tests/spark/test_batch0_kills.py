@@ -53,7 +53,7 @@ SCHEMA = "id BIGINT NOT NULL, v STRING"
 
 OFFSETS_0, BEFORE_READ, MID_SNAPSHOT = "offsets/0", "before the first read", "mid-snapshot"
 POINTS = ([pytest.param(OFFSETS_0, id=f"offsets0-{i + 1}") for i in range(REPEATS_A)]
-          + [pytest.param(BEFORE_READ, id="before-read"),
+          + [pytest.param(BEFORE_READ, id="before-read", marks=pytest.mark.extended),
              pytest.param(MID_SNAPSHOT, id="mid-snapshot")])
 
 #: ``(offset, change type, id, v)`` of one changelog record.

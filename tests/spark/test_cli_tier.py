@@ -65,6 +65,7 @@ def test_tier_run_with_a_bad_pattern_is_a_one_line_error(cluster, tmp_path):
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.extended      # the conversion itself: tests/unit/tiering/test_migrate.py
 def test_a_lake_of_the_old_format_is_migrated_and_tiering_continues_where_it_stopped(
         cluster, conn, table_name, tmp_path):
     """The job refuses an old-format lake; `tier migrate` converts it keeping its position, and
@@ -115,6 +116,8 @@ def test_a_lake_of_the_old_format_is_migrated_and_tiering_continues_where_it_sto
     assert rounds[1].state.commit.rows_in == 3      # -U/+U of id 0 and -D of id 1
 
 
+# tier compact/expire from the command line: tests/unit/tiering/test_migrate.py (without Spark).
+@pytest.mark.extended
 def test_tier_compact_and_expire_keep_the_copies_equal_through_both_readers(
         spark, cluster, conn, table_name, tmp_path):
     from chispa import assert_df_equality

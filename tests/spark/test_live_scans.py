@@ -84,7 +84,8 @@ def test_each_bucket_is_read_whole_by_a_live_scan_then_its_changelog(spark, clus
     assert not [s for s in admin.list_scanners() if s.get("table_id") == table_id]
 
 
-@pytest.mark.parametrize("after_kill", ["quiet", "written"])
+@pytest.mark.parametrize("after_kill", [pytest.param("quiet", marks=pytest.mark.extended),
+                                        "written"])
 def test_a_batch_replayed_after_a_driver_kill_returns_the_same_rows(spark, cluster, conn,
                                                                      table_name, tmp_path,
                                                                      after_kill):

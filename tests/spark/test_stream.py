@@ -110,6 +110,7 @@ register(spark)
 """
 
 
+@pytest.mark.extended      # test_batch0_kills.py kills mid-snapshot on both engines
 def test_driver_killed_mid_snapshot_restarts_with_the_same_lease(spark, cluster, fluss_stream,
                                                                   conn, table_name, tmp_path):
     _, snaps = create_pk(conn, table_name, 20_000, buckets=2)

@@ -37,7 +37,10 @@ def table_rows(spark, cluster, table: str):
     return df.select([c for c in df.columns if not c.startswith("_")])
 
 
-@pytest.mark.parametrize("point", ["after-commit", "mid-commit"])
+# after-commit (a replayed round the lake already has) is also covered without Spark by
+# tests/unit/tiering/test_round_files.py (a replay is skipped): extended here.
+@pytest.mark.parametrize("point", [pytest.param("after-commit", marks=pytest.mark.extended),
+                                   "mid-commit"])
 def test_kill_9_mid_round_then_restart_is_exact_with_no_duplicates_and_no_lease(
         spark, cluster, conn, table_name, tmp_path, point):
     """``after-commit``: killed once a round is in the lake, before Spark marks its batch done
