@@ -14,8 +14,7 @@ if TYPE_CHECKING:   # the client is imported when a command runs, not to parse a
     from fluss_spark.client import TlsClientConfig
     from fluss_spark.client.cluster import Capabilities, Cluster, TableAdmin
     from fluss_spark.client.embedded import FlussConnection
-    from fluss_spark.local.embedded import EmbeddedProcesses
-    from fluss_spark.local.apache_fluss import ApacheFlussProcesses
+    from fluss_spark.local.either import AnyLocalCluster
 
 DEFAULT_TIMEOUT_S = 30.0
 #: Largest row or record count an argument takes.
@@ -186,21 +185,14 @@ def tls(args, servers: str) -> "TlsClientConfig | None":
     return local.tls_client if local is not None else None
 
 
-def _local_cluster(servers: str) -> "EmbeddedProcesses | ApacheFlussProcesses | None":
+def _local_cluster(servers: str) -> "AnyLocalCluster | None":
     """The local cluster of this machine (either engine) when ``servers`` names one of its
     servers."""
     from fluss_spark.client.bootstrap import parse_bootstrap
-    from fluss_spark.local import apache_fluss
-    from fluss_spark.local.embedded import EmbeddedProcesses, read_state
-    d = default_cluster_dir()
-    local: EmbeddedProcesses | ApacheFlussProcesses
-    if apache_fluss.read_state(d) is not None:
-        local = apache_fluss.ApacheFlussProcesses.load(d)
-    elif read_state(d) is not None:
-        local = EmbeddedProcesses.load(d)
-    else:
-        return None
-    if set(parse_bootstrap(local.bootstrap_servers)) & set(parse_bootstrap(servers)):
+    from fluss_spark.local.either import load_local_cluster
+    local = load_local_cluster(default_cluster_dir())
+    if local is not None and \
+            set(parse_bootstrap(local.bootstrap_servers)) & set(parse_bootstrap(servers)):
         return local
     return None
 
