@@ -31,7 +31,7 @@ BENCHES = {
     "write_fetch": ("bench/bench_write_fetch.py", ["--rows", "200000", "--repeat", "1"],
                     re.compile(r"^\s*repeat \d+ (?P<name>.+?)\s{2,}(?P<path>raw|client)\s+"
                                r"(?P<rate>[\d,]+) rows/s", re.M)),
-    "scan": ("bench/bench_scan.py", ["--rows", "400000", "--repeat", "1"],
+    "scan": ("bench/bench_scan.py", ["--rows", "1500000", "--repeat", "1"],
              re.compile(r"^(?P<name>\d+ sessions? \d+MB|direct file)\s+(?P<rate>[\d.]+)\s", re.M)),
 }
 
