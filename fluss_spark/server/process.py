@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     setup_logging(settings)
-    memory.use_system_allocator()       # before the server allocates its first Arrow buffer
+    memory.use_releasing_allocator()       # before the server allocates its first Arrow buffer
     server: _Server
     if settings.role == "coordinator":
         from fluss_spark.server.coordinator.server import CoordinatorServer

@@ -149,8 +149,17 @@ def test_one_message_at_a_time_shares_the_budget_of_its_response():
 
 
 def test_garbage_and_lying_buffers_are_corrupt_not_crashes():
-    with pytest.raises(CorruptMessage, match="undecodable Arrow IPC payload"):
+    with pytest.raises(CorruptMessage, match="Arrow IPC message of 1651663207 metadata bytes "
+                                             "at byte 8 overruns the 74-byte payload"):
         bytes_to_table(b"\xff\xff\xff\xff" + b"garbage" * 10)
+    with pytest.raises(CorruptMessage, match="Arrow IPC message body of 32 bytes at byte 296 "
+                                             "overruns the 306-byte payload"):
+        bytes_to_table(ipc(zeros(10))[:-30])
+    reader = pa.ipc.MessageReader.open_stream(ipc(zeros(10)))
+    reader.read_next_message()
+    batch_alone = reader.read_next_message().serialize().to_pybytes()    # framed, no schema
+    with pytest.raises(CorruptMessage, match="undecodable Arrow IPC payload"):
+        bytes_to_table(batch_alone)
     data = bytearray(ipc(zeros(1_000)))
     # The first compressed buffer's 8-byte length prefix: make it announce -5 bytes.
     reader = pa.ipc.MessageReader.open_stream(bytes(data))
