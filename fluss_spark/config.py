@@ -354,8 +354,8 @@ SERVER_LOG_MAX_BACKUPS = integer(
 SERVER_MEMORY_RELEASE_INTERVAL = duration(
     "server.memory.release-interval", "5s",
     "How often a server hands memory it no longer uses back to the operating system (collects "
-    "cyclic garbage, then purges Arrow's pool and trims the C heap), so its RSS falls back after a burst of large "
-    "requests; 0 turns it off.", minimum=0)
+    "cyclic garbage, then purges Arrow's pool and trims the C heap), so its RSS falls back "
+    "after a burst of large requests; 0 turns it off.", minimum=0)
 WRITER_DYNAMIC_CREATE_PARTITION = boolean(
     "client.writer.dynamic-create-partition.enabled", False,
     "A writer creates the partition a row belongs to when it does not exist yet (off: such a "
