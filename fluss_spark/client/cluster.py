@@ -7,8 +7,10 @@ from typing import Iterable, Iterator, Literal, Mapping, Protocol, runtime_check
 
 import pyarrow as pa
 
-from fluss_spark.errors import UnsupportedVersion
+from fluss_spark.errors import ConfigError, UnsupportedVersion
+from fluss_spark.protocol.auto_partition import AutoPartition
 from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
+from fluss_spark.protocol.partitions import spec_text, values_of
 from fluss_spark.protocol.changelog import (APPEND, CHANGE_TYPE, CHANGELOG_FIELDS,
                                             COMMIT_TIMESTAMP, DELETE, INSERT, LOG_OFFSET,
                                             RETRACTIONS, UPDATE_AFTER, UPDATE_BEFORE)
@@ -71,6 +73,32 @@ def refuse_partition(partition: str | None, table: str, path: str) -> None:
     if partition is not None:
         raise UnsupportedVersion(f"partition {partition} of table {table}: partitions are not "
                                  f"supported by {path} yet")
+
+
+def partition_values(name: str) -> tuple[str, ...]:
+    """The values of the partition ``name`` in partition key order (``2026-11-25$eu``)."""
+    return values_of(name)
+
+
+def partition_spec(partition_keys: Iterable[str], name: str) -> str:
+    """The command line's form of the partition ``name``: ``dt=2026-11-25``."""
+    return spec_text(list(partition_keys), values_of(name))
+
+
+def expired_by_retention(info: TableInfo, partition: str, now_ms: int) -> bool:
+    """Whether the partition ``partition`` (a name) of ``info`` is older than its table's
+    auto-partition retention at ``now_ms``: auto-partitioning drops such a partition, so one that
+    disappeared expired; any other that disappeared was dropped by hand."""
+    try:
+        strategy = AutoPartition.of(info.name, info.properties, info.partition_keys)
+    except ConfigError:
+        return False
+    if not strategy.enabled or not info.partition_keys:
+        return False
+    keys = list(info.partition_keys)
+    values = values_of(partition)
+    index = keys.index(strategy.time_key(keys))
+    return index < len(values) and strategy.expired(now_ms, values[index])
 
 
 @dataclass(frozen=True)
@@ -257,5 +285,6 @@ class PartitionAdmin(Protocol):
 __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
            "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
            "LeaseInfo", "LiveScanStart", "PartitionAdmin", "PartitionInfo", "Pins", "RETRACTIONS",
-           "RecordBatchStream", "SnapshotInfo", "refuse_partition", "refuse_partitioned",
+           "RecordBatchStream", "SnapshotInfo", "expired_by_retention", "partition_spec",
+           "partition_values", "refuse_partition", "refuse_partitioned",
            "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE"]

@@ -27,12 +27,18 @@ happens. Spark calls (see docs/spark_source.md, "How the source meets Spark"):
   exactly the snapshots the killed run pinned, and a lease outlives a dead driver by more than
   the grace only once its checkpoint names it. A start that fails for a reason a retry cannot
   mend (a needed snapshot is gone) releases what it pinned.
-- ``commit(end)``: runs one batch late; once ``end`` shows a table's snapshot rows all consumed,
-  that table's buckets are released (one call per table). ``latest_offset(start)`` does the same
+- ``commit(end)``: runs one batch late; once ``end`` shows a table's snapshot rows all consumed
+  (of every partition, for a partitioned table), that table's buckets are released (one call per
+  table, which covers its partitions). ``latest_offset(start)`` does the same
   for ``start``: Spark asks for the next batch only after the batch ending at ``start`` is in
   its commit log, and the last batch of ``Trigger.AvailableNow`` is never followed by a
   ``commit``. The coordinator removes a lease with no pins left, so the lease is gone when the
   last table is released.
+
+Partitions of partitioned tables are read units of their own (``fluss_spark/connector/discovery.py``
+adds new ones and removes gone ones in ``latest_offset``): a partition that joins a table's
+snapshot phase is pinned under the same lease before any offset names it, like the first batch's
+snapshots, and read from the batch after the one whose end offset adds it.
 
 Nothing here depends on ``stop()`` (Spark often kills the process instead of calling it): it only
 stops the renewal thread and closes connections. The lease is deliberately NOT dropped there:
@@ -52,16 +58,17 @@ from typing import Any, Callable
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 
-from fluss_spark.client.cluster import Cluster, LiveScanStart, TableInfo, refuse_partitioned
-from fluss_spark.clock import Clock, monotonic_ms
+from fluss_spark.client.cluster import Cluster, LiveScanStart, TableInfo
+from fluss_spark.clock import Clock, monotonic_ms, wall_ms
+from fluss_spark.connector.discovery import PartitionChange, PartitionTracker
 from fluss_spark.connector.lease_keeper import LeaseKeeper
 from fluss_spark.connector.lease_session import LeaseSession
 from fluss_spark.connector.offsets import (QueryIdentity, SnapshotPos, SourceOffset, TablePos,
-                                           decode, live_read_in)
+                                           UnitKey, decode, live_read_in, unit_order)
 from fluss_spark.connector.options import SourceOptions
-from fluss_spark.connector.planning import OffsetPlanner, live_readable
+from fluss_spark.connector.planning import OffsetPlanner, Step, live_readable
 from fluss_spark.connector.splits import LiveScanSplit, plan_splits
-from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist
+from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist, UnsupportedVersion
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +89,10 @@ class Enumerator:
     def __init__(self, options: SourceOptions, table_names: list[str],
                  connect: Callable[[], Cluster], *, clock: Clock = monotonic_ms,
                  renew_in_thread: bool = True,
-                 check_table: Callable[[TableInfo], None] | None = None):
+                 check_table: Callable[[TableInfo], None] | None = None, wall: Clock = wall_ms):
         """``connect()`` opens a ``Cluster``. ``check_table(info)`` may refuse a table when the
-        query starts (e.g. a column the query's schema names but the table lacks)."""
+        query starts (e.g. a column the query's schema names but the table lacks). ``wall``
+        (epoch ms) tells a partition expired by retention."""
         self.options = options
         self.check_table = check_table
         self.table_names = list(table_names)
@@ -95,6 +103,8 @@ class Enumerator:
                                   renew_in_thread=renew_in_thread)
         self.planner = OffsetPlanner(options, lambda: self.cluster, clock=clock,
                                      live_scans=self.live_scans)
+        self.tracker = PartitionTracker(options, lambda: self.cluster, self.planner,
+                                           clock=clock, wall=wall)
         self._live: bool | None = None
         # (table id, bucket, log offset) -> the live scan opened for it while planning; a split
         # carries it to its executor (after a driver restart the reader reopens the scan).
@@ -108,9 +118,10 @@ class Enumerator:
         self._produced: set[str] = set()
         self.released: set[int] = set()
         self._infos: dict[int, TableInfo] = {}
-        # (table id, bucket, lost snapshot id) -> (snapshot the bucket continues with or None,
+        # (unit, bucket, lost snapshot id) -> (snapshot the bucket continues with or None,
         # changelog offset it continues at or None to keep its own)
-        self._replacements: dict[tuple[int, int, int], tuple[SnapshotPos | None, int | None]] = {}
+        self._replacements: dict[tuple[UnitKey, int, int],
+                                 tuple[SnapshotPos | None, int | None]] = {}
 
     # -- plumbing -----------------------------------------------------------------------------
     @property
@@ -148,8 +159,8 @@ class Enumerator:
         infos = []
         for name in self.table_names:
             try:
-                # At query start, like the Apache Fluss backend: partitions are not read yet.
-                infos.append(refuse_partitioned(self.cluster.get_table(name), SPARK_SOURCE))
+                infos.append(check_partitions(self.cluster, self.cluster.get_table(name),
+                                              self.options))
             except TableNotExist:
                 raise TableNotExist(f"table {name!r} does not exist on "
                                     f"{self.options.bootstrap_servers}; create it or fix option "
@@ -258,11 +269,16 @@ class Enumerator:
         if not problems:
             infos = {i.name: i for i in self._resolve()}
             for tid, t in sorted(logged.tables.items()):
-                if infos[t.name].table_id != tid:
+                info = infos[t.name]
+                if info.table_id != tid:
                     problems.append(f"its table {t.name!r} has id {tid}, the cluster's table "
-                                    f"{t.name!r} has id {infos[t.name].table_id} (it was dropped "
+                                    f"{t.name!r} has id {info.table_id} (it was dropped "
                                     f"and created again: the checkpoint's positions mean nothing "
                                     f"in the new table)")
+                elif tuple(info.partition_keys) != tuple(t.partition_keys):
+                    problems.append(f"its table {t.name!r} is partitioned by "
+                                    f"{list(t.partition_keys)}, the cluster's by "
+                                    f"{list(info.partition_keys)}")
         if problems:
             raise CheckpointMismatch(f"this query does not match its checkpoint "
                                      f"(checkpointLocation): {'; '.join(problems)}. "
@@ -270,40 +286,46 @@ class Enumerator:
 
     def _pin(self, logged: SourceOffset, batch_start: SourceOffset | None, *,
              lossless: bool) -> None:
-        """Acquire the snapshots ``logged`` still reads; handle the ones that are gone."""
-        pins: dict[int, dict[int, int]] = {}
-        live: set[tuple[int, int]] = set()
-        for tid, t in logged.tables.items():
-            before = batch_start.tables.get(tid) if batch_start is not None else None
+        """Acquire the snapshots ``logged`` still reads; handle the ones that are gone (a
+        partition that disappeared is left to ``latest_offset``, which reports it)."""
+        pins: dict[UnitKey, dict[int, int]] = {}
+        live: set[tuple[UnitKey, int]] = set()
+        before_units = batch_start.units() if batch_start is not None else {}
+        for key, t in logged.units().items():
+            before = before_units.get(key)
             for b, pos in t.snapshot.items():
                 if not pos.complete or (batch_start is not None and _reads(before, b, pos)):
-                    pins.setdefault(tid, {})[b] = pos.snapshot_id
+                    pins.setdefault(key, {})[b] = pos.snapshot_id
                 if batch_start is not None and live_read_in(before, t, b):
-                    live.add((tid, b))
+                    live.add((key, b))
         if not pins or not self._leases_supported():
             return
+        if any(k[1] is not None for k in pins):
+            alive = self.tracker.existing(logged)
+            pins = {k: bs for k, bs in pins.items() if k in alive}
         unavailable = self.lease.acquire(pins, self._names(logged))
-        for tid, buckets in sorted(unavailable.items()):
+        for key, buckets in sorted(unavailable.items(), key=lambda kv: unit_order(kv[0])):
             for b, sid in sorted(buckets.items()):
-                if (tid, b) in live:
+                if (key, b) in live:
                     # Read by a live scan: the snapshot was only material to rebuild the state
                     # from if the session is lost (the reader then tries the newest one).
-                    log.info("table %r bucket %d: KV snapshot %d is gone; its live scan has no "
-                             "leased fallback", logged.tables[tid].name, b, sid)
+                    log.info("%s bucket %d: KV snapshot %d is gone; its live scan has no "
+                             "leased fallback", logged.where(key), b, sid)
                 else:
-                    self._replace(tid, logged.tables[tid], b, sid, lossless=lossless)
+                    self._replace(logged, key, b, sid, lossless=lossless)
 
     @staticmethod
     def _names(offset: SourceOffset) -> dict[int, str]:
         return {tid: t.name for tid, t in offset.tables.items()}
 
-    def _replace(self, tid: int, t: TablePos, bucket: int, snapshot_id: int, *,
+    def _replace(self, offset: SourceOffset, key: UnitKey, bucket: int, snapshot_id: int, *,
                  lossless: bool) -> None:
         """A snapshot the query needs is gone: continue the bucket from its newest snapshot.
 
         ``lossless``: none of its rows was read yet (a fresh query that lost the race against
         retention), so this is no data loss. Otherwise ``failOnDataLoss`` decides."""
-        what = (f"table {t.name!r} bucket {bucket}: KV snapshot {snapshot_id} needed by this "
+        where, name, part = offset.where(key), offset.table_name(key), offset.partition_name(key)
+        what = (f"{where} bucket {bucket}: KV snapshot {snapshot_id} needed by this "
                 f"query (lease {self.lease_id!r}) no longer exists")
         if not lossless and self.options.fail_on_data_loss:
             raise KvSnapshotNotExist(
@@ -314,19 +336,19 @@ class Enumerator:
                 f"whatever the lease may still hold")
         attempts = self.options.lease_acquire_retries + 1
         for _ in range(attempts):
-            latest = self.cluster.latest_kv_snapshots(t.name).get(bucket)
+            latest = self.cluster.latest_kv_snapshots(name, partition=part).get(bucket)
             if latest is None:  # no snapshot any more: the bucket reads its changelog
-                log_from = (self.planner.offsets(t.name, "earliest").get(bucket, 0) if lossless
-                            else None)
+                log_from = (self.planner.offsets(name, "earliest", partition=part).get(bucket, 0)
+                            if lossless else None)
                 replacement: tuple[SnapshotPos | None, int | None] = (None, log_from)
                 break
-            if not self.lease.acquire({tid: {bucket: latest.snapshot_id}}, {tid: t.name}):
+            if not self.lease.acquire({key: {bucket: latest.snapshot_id}}, self._names(offset)):
                 replacement = (SnapshotPos(latest.snapshot_id, latest.row_count, 0,
                                            latest.log_offset), latest.log_offset)
                 break
         else:
             raise KvSnapshotNotExist(
-                f"could not lease the latest KV snapshot of table {t.name!r} bucket {bucket} "
+                f"could not lease the latest KV snapshot of {where} bucket {bucket} "
                 f"under lease {self.lease_id!r} after {attempts} attempts (they were removed by "
                 f"retention faster than they could be leased). Raise the table's "
                 f"kv.snapshot.num-retained or kv.snapshot.interval, then start the query again")
@@ -335,14 +357,14 @@ class Enumerator:
                 "no row of it was read yet" if lossless else "failOnDataLoss=false",
                 f"continuing from snapshot {new.snapshot_id}" if new is not None
                 else "continuing with the changelog")
-        self._replacements[(tid, bucket, snapshot_id)] = replacement
+        self._replacements[(key, bucket, snapshot_id)] = replacement
 
     def _apply_replacements(self, offset: SourceOffset) -> SourceOffset:
         if not self._replacements:
             return offset
-        tables = dict(offset.tables)
-        for (tid, b, sid), (new, log_from) in self._replacements.items():
-            t = tables.get(tid)
+        units = offset.units()
+        for (key, b, sid), (new, log_from) in self._replacements.items():
+            t = units.get(key)
             cur = t.snapshot.get(b) if t is not None else None
             if t is None or cur is None or cur.snapshot_id != sid:
                 continue
@@ -353,17 +375,48 @@ class Enumerator:
                 snapshot[b] = new
             if log_from is not None:
                 logs[b] = log_from
-            tables[tid] = replace(t, snapshot=snapshot, log=logs)
-        return offset.with_tables(tables)
+            units[key] = replace(t, snapshot=snapshot, log=logs)
+        return offset.with_units(units)
+
+    # -- partitions ---------------------------------------------------------------------------
+    def _partitions_now(self, start: SourceOffset) -> PartitionChange:
+        """``start`` without the partitions that disappeared and with the ones found since, the
+        snapshots of the new ones pinned (see fluss_spark/connector/discovery.py)."""
+        change = self.tracker.update(start)
+        todo = {k: u for k, u in change.added.items() if u.snapshot}
+        if not todo or not self._leases_supported():
+            return change
+        if not self.lease.bound:
+            self.lease.bind(start.lease_id, start.holder, provisional=self.lease.is_new(
+                start.lease_id, generated=self.options.lease_id is None))
+        added = dict(change.added)
+        infos = self.tracker.infos(change.offset)
+        for _ in range(self.options.lease_acquire_retries + 1):
+            pins = {k: {b: s.snapshot_id for b, s in u.snapshot.items()} for k, u in todo.items()}
+            self.released -= {k[0] for k in todo}
+            unavailable = self.lease.acquire(pins, self._names(start))
+            # A snapshot retention removed since the listing had no row read: list again.
+            todo = {k: self.tracker.start_of(start, infos[k[0]], added[k].name)
+                    for k in unavailable}
+            added.update(todo)
+            if not todo:
+                return PartitionChange(change.offset.with_units(added), added, change.gone)
+        raise KvSnapshotNotExist(
+            f"could not lease the latest KV snapshots of the new partition(s) "
+            f"{', '.join(change.offset.where(k, added[k].name) for k in sorted(todo))} under "
+            f"lease {self.lease_id!r} after {self.options.lease_acquire_retries + 1} attempts "
+            f"(they were removed by retention faster than they could be leased). Raise the "
+            f"table's kv.snapshot.num-retained or kv.snapshot.interval")
 
     # -- micro-batches ------------------------------------------------------------------------
     def default_read_limit(self) -> ReadLimit:
         return self.planner.default_read_limit()
 
     def prepare_for_available_now(self) -> None:
-        """Fix the target: the changelog ends as of now (snapshots are bounded anyway)."""
-        self.planner.prepare_for_available_now(self._infos.values() if self._infos
-                                               else self._resolve())
+        """Fix the target: the changelog ends as of now (snapshots are bounded anyway), of the
+        partitions that exist now (added at the next batch if they are new)."""
+        self.planner.prepare_for_available_now(self._resolve())
+        self.tracker.force()
 
     def latest_offset(self, start_json: dict[str, Any],
                       limit: ReadLimit | None = None) -> dict[str, Any]:
@@ -380,18 +433,26 @@ class Enumerator:
             # commit log, so a table whose snapshot ``start`` shows consumed can be released now.
             # This also covers the last batch of Trigger.AvailableNow, which never sees a commit().
             self._release_finished(start)
-        elif first_batch and any(not s.complete for t in start.tables.values()
+        elif first_batch and any(not s.complete for t in start.units().values()
                                  for s in t.snapshot.values()):
             start = self._pin_first_batch(start)
-        step = self.planner.next_end(start, limit, self.identity)
+        change = self._partitions_now(start)
+        # A partition this batch adds is read from the next batch on: its start position is in
+        # no offset Spark logs before then.
+        base = change.offset.with_units({}, drop=change.added)
+        step = self.planner.next_end(base, limit, self.identity)
         if step is None:
-            return start_json
-        end = self._open_live_scans(start, step.end) if step.reads else step.end
-        if not step.reads and replace(end, origin=given.origin).to_json() == start_json:
+            if not change.changed:
+                return start_json
+            step = Step(base, reads=False)
+        end = self._open_live_scans(base, step.end) if step.reads else step.end
+        end = end.with_units(change.added)
+        if (not step.reads and not change.changed
+                and replace(end, origin=given.origin).to_json() == start_json):
             return start_json
         if first_batch:
             # Spark never logs the first batch's start: its end carries it (offsets.py, v4).
-            end = end.with_origin(start)
+            end = end.with_origin(base)
         if not self.checkpointed:
             self._produced.add(end.dumps())
         return end.to_json()
@@ -400,22 +461,25 @@ class Enumerator:
         """Open a live scan for every bucket whose snapshot phase the batch ``start -> end``
         admits, and put the offset each reflects into ``end``, so the offset log holds it before
         any row is read. A scan's first row comes back with the open (Fluss always sends one)
-        and travels in the split."""
+        and travels in the split. Partitions are read from their snapshots."""
         if not self.live_scans():
             return end
-        tables = dict(end.tables)
-        for tid, t in end.tables.items():
-            s = start.tables.get(tid)
+        units = {}
+        before = start.units()
+        for key, t in end.units().items():
+            if key[1] is not None:
+                continue
+            s = before.get(key)
             opened = {}
             for b, pos in sorted(t.snapshot.items()):
-                before = s.snapshot.get(b) if s is not None else None
-                if pos.complete and live_readable(before):
+                prev = s.snapshot.get(b) if s is not None else None
+                if pos.complete and live_readable(prev):
                     scan = self.cluster.open_live_scan(t.name, b, batch_size_bytes=1)
-                    self._live_starts[(tid, b, scan.log_offset)] = scan
+                    self._live_starts[(key[0], b, scan.log_offset)] = scan
                     opened[b] = scan.log_offset
             if opened:
-                tables[tid] = replace(t, log={**t.log, **opened}, live={**t.live, **opened})
-        return end.with_tables(tables)
+                units[key] = replace(t, log={**t.log, **opened}, live={**t.live, **opened})
+        return end.with_units(units)
 
     def report_latest_offset(self) -> dict[str, Any] | None:
         latest = self.planner.latest_available
@@ -440,7 +504,7 @@ class Enumerator:
 
     def _primary_keys(self, offset: SourceOffset) -> dict[int, tuple[str, ...]]:
         """Primary keys of the tables of ``offset`` that a live scan reads."""
-        if not any(t.live for t in offset.tables.values()):
+        if not any(t.live for t in offset.units().values()):
             return {}
         if not self._infos:
             self._resolve()
@@ -453,14 +517,17 @@ class Enumerator:
         self._release_finished(self._apply_replacements(end))
 
     def _release_finished(self, done: SourceOffset) -> None:
-        """Release every table whose snapshot rows ``done`` (a processed offset) all covers."""
+        """Release every table whose snapshot rows ``done`` (a processed offset) all covers, of
+        every partition of a partitioned table (one call per table covers its partitions)."""
         if not self._leases_supported():
             return
+        units = done.units()
         for tid, t in done.tables.items():
-            if t.snapshot and t.snapshot_complete and tid not in self.released:
-                if self.lease.release(tid, sorted(t.snapshot), t.name):
+            if t.has_snapshot and t.snapshot_complete and tid not in self.released:
+                buckets = sorted({b for k, u in units.items() if k[0] == tid for b in u.snapshot})
+                if self.lease.release(tid, buckets, t.name):
                     self.released.add(tid)
-        if not any(t.snapshot and tid not in self.released for tid, t in done.tables.items()):
+        if not any(t.has_snapshot and tid not in self.released for tid, t in done.tables.items()):
             self.lease.stop_renewing()
 
     def stop(self) -> None:
@@ -472,6 +539,23 @@ class Enumerator:
         except Exception:  # noqa: BLE001 - cleanup must not raise
             pass
         self._cluster = None
+
+
+def check_partitions(cluster: Cluster, info: TableInfo, options: SourceOptions) -> TableInfo:
+    """``info``, unless it is a partitioned table the query cannot read: on a cluster that does
+    not list partitions to this client, or through live KV scans (they address tables only)."""
+    if not info.partitioned:
+        return info
+    if not cluster.capabilities().partition_admin:
+        raise UnsupportedVersion(f"table {info.name} is partitioned (by "
+                                 f"{', '.join(info.partition_keys)}); the cluster at "
+                                 f"{options.bootstrap_servers} does not list partitions to this "
+                                 f"client yet, so {SPARK_SOURCE} cannot read it")
+    if options.kv_read == "live" and info.has_primary_key and options.startup_mode == "full":
+        raise ConfigError(f"scan.kv.read=live: table {info.name} is partitioned, and live KV "
+                          f"scans read unpartitioned tables only; use scan.kv.read=auto or "
+                          f"snapshot")
+    return info
 
 
 def _reads(before: TablePos | None, bucket: int, pos: SnapshotPos) -> bool:

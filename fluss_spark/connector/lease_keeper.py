@@ -4,13 +4,56 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from typing import Any, Callable, Mapping
 
-from fluss_spark.client.cluster import Cluster, Pins
+from fluss_spark.client.cluster import Cluster
 from fluss_spark.clock import Clock, monotonic_ms
+from fluss_spark.connector.offsets import UnitKey, unit_order
 from fluss_spark.errors import FlussError, LeaseNotFound
 
 log = logging.getLogger(__name__)
+
+#: ``{(table_id, partition_id or None): {bucket: snapshot_id}}``: pins of read units.
+UnitPins = Mapping[UnitKey, Mapping[int, int]]
+
+
+def split_pins(pins: UnitPins) -> tuple[dict[int, dict[int, int]],
+                                        dict[int, dict[int, dict[int, int]]]]:
+    """Units' pins as a lease call takes them: tables' own ``{table_id: {bucket: snapshot_id}}``
+    and partitions' ``{table_id: {partition_id: {bucket: snapshot_id}}}``."""
+    tables: dict[int, dict[int, int]] = {}
+    partitions: dict[int, dict[int, dict[int, int]]] = {}
+    for (tid, pid), buckets in sorted(pins.items(), key=lambda kv: unit_order(kv[0])):
+        if not buckets:
+            continue
+        if pid is None:
+            tables[tid] = dict(buckets)
+        else:
+            partitions.setdefault(tid, {})[pid] = dict(buckets)
+    return tables, partitions
+
+
+def acquire_pins(cluster: Cluster, lease_id: str, duration_ms: int, pins: UnitPins,
+                 holder: str | None) -> dict[UnitKey, dict[int, int]]:
+    """Acquire units' pins under the lease; returns the unavailable ones by unit."""
+    tables, partitions = split_pins(pins)
+    # Partition pins go only where there are some: a cluster whose leases predate them takes
+    # the call as before.
+    extra: dict[str, Any] = {"partitions": partitions} if partitions else {}
+    unavailable = cluster.acquire_kv_snapshot_lease(lease_id, duration_ms, tables, holder=holder,
+                                                    **extra)
+    out: dict[UnitKey, dict[int, int]] = {}
+    for t, buckets in (unavailable or {}).items():
+        if buckets:
+            out[(int(t), None)] = {int(b): int(s) for b, s in buckets.items()}
+    by_partition: Mapping[Any, Mapping[Any, Mapping[Any, Any]]] = (
+        getattr(unavailable, "partitions", None) or {})
+    for t, parts in by_partition.items():
+        for p, pinned in parts.items():
+            if pinned:
+                out[(int(t), int(p))] = {int(b): int(s) for b, s in pinned.items()}
+    return out
+
 
 #: Longest pause before a failed renewal is tried again (the lease outlives a few misses).
 _RETRY_MS = 5_000
@@ -33,7 +76,7 @@ class LeaseKeeper:
 
     def __init__(self, cluster: Cluster, lease_id: str, duration_ms: int, *,
                  clock: Clock = monotonic_ms, interval_ms: int | None = None,
-                 pins: Callable[[], Pins] | None = None, holder: str | None = None,
+                 pins: Callable[[], UnitPins] | None = None, holder: str | None = None,
                  lock: threading.RLock | None = None):
         self.cluster = cluster
         self.lease_id = lease_id
@@ -103,8 +146,8 @@ class LeaseKeeper:
         pins = self.pins()
         if not pins:
             return True           # nothing left to protect: the lease goes with its last pin
-        unavailable = self.cluster.acquire_kv_snapshot_lease(self.lease_id, self.duration_ms,
-                                                             pins, holder=self.holder)
+        unavailable = acquire_pins(self.cluster, self.lease_id, self.duration_ms, pins,
+                                   self.holder)
         return not any(unavailable.values())
 
     def start(self) -> None:

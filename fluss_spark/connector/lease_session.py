@@ -6,9 +6,10 @@ import logging
 import threading
 from typing import Callable, Mapping
 
-from fluss_spark.client.cluster import Cluster, Pins
+from fluss_spark.client.cluster import Cluster
 from fluss_spark.clock import Clock, monotonic_ms
-from fluss_spark.connector.lease_keeper import LeaseKeeper
+from fluss_spark.connector.lease_keeper import LeaseKeeper, UnitPins, acquire_pins
+from fluss_spark.connector.offsets import UnitKey
 from fluss_spark.connector.options import SourceOptions
 from fluss_spark.errors import FlussError, LeaseHeldByOther, LeaseNotFound, UnsupportedVersion
 
@@ -30,7 +31,8 @@ class LeaseSession:
 
     The session remembers the pins it holds (granted, not yet released): a cluster that renews a
     lease by acquiring it again (``Capabilities.lease_renewal == "reacquire"``) is renewed by
-    acquiring exactly those.
+    acquiring exactly those. Pins are kept per read unit (a table, or one partition of a
+    partitioned table); a table's release covers all of its partitions.
     """
 
     def __init__(self, options: SourceOptions, cluster: Callable[[], Cluster],
@@ -50,8 +52,8 @@ class LeaseSession:
         self.keeper: LeaseKeeper | None = None
         self._keeper_cluster: Cluster | None = None
         self._supported: bool | None = None
-        #: {table_id: {bucket: snapshot_id}} granted under the lease and not released.
-        self._pins: dict[int, dict[int, int]] = {}
+        #: {unit: {bucket: snapshot_id}} granted under the lease and not released.
+        self._pins: dict[UnitKey, dict[int, int]] = {}
         # Shared with the keeper: a renewal by re-acquiring never overlaps a release.
         self._lock = threading.RLock()
 
@@ -95,7 +97,10 @@ class LeaseSession:
     def release_all(self, names: Mapping[int, str]) -> None:
         """Unpin everything this run pinned (a start that failed, or a provisional lease the
         checkpoint does not name): a run that cannot start leaves no pins behind."""
-        for table_id, buckets in sorted(self.held().items()):
+        tables: dict[int, set[int]] = {}
+        for (table_id, _), pins in self.held().items():
+            tables.setdefault(table_id, set()).update(pins)
+        for table_id, buckets in sorted(tables.items()):
             self.release(table_id, sorted(buckets), names.get(table_id, str(table_id)),
                          why="is not read by this run")
 
@@ -118,21 +123,22 @@ class LeaseSession:
                             self.options.bootstrap_servers, ", ".join(tables))
         return self._supported
 
-    def held(self) -> dict[int, dict[int, int]]:
+    def held(self) -> dict[UnitKey, dict[int, int]]:
         """A copy of the pins the session holds."""
         with self._lock:
-            return {t: dict(bs) for t, bs in self._pins.items() if bs}
+            return {k: dict(bs) for k, bs in self._pins.items() if bs}
 
-    def acquire(self, pins: Pins, names: Mapping[int, str]) -> dict[int, dict[int, int]]:
-        """Pin snapshots under the lease; returns the unavailable ones ``{table_id: {bucket:
-        snapshot_id}}``. Acquiring also extends the lease, and the renewal thread starts."""
+    def acquire(self, pins: UnitPins, names: Mapping[int, str]) -> dict[UnitKey, dict[int, int]]:
+        """Pin snapshots of read units under the lease; returns the unavailable ones ``{unit:
+        {bucket: snapshot_id}}``. Acquiring also extends the lease, and the renewal thread
+        starts (again, after the pins were all released once)."""
         lease_id = self._bound_id()
         with self._lock:
             try:
-                unavailable = self._cluster().acquire_kv_snapshot_lease(
-                    lease_id, self.duration_ms, pins, holder=self.holder)
+                missing = acquire_pins(self._cluster(), lease_id, self.duration_ms, pins,
+                                       self.holder)
             except LeaseHeldByOther as e:
-                tables = ", ".join(repr(names.get(t, t)) for t in sorted(pins))
+                tables = ", ".join(repr(names.get(t, t)) for t in sorted({k[0] for k in pins}))
                 raise LeaseHeldByOther(
                     f"KV snapshot lease {lease_id!r} already pins table(s) {tables} for another "
                     f"query (this query's checkpoint holds it as {self.holder!r}). Two running "
@@ -140,23 +146,22 @@ class LeaseSession:
                     f"its own id, or, if the other query is gone for good, drop the lease "
                     f"(fluss-spark lease drop {lease_id}) and start again. Coordinator: {e}"
                 ) from None
-            missing = {int(t): {int(b): int(s) for b, s in bs.items()}
-                       for t, bs in (unavailable or {}).items() if bs}
-            for t, bs in pins.items():
-                held = self._pins.setdefault(t, {})
+            for k, bs in pins.items():
+                held = self._pins.setdefault(k, {})
                 for b, sid in bs.items():
-                    if b not in missing.get(t, {}):
+                    if b not in missing.get(k, {}):
                         held[b] = sid
                     elif held.get(b) == sid:
                         del held[b]     # the coordinator no longer has it under the lease
                 if not held:
-                    del self._pins[t]
+                    del self._pins[k]
             self._start_keeper()
         return missing
 
     def release(self, table_id: int, buckets: list[int], name: str,
                 why: str = "finished its snapshot phase") -> bool:
-        """Unpin a table's buckets; True when they are gone (also when the lease already is)."""
+        """Unpin a table's buckets, of the table and of every one of its partitions; True when
+        they are gone (also when the lease already is)."""
         lease_id = self._bound_id()
         with self._lock:
             try:
@@ -173,17 +178,22 @@ class LeaseSession:
         return True
 
     def _forget(self, table_id: int, buckets: list[int]) -> None:
-        pins = self._pins.get(table_id, {})
-        for b in buckets:
-            pins.pop(b, None)
-        if not pins:
-            self._pins.pop(table_id, None)
+        for key in [k for k in self._pins if k[0] == table_id]:
+            pins = self._pins[key]
+            for b in buckets:
+                pins.pop(b, None)
+            if not pins:
+                del self._pins[key]
 
     # -- renewal ------------------------------------------------------------------------------
     def _start_keeper(self) -> None:
+        if self.keeper is not None and self.keeper.stopped:
+            # Every table had been released, and a partition found since takes pins again.
+            self.keeper = None
         if self.keeper is None:
             if self.renew_in_thread:
-                self._keeper_cluster = self._connect()
+                if self._keeper_cluster is None:
+                    self._keeper_cluster = self._connect()
                 keeper_cluster = self._keeper_cluster
             else:
                 keeper_cluster = self._cluster()

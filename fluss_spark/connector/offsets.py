@@ -1,4 +1,9 @@
-"""The source offset: where every bucket of every table stands, as versioned JSON in the checkpoint.
+"""The source offset: where every bucket of every read unit stands, as versioned JSON in the
+checkpoint.
+
+A **read unit** is an unpartitioned table or one partition of a partitioned table, keyed
+``(table id, partition id)`` with ``None`` for an unpartitioned table (``UnitKey``). Each unit's
+position has the same shape: KV snapshot progress, changelog offsets and live scans per bucket.
 
 Version evolution (every version listed here must keep decoding):
 
@@ -20,6 +25,14 @@ Version evolution (every version listed here must keep decoding):
   batch carries it: Spark never logs that batch's start, and a run restarted inside it plans
   another initial offset, so the replay takes its start from ``origin`` (and the snapshots the
   end offset names) and reads exactly the rows of the killed run.
+- **5** version 2, 3 or 4 plus partitioned tables. A partitioned table's entry is
+  ``{"name": str, "partition_keys": [str], "partitions": {"<partition_id>": {"name": str,
+  "snapshot": ..., "log": ..., "live": ...}}}``: one position per partition, shaped like an
+  unpartitioned table's, under the partition's name (``2026-11-25``); optionally ``"gone":
+  {"partitions": int, "unread": int}``, how many of its partitions disappeared while the query
+  read them and how many of their records were known and not read. Its ``origin`` entry is
+  ``{"partitions": {"<partition_id>": {"<bucket>": log_offset}}}``. An offset without
+  partitioned tables is written as version 2, 3 or 4, as before.
 
 A bucket with a ``snapshot`` entry first reads rows ``[0, row_count)`` of that KV snapshot; while
 ``next_row < row_count`` its ``log`` entry stays at the snapshot's ``log_offset`` (the first
@@ -34,13 +47,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
+from fluss_spark.client.cluster import partition_spec
 from fluss_spark.errors import ConfigError
 
-VERSION = 4
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
 LAYOUTS = ("single", "multi")
+
+#: ``(table id, partition id)`` of a read unit; the partition id is None for an unpartitioned
+#: table (a table is either partitioned or not, so keys of one table never mix None and ids).
+UnitKey = tuple[int, "int | None"]
 
 _WHAT_TO_DO = ("The checkpoint (checkpointLocation) belongs to another source or is corrupt; "
                "restart the query with a new checkpointLocation.")
@@ -48,6 +66,11 @@ _WHAT_TO_DO = ("The checkpoint (checkpointLocation) belongs to another source or
 
 class OffsetError(ConfigError):
     """A checkpointed source offset is malformed, foreign, or from a newer version."""
+
+
+def unit_order(key: UnitKey) -> tuple[int, int]:
+    """A sort key of unit keys: by table id, then partition id."""
+    return key[0], -1 if key[1] is None else key[1]
 
 
 @dataclass(frozen=True)
@@ -70,17 +93,36 @@ class SnapshotPos:
 
 @dataclass(frozen=True)
 class TablePos:
-    """One table's buckets: snapshot progress (PK tables in full mode), live scans read (bucket
-    -> the log offset the scan reflected) and changelog positions."""
+    """One read unit's buckets: snapshot progress (PK tables in full mode), live scans read
+    (bucket -> the log offset the scan reflected) and changelog positions.
+
+    A partitioned table's own entry holds no buckets: ``partition_keys`` names its keys and
+    ``partitions`` holds one position per partition id, each named by the partition's name.
+    ``gone``: (partitions that disappeared while the query read them, their records known and
+    not read).
+    """
 
     name: str
     snapshot: Mapping[int, SnapshotPos] = field(default_factory=dict)
     log: Mapping[int, int] = field(default_factory=dict)
     live: Mapping[int, int] = field(default_factory=dict)
+    partition_keys: tuple[str, ...] = ()
+    partitions: Mapping[int, "TablePos"] = field(default_factory=dict)
+    gone: tuple[int, int] = (0, 0)
+
+    @property
+    def partitioned(self) -> bool:
+        return bool(self.partition_keys)
 
     @property
     def snapshot_complete(self) -> bool:
-        return all(s.complete for s in self.snapshot.values())
+        return (all(s.complete for s in self.snapshot.values())
+                and all(p.snapshot_complete for p in self.partitions.values()))
+
+    @property
+    def has_snapshot(self) -> bool:
+        """Whether the unit (any partition of a partitioned table) reads a KV snapshot."""
+        return bool(self.snapshot) or any(p.snapshot for p in self.partitions.values())
 
 
 @dataclass(frozen=True)
@@ -102,19 +144,64 @@ class SourceOffset:
     """The whole source position; ``tables`` is keyed by table id.
 
     ``query`` is None only for an offset decoded from version 1 (it is then written as version 1).
-    ``origin`` (table id -> bucket -> changelog offset) is set only on the end offset of a new
+    ``origin`` (unit key -> bucket -> changelog offset) is set only on the end offset of a new
     query's first batch: that batch's start, which Spark does not log.
     """
 
     lease_id: str
     tables: Mapping[int, TablePos]
     query: QueryIdentity | None = None
-    origin: Mapping[int, Mapping[int, int]] | None = None
+    origin: Mapping[UnitKey, Mapping[int, int]] | None = None
 
     @property
     def holder(self) -> str:
         """The lease holder id of the checkpoint (version 1: the lease id)."""
         return self.query.holder if self.query is not None else self.lease_id
+
+    def units(self) -> dict[UnitKey, TablePos]:
+        """Every read unit's position, in key order."""
+        out: dict[UnitKey, TablePos] = {}
+        for tid in sorted(self.tables):
+            t = self.tables[tid]
+            if t.partitioned:
+                for pid in sorted(t.partitions):
+                    out[(tid, pid)] = t.partitions[pid]
+            else:
+                out[(tid, None)] = t
+        return out
+
+    def with_units(self, units: Mapping[UnitKey, TablePos],
+                   drop: Iterable[UnitKey] = ()) -> "SourceOffset":
+        """This offset with the positions of ``units`` (a partition not there yet is added) and
+        without the partitions ``drop`` names."""
+        dropped = set(drop)
+        tables: dict[int, TablePos] = {}
+        for tid, t in self.tables.items():
+            if t.partitioned:
+                parts = {pid: units.get((tid, pid), p) for pid, p in t.partitions.items()}
+                parts.update({pid: u for (k, pid), u in units.items()
+                              if k == tid and pid is not None})
+                tables[tid] = replace(t, partitions={pid: parts[pid] for pid in sorted(parts)
+                                                     if (tid, pid) not in dropped})
+            else:
+                tables[tid] = units.get((tid, None), t)
+        return self.with_tables(tables)
+
+    def table_name(self, key: UnitKey) -> str:
+        return self.tables[key[0]].name
+
+    def partition_name(self, key: UnitKey) -> str | None:
+        """The name a cluster call takes for the unit's partition (None: unpartitioned)."""
+        return None if key[1] is None else self.tables[key[0]].partitions[key[1]].name
+
+    def where(self, key: UnitKey, name: str | None = None) -> str:
+        """The unit for messages: ``table 'db.t'`` or ``table 'db.t' partition dt=2026-11-25``
+        (``name``: the partition's name where the offset no longer holds the unit)."""
+        t = self.tables[key[0]]
+        if key[1] is None:
+            return f"table {t.name!r}"
+        name = name if name is not None else t.partitions[key[1]].name
+        return f"table {t.name!r} partition {partition_spec(t.partition_keys, name)}"
 
     def with_tables(self, tables: Mapping[int, TablePos]) -> "SourceOffset":
         return SourceOffset(self.lease_id, tables, self.query, self.origin)
@@ -122,39 +209,44 @@ class SourceOffset:
     def with_origin(self, start: "SourceOffset") -> "SourceOffset":
         """This offset as the end of a new query's first batch, which starts at ``start``."""
         return SourceOffset(self.lease_id, self.tables, self.query,
-                            {tid: dict(t.log) for tid, t in start.tables.items()})
+                            {k: dict(u.log) for k, u in start.units().items()})
 
     def first_batch_start(self) -> "SourceOffset | None":
         """The start of the first batch this offset ends (None unless it carries ``origin``):
         each snapshot it names from its first row, each changelog from ``origin``."""
         if self.origin is None:
             return None
-        return SourceOffset(self.lease_id, {
-            tid: TablePos(t.name, {b: replace(p, next_row=0) for b, p in t.snapshot.items()},
-                          dict(self.origin.get(tid, t.log)))
-            for tid, t in self.tables.items()}, self.query)
+        origin = self.origin
+        units = {k: TablePos(u.name, {b: replace(p, next_row=0) for b, p in u.snapshot.items()},
+                             dict(origin.get(k, u.log)))
+                 for k, u in self.units().items()}
+        return SourceOffset(self.lease_id, self.with_units(units).tables, self.query)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON-ready dict Spark checkpoints (string keys, numeric key order)."""
         tables: dict[str, dict[str, Any]] = {}
         for tid in sorted(self.tables):
             t = self.tables[tid]
-            tables[str(tid)] = {
-                "name": t.name,
-                "snapshot": {str(b): [s.snapshot_id, s.row_count, s.next_row, s.log_offset]
-                             for b, s in sorted(t.snapshot.items())},
-                "log": {str(b): int(o) for b, o in sorted(t.log.items())},
-            }
-            if t.live:
-                tables[str(tid)]["live"] = {str(b): int(o) for b, o in sorted(t.live.items())}
-        if self.query is None:
+            if not t.partitioned:
+                tables[str(tid)] = _unit_json(t)
+                continue
+            entry: dict[str, Any] = {
+                "name": t.name, "partition_keys": list(t.partition_keys),
+                "partitions": {str(pid): _unit_json(p) for pid, p in sorted(t.partitions.items())}}
+            if t.gone != (0, 0):
+                entry["gone"] = {"partitions": t.gone[0], "unread": t.gone[1]}
+            tables[str(tid)] = entry
+        partitioned = any(t.partitioned for t in self.tables.values())
+        if self.query is None and not partitioned:
             return {"version": 1, "lease_id": self.lease_id, "tables": tables}
-        live = any(t.live for t in self.tables.values())
-        out = {"version": VERSION if self.origin is not None else 3 if live else 2,
-               "lease_id": self.lease_id, "query": self.query.to_json(), "tables": tables}
+        live = any(u.live for u in self.units().values())
+        version = 5 if partitioned else 4 if self.origin is not None else 3 if live else 2
+        out: dict[str, Any] = {"version": version, "lease_id": self.lease_id}
+        if self.query is not None:
+            out["query"] = self.query.to_json()
+        out["tables"] = tables
         if self.origin is not None:
-            out["origin"] = {str(tid): {str(b): int(o) for b, o in sorted(logs.items())}
-                             for tid, logs in sorted(self.origin.items())}
+            out["origin"] = _origin_json(self.origin)
         return out
 
     def dumps(self) -> str:
@@ -165,6 +257,29 @@ class SourceOffset:
             if t.name == name:
                 return tid, t
         return None
+
+
+def _unit_json(u: TablePos) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": u.name,
+        "snapshot": {str(b): [s.snapshot_id, s.row_count, s.next_row, s.log_offset]
+                     for b, s in sorted(u.snapshot.items())},
+        "log": {str(b): int(o) for b, o in sorted(u.log.items())},
+    }
+    if u.live:
+        out["live"] = {str(b): int(o) for b, o in sorted(u.live.items())}
+    return out
+
+
+def _origin_json(origin: Mapping[UnitKey, Mapping[int, int]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for (tid, pid), logs in sorted(origin.items(), key=lambda kv: unit_order(kv[0])):
+        offsets = {str(b): int(o) for b, o in sorted(logs.items())}
+        if pid is None:
+            out[str(tid)] = offsets
+        else:
+            out.setdefault(str(tid), {"partitions": {}})["partitions"][str(pid)] = offsets
+    return out
 
 
 def decode(value: Any) -> SourceOffset:
@@ -185,19 +300,31 @@ def decode(value: Any) -> SourceOffset:
         raise OffsetError(f"the fluss source offset has version {version}, this fluss_spark reads "
                           f"versions {list(SUPPORTED_VERSIONS)}; upgrade fluss_spark or restart "
                           f"with a new checkpointLocation")
-    offset = _decode_v1(value)
+    offset = _decode_tables(value, version)
     if version >= 2:
         offset = SourceOffset(offset.lease_id, offset.tables, _decode_query(value.get("query")),
                               _decode_origin(value["origin"]) if "origin" in value else None)
     return offset
 
 
-def _decode_origin(raw: Any) -> dict[int, dict[int, int]]:
+def _decode_origin(raw: Any) -> dict[UnitKey, dict[int, int]]:
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
         raise OffsetError(f"the fluss source offset's 'origin' is not a map of tables to bucket "
                           f"offsets. {_WHAT_TO_DO}")
-    return dict(sorted((_int_key(tid, "table id"), _offsets(f"id {tid}", logs, "origin offset"))
-                       for tid, logs in raw.items()))
+    out: dict[UnitKey, dict[int, int]] = {}
+    for tid_text, logs in raw.items():
+        tid = _int_key(tid_text, "table id")
+        if "partitions" not in logs:
+            out[(tid, None)] = _offsets(f"id {tid}", logs, "origin offset")
+            continue
+        parts = logs["partitions"]
+        if not isinstance(parts, dict) or not all(isinstance(v, dict) for v in parts.values()):
+            raise OffsetError(f"the fluss source offset's 'origin' of table id {tid} is not a "
+                              f"map of partitions to bucket offsets. {_WHAT_TO_DO}")
+        for pid_text, offsets in parts.items():
+            out[(tid, _int_key(pid_text, "partition id"))] = _offsets(
+                f"id {tid} partition id {pid_text}", offsets, "origin offset")
+    return dict(sorted(out.items(), key=lambda kv: unit_order(kv[0])))
 
 
 def _decode_query(raw: Any) -> QueryIdentity:
@@ -217,7 +344,7 @@ def _decode_query(raw: Any) -> QueryIdentity:
     return QueryIdentity(holder, mode, ts, layout)
 
 
-def _decode_v1(value: dict[str, Any]) -> SourceOffset:
+def _decode_tables(value: dict[str, Any], version: int) -> SourceOffset:
     lease_id = value.get("lease_id")
     if not isinstance(lease_id, str) or not lease_id:
         raise OffsetError(f"the fluss source offset has no 'lease_id'. {_WHAT_TO_DO}")
@@ -230,36 +357,66 @@ def _decode_v1(value: dict[str, Any]) -> SourceOffset:
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise OffsetError(f"table {tid_text} of the fluss source offset has no name. "
                               f"{_WHAT_TO_DO}")
-        snap_raw, log_raw = t.get("snapshot", {}), t.get("log", {})
-        if not isinstance(snap_raw, dict) or not isinstance(log_raw, dict):
-            raise OffsetError(f"table {t['name']!r} of the fluss source offset has a malformed "
-                              f"'snapshot' or 'log' map. {_WHAT_TO_DO}")
-        snapshot = {}
-        for b_text, entry in snap_raw.items():
-            b = _int_key(b_text, "bucket")
-            if (not isinstance(entry, list) or len(entry) != 4
-                    or not all(_is_int(x) for x in entry)):
-                raise OffsetError(f"table {t['name']!r} bucket {b}: snapshot position {entry!r} "
-                                  f"is not [snapshot_id, row_count, next_row, log_offset]. "
-                                  f"{_WHAT_TO_DO}")
-            snapshot[b] = SnapshotPos(*entry)
-        log = _offsets(t["name"], log_raw, "log offset")
-        live_raw = t.get("live", {})
-        if not isinstance(live_raw, dict):
-            raise OffsetError(f"table {t['name']!r} of the fluss source offset has a malformed "
-                              f"'live' map. {_WHAT_TO_DO}")
-        live = _offsets(t["name"], live_raw, "live scan log offset")
-        tables[tid] = TablePos(t["name"], dict(sorted(snapshot.items())), log, live)
+        if version >= 5 and "partitions" in t:
+            tables[tid] = _decode_partitioned(t)
+        else:
+            tables[tid] = _decode_unit(repr(t["name"]), t)
     return SourceOffset(lease_id, dict(sorted(tables.items())))
 
 
+def _decode_partitioned(t: dict[str, Any]) -> TablePos:
+    what = f"partitioned table {t['name']!r} of the fluss source offset"
+    keys, parts, gone = t.get("partition_keys"), t["partitions"], t.get("gone")
+    if (not isinstance(keys, list) or not keys
+            or not all(isinstance(k, str) and k for k in keys)):
+        raise OffsetError(f"{what} has no 'partition_keys' list. {_WHAT_TO_DO}")
+    if not isinstance(parts, dict):
+        raise OffsetError(f"{what} has a malformed 'partitions' map. {_WHAT_TO_DO}")
+    if gone is not None and (not isinstance(gone, dict) or not all(
+            _is_int(gone.get(k)) and gone[k] >= 0 for k in ("partitions", "unread"))):
+        raise OffsetError(f"{what} has a malformed 'gone' count {gone!r}. {_WHAT_TO_DO}")
+    positions = {}
+    for pid_text, p in parts.items():
+        pid = _int_key(pid_text, "partition id")
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not p["name"]:
+            raise OffsetError(f"partition {pid_text} of {what} has no name. {_WHAT_TO_DO}")
+        positions[pid] = _decode_unit(f"{t['name']!r} partition {p['name']!r}", p)
+    return TablePos(t["name"], partition_keys=tuple(keys),
+                    partitions=dict(sorted(positions.items())),
+                    gone=(gone["partitions"], gone["unread"]) if gone else (0, 0))
+
+
+def _decode_unit(label: str, t: dict[str, Any]) -> TablePos:
+    """One unit's position; ``label`` names it in errors (``'db.t'``)."""
+    snap_raw, log_raw = t.get("snapshot", {}), t.get("log", {})
+    if not isinstance(snap_raw, dict) or not isinstance(log_raw, dict):
+        raise OffsetError(f"table {label} of the fluss source offset has a malformed "
+                          f"'snapshot' or 'log' map. {_WHAT_TO_DO}")
+    snapshot = {}
+    for b_text, entry in snap_raw.items():
+        b = _int_key(b_text, "bucket")
+        if (not isinstance(entry, list) or len(entry) != 4
+                or not all(_is_int(x) for x in entry)):
+            raise OffsetError(f"table {label} bucket {b}: snapshot position {entry!r} "
+                              f"is not [snapshot_id, row_count, next_row, log_offset]. "
+                              f"{_WHAT_TO_DO}")
+        snapshot[b] = SnapshotPos(*entry)
+    log = _offsets(label, log_raw, "log offset")
+    live_raw = t.get("live", {})
+    if not isinstance(live_raw, dict):
+        raise OffsetError(f"table {label} of the fluss source offset has a malformed "
+                          f"'live' map. {_WHAT_TO_DO}")
+    live = _offsets(label, live_raw, "live scan log offset")
+    return TablePos(t["name"], dict(sorted(snapshot.items())), log, live)
+
+
 def _offsets(table: str, raw: dict[str, Any], what: str) -> dict[int, int]:
-    """``{"<bucket>": offset}`` as ints, in bucket order."""
+    """``{"<bucket>": offset}`` as ints, in bucket order; ``table`` names the unit in errors."""
     out = {}
     for b_text, off in raw.items():
         b = _int_key(b_text, "bucket")
         if not _is_int(off) or off < 0:
-            raise OffsetError(f"table {table!r} bucket {b}: {what} {off!r} is not a "
+            raise OffsetError(f"table {table} bucket {b}: {what} {off!r} is not a "
                               f"non-negative integer. {_WHAT_TO_DO}")
         out[b] = off
     return dict(sorted(out.items()))
@@ -283,10 +440,12 @@ def _preview(value: Any) -> str:
 
 
 def rows_between(start: SourceOffset, end: SourceOffset) -> dict[int, int]:
-    """Snapshot rows + changelog records in ``(start, end]``, per table id."""
-    out = {}
-    for tid, e in end.tables.items():
-        s = start.tables.get(tid)
+    """Snapshot rows + changelog records in ``(start, end]``, per table id (summed over a
+    partitioned table's partitions)."""
+    out = {tid: 0 for tid in end.tables}
+    before = start.units()
+    for key, e in end.units().items():
+        s = before.get(key)
         total = 0
         for b, es in e.snapshot.items():
             ss = s.snapshot.get(b) if s else None
@@ -295,7 +454,7 @@ def rows_between(start: SourceOffset, end: SourceOffset) -> dict[int, int]:
         for b, eo in e.log.items():
             if not live_read_in(s, e, b):    # its changelog only starts after the live scan
                 total += max(0, eo - log_start(s, e, b))
-        out[tid] = total
+        out[key[0]] += total
     return out
 
 

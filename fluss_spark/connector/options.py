@@ -55,6 +55,16 @@ def parse_timestamp_ms(value: Any, key: str = "timestamp") -> int:
                       "'yyyy-MM-dd HH:mm:ss' (UTC)")
 
 
+def _interval_ms(value: Any, key: str) -> int:
+    """A duration in ms where ``0`` or a negative value (``-1``, ``-1s``) turns something off
+    (returned as 0)."""
+    text = str(value).strip()
+    if text.startswith("-"):
+        parse_duration_ms(text[1:], key)    # still a duration: "-x" is refused
+        return 0
+    return parse_duration_ms(text, key)
+
+
 def _string(key: str, doc: str, default: str | None = None) -> Option:
     return Option(key, _text, default, doc)
 
@@ -98,8 +108,13 @@ MIN_OFFSETS_PER_TRIGGER = integer("minOffsetsPerTrigger", None,
 MAX_TRIGGER_DELAY = duration("maxTriggerDelay", "15min",
                              "Longest wait for minOffsetsPerTrigger before a batch runs anyway.")
 FAIL_ON_DATA_LOSS = boolean("failOnDataLoss", True,
-                            "Fail when a needed snapshot or changelog range is gone; false: warn "
-                            "and continue from what still exists.")
+                            "Fail when a needed snapshot or changelog range is gone, or a "
+                            "partition is dropped by hand before all its records were read; "
+                            "false: warn and continue from what still exists.")
+PARTITION_DISCOVERY_INTERVAL = Option(
+    "scan.partition.discovery.interval", _interval_ms, parse_duration_ms("1min"),
+    "How often a stream looks for new partitions of its partitioned tables; 0 or a negative "
+    "value turns discovery off (a partition that disappears is noticed at every micro-batch).")
 SCAN_BATCH_BYTES = size("scan.batch.bytes", "4mb",
                         "Batch size requested from a scan session per round trip.")
 SPLIT_MAX_ROWS = integer("scan.split.max-rows", 0,
@@ -147,7 +162,8 @@ SOURCE_OPTIONS: list[Option] = [
     BOOTSTRAP_SERVERS, TABLE, TABLES, TABLE_PATTERN, COLUMNS, STARTUP_MODE, STARTUP_TIMESTAMP,
     LEASE_ID, LEASE_DURATION, LEASE_GRACE, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
     MAX_TRIGGER_DELAY,
-    FAIL_ON_DATA_LOSS, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, KV_READ, LIVE_MAX_BUCKETS, ENGINE,
+    FAIL_ON_DATA_LOSS, PARTITION_DISCOVERY_INTERVAL, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, KV_READ,
+    LIVE_MAX_BUCKETS, ENGINE,
     REQUEST_TIMEOUT,
     LEASE_ACQUIRE_RETRIES,
     SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD, SSL_ENABLED, SSL_CA_FILE,
@@ -179,6 +195,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = MIN_OFFSETS_PER_TRIGGER.default
     max_trigger_delay_ms: int = MAX_TRIGGER_DELAY.default
     fail_on_data_loss: bool = FAIL_ON_DATA_LOSS.default
+    partition_discovery_interval_ms: int = PARTITION_DISCOVERY_INTERVAL.default
     scan_batch_bytes: int = SCAN_BATCH_BYTES.default
     split_max_rows: int = SPLIT_MAX_ROWS.default
     kv_read: str = KV_READ.default
@@ -335,6 +352,7 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         min_offsets_per_trigger=min_rows,
         max_trigger_delay_ms=MAX_TRIGGER_DELAY.get(values),
         fail_on_data_loss=FAIL_ON_DATA_LOSS.get(values),
+        partition_discovery_interval_ms=PARTITION_DISCOVERY_INTERVAL.get(values),
         scan_batch_bytes=SCAN_BATCH_BYTES.get(values),
         split_max_rows=SPLIT_MAX_ROWS.get(values),
         kv_read=KV_READ.get(values),
@@ -382,7 +400,7 @@ def _show(o: Option) -> str:
     """A default as a user would write it (``1d``, ``4mb``, ``true``)."""
     if isinstance(o.default, bool):
         return str(o.default).lower()
-    if o.parse is parse_duration_ms:
+    if o.parse in (parse_duration_ms, _interval_ms):
         for unit, ms in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
             if o.default and o.default % ms == 0:
                 return f"{o.default // ms}{unit}"

@@ -15,11 +15,14 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from fluss_spark.client.cluster import (CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET, RETRACTIONS,
-                                        Cluster, LiveScanStart)
+                                        Cluster, LiveScanStart, expired_by_retention)
+from fluss_spark.clock import wall_ms
 from fluss_spark.connector.options import SourceOptions
 from fluss_spark.connector.schema import Layout, with_snapshot_metadata
-from fluss_spark.connector.splits import LiveScanSplit, LogSplit, MergedBucketSplit, SnapshotSplit
-from fluss_spark.errors import KvSnapshotNotExist, LiveScanLost, LogOffsetOutOfRange
+from fluss_spark.connector.splits import (LiveScanSplit, LogSplit, MergedBucketSplit,
+                                          PartitionPart, SnapshotSplit)
+from fluss_spark.errors import (KvSnapshotNotExist, LiveScanLost, LogOffsetOutOfRange,
+                                PartitionNotExist)
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +82,43 @@ class SplitReader:
             return  # Spark's stand-in partition when planning found nothing to read
         else:
             raise TypeError(f"not a fluss split: {split!r}")
+        if isinstance(split, PartitionPart) and split.partition_id is not None:
+            raw = self._of_partition(split, raw)
         for batch in raw:
             if batch.num_rows:
                 # The layout picks the read columns (a user schema may be narrower) and casts.
                 yield self.layout.shape(split.table, batch, target)
+
+    # -- partitions ---------------------------------------------------------------------------
+    def _of_partition(self, split: PartitionPart,
+                      raw: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``raw`` while the split's partition exists. Fresh metadata tells a dropped partition
+        (and one of the same name created since, which has another id) from the planned one
+        before the first read, and makes reads by name address the right one."""
+        cluster = self.cluster_factory(self.options)
+        info = cluster.get_table(split.table)
+        if not any(p.partition_id == split.partition_id for p in info.partitions):
+            self._partition_gone(cluster, split)
+            return
+        try:
+            yield from raw
+        except PartitionNotExist:
+            self._partition_gone(cluster, split)
+
+    def _partition_gone(self, cluster: Cluster, split: PartitionPart) -> None:
+        """The split's partition disappeared before all its rows were read. Retention expiry
+        never fails the query, nor does anything with ``failOnDataLoss=false``; the driver
+        reports the partition once (connector/discovery.py). A partition dropped by hand with
+        ``failOnDataLoss=true`` fails it."""
+        assert split.partition is not None
+        expired = expired_by_retention(cluster.get_table(split.table), split.partition, wall_ms())
+        what = (f"{split.where}: the partition (id {split.partition_id}) was "
+                f"{'expired by retention' if expired else 'dropped'} before {_planned(split)} "
+                f"were read")
+        if self.options.fail_on_data_loss and not expired:
+            raise PartitionNotExist(f"{what}; they are lost. Set failOnDataLoss=false to go on "
+                                    f"without them, or restart with a new checkpointLocation")
+        log.info("%s; skipped", what)
 
     def columns(self, table: str, key: tuple[str, ...] = ()) -> list[str] | None:
         """The columns to ask the servers for: what the output shows, plus ``key`` (projection
@@ -97,7 +133,7 @@ class SplitReader:
         scan = self.cluster_factory(self.options).read_snapshot(
             split.table, split.bucket, split.snapshot_id, start_row=split.row_start,
             limit=split.rows, projection=self.columns(split.table),
-            batch_size_bytes=self.options.scan_batch_bytes)
+            batch_size_bytes=self.options.scan_batch_bytes, partition=split.partition)
         try:
             for batch in scan:
                 if seen + batch.num_rows > split.rows:
@@ -107,7 +143,7 @@ class SplitReader:
                 if seen >= split.rows:
                     break
         except KvSnapshotNotExist:
-            what = (f"table {split.table!r} bucket {split.bucket}: KV snapshot "
+            what = (f"{split.where}: KV snapshot "
                     f"{split.snapshot_id} (lease {split.lease_id!r}) no longer exists while "
                     f"rows [{split.row_start + seen}, {split.row_end}) were still to be read")
             if self.options.fail_on_data_loss:
@@ -120,7 +156,7 @@ class SplitReader:
             scan.close()      # frees the server's scan session when the split ends early
         if seen != split.rows:
             raise KvSnapshotNotExist(
-                f"table {split.table!r} bucket {split.bucket}: KV snapshot {split.snapshot_id} "
+                f"{split.where}: KV snapshot {split.snapshot_id} "
                 f"returned {seen} rows from row {split.row_start}, expected {split.rows}; the "
                 f"snapshot is not the one this query planned")
 
@@ -246,24 +282,24 @@ class SplitReader:
     def log_records(self, split: LogSplit) -> Iterator[pa.RecordBatch]:
         cluster = self.cluster_factory(self.options)
         columns = self.columns(split.table)
-        start = split.start
+        start, part = split.start, split.partition
         try:
-            yield from cluster.read_log(split.table, split.bucket, start, split.end, columns)
+            yield from cluster.read_log(split.table, split.bucket, start, split.end, columns,
+                                        partition=part)
             return
         except LogOffsetOutOfRange:
             if self.options.fail_on_data_loss:
                 raise LogOffsetOutOfRange(
-                    f"table {split.table!r} bucket {split.bucket}: changelog records "
+                    f"{split.where}: changelog records "
                     f"[{split.start}, {split.end}) are no longer retained (table.log.ttl); set "
                     f"failOnDataLoss=false to skip what was deleted") from None
-        earliest = cluster.list_offsets(split.table, buckets=[split.bucket],
-                                        spec="earliest").get(split.bucket, split.end)
-        log.warning("table %r bucket %d: changelog records [%d, %d) were deleted before they "
-                    "were read; skipped (failOnDataLoss=false)", split.table, split.bucket,
-                    split.start, min(earliest, split.end))
+        earliest = cluster.list_offsets(split.table, buckets=[split.bucket], spec="earliest",
+                                        partition=part).get(split.bucket, split.end)
+        log.warning("%s: changelog records [%d, %d) were deleted before they were read; skipped "
+                    "(failOnDataLoss=false)", split.where, split.start, min(earliest, split.end))
         if earliest < split.end:
             yield from cluster.read_log(split.table, split.bucket, max(earliest, start),
-                                        split.end, columns)
+                                        split.end, columns, partition=part)
 
     # -- batch reads --------------------------------------------------------------------------
     def merged_rows(self, split: MergedBucketSplit) -> Iterator[pa.RecordBatch]:
@@ -281,18 +317,19 @@ class SplitReader:
                 snap = self._snapshot_table(cluster, split, snapshot_id, log_start, columns)
                 break
             except KvSnapshotNotExist:
-                latest = cluster.latest_kv_snapshots(split.table).get(split.bucket)
+                latest = cluster.latest_kv_snapshots(
+                    split.table, partition=split.partition).get(split.bucket)
                 if latest is None:
                     raise
                 snapshot_id, log_start = latest.snapshot_id, latest.log_offset
         else:
-            raise KvSnapshotNotExist(f"table {split.table!r} bucket {split.bucket}: its KV "
+            raise KvSnapshotNotExist(f"{split.where}: its KV "
                                      f"snapshots kept disappearing while being read; retry the "
                                      f"read")
         parts = [snap] if snap is not None else []
         if split.log_end > log_start:
             batches = list(cluster.read_log(split.table, split.bucket, log_start, split.log_end,
-                                            columns))
+                                            columns, partition=split.partition))
             if batches:
                 parts.append(pa.Table.from_batches(batches))
         if not parts:
@@ -306,8 +343,19 @@ class SplitReader:
             return None
         batches = [with_snapshot_metadata(b, log_offset) for b in cluster.read_snapshot(
             split.table, split.bucket, snapshot_id, projection=columns,
-            batch_size_bytes=self.options.scan_batch_bytes)]
+            batch_size_bytes=self.options.scan_batch_bytes,
+            partition=getattr(split, "partition", None))]
         return pa.Table.from_batches(batches) if batches else None
+
+
+def _planned(split: PartitionPart) -> str:
+    """What ``split`` was planned to read, for messages."""
+    if isinstance(split, SnapshotSplit):
+        return f"rows [{split.row_start}, {split.row_end}) of its KV snapshot {split.snapshot_id}"
+    if isinstance(split, LogSplit):
+        return f"changelog offsets [{split.start}, {split.end})"
+    assert isinstance(split, MergedBucketSplit)
+    return f"its rows up to changelog offset {split.log_end}"
 
 
 def fold_latest(parts: list[pa.Table], key: list[str]) -> pa.Table:

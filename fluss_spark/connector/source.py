@@ -10,22 +10,25 @@ layout, never a connection or the enumerator.
 from __future__ import annotations
 
 import re
+import sys
 from contextlib import closing
-from typing import Any, Iterator
+from types import FrameType
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
-                                    InputPartition)
+                                    Filter, InputPartition)
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from fluss_spark.client.cluster import Cluster, TableInfo, refuse_partitioned
-from fluss_spark.connector.enumerator import SPARK_SOURCE, Enumerator
+from fluss_spark.client.cluster import Cluster, TableInfo
+from fluss_spark.connector.enumerator import Enumerator, check_partitions
 from fluss_spark.connector.options import SourceOptions, parse_options
+from fluss_spark.connector.pruning import PartitionFilter, matching, push
 from fluss_spark.connector.readers import SplitReader
 from fluss_spark.connector.schema import Layout, output_schema, project
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
-from fluss_spark.errors import ConfigError, TableNotExist
+from fluss_spark.errors import ConfigError, PartitionNotExist, TableNotExist
 
 
 def _connect(options: SourceOptions) -> Cluster:
@@ -48,7 +51,7 @@ def infer_schema(cluster: Cluster, options: SourceOptions) -> StructType:
     infos = []
     for name in resolve_table_names(cluster, options):
         try:
-            infos.append(refuse_partitioned(cluster.get_table(name), SPARK_SOURCE))
+            infos.append(check_partitions(cluster, cluster.get_table(name), options))
         except TableNotExist:
             raise TableNotExist(f"table {name!r} does not exist on {options.bootstrap_servers}; "
                                 "create it or fix option 'table'/'tables'") from None
@@ -98,7 +101,29 @@ class FlussDataSource(DataSource):
         return FlussStreamReader(self._options(), schema)
 
     def reader(self, schema: StructType) -> "FlussBatchReader":
+        if _spark_pushes_filters():
+            return FlussPruningBatchReader(self._options(), schema)
         return FlussBatchReader(self._options(), schema)
+
+
+#: The PySpark module that calls ``reader()`` to push filters down (pyspark >= 4.1).
+_PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+_PUSHDOWN_FILE = "/sql/worker/data_source_pushdown_filters.py"
+
+
+def _spark_pushes_filters() -> bool:
+    """Whether Spark is asking for the reader to push filters into
+    (``spark.sql.python.filterPushdown.enabled=true``). Only then may the reader override
+    ``pushFilters``: Spark fails a read whose reader overrides it while that setting is off, and
+    the reader cannot see Spark's settings, only who calls it."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        # Run as ``python -m`` the worker module is ``__main__``: its file names it then.
+        if (frame.f_globals.get("__name__") == _PUSHDOWN_WORKER
+                or frame.f_code.co_filename.endswith(_PUSHDOWN_FILE)):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -170,40 +195,83 @@ class FlussBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         with closing(_connect(self.options)) as cluster:
             return plan_batch(cluster, self.options, table_names(self.options, self.layout),
-                              self.layout)
+                              self.layout, self._pushed())
+
+    def _pushed(self) -> tuple[PartitionFilter, ...]:
+        return ()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return SplitReader(self.options, self.layout).read(partition)
 
 
+class FlussPruningBatchReader(FlussBatchReader):
+    """The batch reader where Spark pushes filters: those on partition columns decide which
+    partitions are planned (fluss_spark/connector/pruning.py); the others go back to Spark."""
+
+    def __init__(self, options: SourceOptions, schema: StructType):
+        super().__init__(options, schema)
+        self.partition_filters: tuple[PartitionFilter, ...] = ()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        if self.options.multi_table:
+            return filters
+        with closing(_connect(self.options)) as cluster:
+            info = cluster.get_table(self.options.tables[0])
+        taken, rest = push(filters, info)
+        self.partition_filters = tuple(taken)
+        return rest
+
+    def _pushed(self) -> tuple[PartitionFilter, ...]:
+        return self.partition_filters
+
+
 def plan_batch(cluster: Cluster, options: SourceOptions, names: list[str],
-               layout: Layout | None = None) -> list[InputPartition]:
-    """One split per bucket: fixed end offsets taken now, so the read is a consistent cut."""
+               layout: Layout | None = None,
+               partition_filters: Iterable[PartitionFilter] = ()) -> list[InputPartition]:
+    """One split per bucket (of each partition of a partitioned table that
+    ``partition_filters`` keep): fixed end offsets taken now, so the read is a consistent cut."""
     splits: list[InputPartition] = []
     for name in names:
-        info = refuse_partitioned(cluster.get_table(name), SPARK_SOURCE)
+        info = check_partitions(cluster, cluster.get_table(name), options)
         if layout is not None:
             check_read_columns(info, layout)
-        latest = cluster.list_offsets(name, spec="latest")
-        if info.has_primary_key:
-            snaps = cluster.latest_kv_snapshots(name)
-            earliest = cluster.list_offsets(name, spec="earliest")
-            for b in range(info.num_buckets):
-                s = snaps.get(b)
-                start = s.log_offset if s is not None else earliest.get(b, 0)
-                splits.append(MergedBucketSplit(info.table_id, name, b,
-                                                s.snapshot_id if s is not None else None,
-                                                start, latest.get(b, start), info.primary_key))
-        else:
-            if options.startup_mode == "timestamp":
-                first = cluster.list_offsets(name, spec="timestamp",
-                                           timestamp_ms=options.startup_timestamp_ms)
-            elif options.startup_mode == "latest":
-                first = latest
-            else:
-                first = cluster.list_offsets(name, spec="earliest")
-            for b in range(info.num_buckets):
-                lo, hi = first.get(b, 0), latest.get(b, 0)
-                if hi > lo:
-                    splits.append(LogSplit(info.table_id, name, b, lo, hi))
+        if not info.partitioned:
+            splits += _bucket_splits(cluster, options, info, None, None)
+            continue
+        for pid, part in matching(info, partition_filters):
+            try:
+                splits += _bucket_splits(cluster, options, info, pid, part)
+            except PartitionNotExist:
+                continue    # dropped since it was listed: nothing of it to read
+    return splits
+
+
+def _bucket_splits(cluster: Cluster, options: SourceOptions, info: TableInfo,
+                   pid: int | None, part: str | None) -> list[InputPartition]:
+    """The splits of one table, or of its partition ``part`` (id ``pid``)."""
+    name = info.name
+    splits: list[InputPartition] = []
+    latest = cluster.list_offsets(name, spec="latest", partition=part)
+    if info.has_primary_key:
+        snaps = cluster.latest_kv_snapshots(name, partition=part)
+        earliest = cluster.list_offsets(name, spec="earliest", partition=part)
+        for b in range(info.num_buckets):
+            s = snaps.get(b)
+            start = s.log_offset if s is not None else earliest.get(b, 0)
+            splits.append(MergedBucketSplit(info.table_id, name, b,
+                                            s.snapshot_id if s is not None else None,
+                                            start, latest.get(b, start), info.primary_key,
+                                            part, pid))
+        return splits
+    if options.startup_mode == "timestamp":
+        first = cluster.list_offsets(name, spec="timestamp",
+                                     timestamp_ms=options.startup_timestamp_ms, partition=part)
+    elif options.startup_mode == "latest":
+        first = latest
+    else:
+        first = cluster.list_offsets(name, spec="earliest", partition=part)
+    for b in range(info.num_buckets):
+        lo, hi = first.get(b, 0), latest.get(b, 0)
+        if hi > lo:
+            splits.append(LogSplit(info.table_id, name, b, lo, hi, part, pid))
     return splits

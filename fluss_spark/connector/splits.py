@@ -1,7 +1,9 @@
 """Splits: immutable, picklable descriptions of one Spark task's rows (progress lives in offsets).
 
 Every split carries all its reader needs, because ``read()`` runs on a different reader instance
-in an executor and sees nothing the driver learned after planning.
+in an executor and sees nothing the driver learned after planning. A split of a partitioned
+table's partition names it twice: by name (what cluster calls take) and by id (what tells it from
+a partition of the same name created after it was dropped).
 """
 
 from __future__ import annotations
@@ -15,8 +17,24 @@ from fluss_spark.client.cluster import LiveScanStart
 from fluss_spark.connector.offsets import SourceOffset, live_read_in, log_start
 
 
+class PartitionPart:
+    """What the splits of a partition share: its name and id (None for an unpartitioned
+    table), and how messages name the bucket they read."""
+
+    table: str
+    bucket: int
+    partition: str | None
+    partition_id: int | None
+
+    @property
+    def where(self) -> str:
+        """``table 'db.t' bucket 0`` or ``table 'db.t' partition 2026-11-25 bucket 0``."""
+        part = f" partition {self.partition}" if self.partition is not None else ""
+        return f"table {self.table!r}{part} bucket {self.bucket}"
+
+
 @dataclass(frozen=True)
-class SnapshotSplit(InputPartition):
+class SnapshotSplit(PartitionPart, InputPartition):
     """Rows ``[row_start, row_end)`` of one bucket's KV snapshot (key order, so deterministic)."""
 
     table_id: int
@@ -27,6 +45,8 @@ class SnapshotSplit(InputPartition):
     row_end: int
     lease_id: str = ""
     log_offset: int = 0  # the snapshot's log_offset (its rows get _log_offset = log_offset - 1)
+    partition: str | None = None
+    partition_id: int | None = None
 
     @property
     def rows(self) -> int:
@@ -34,7 +54,7 @@ class SnapshotSplit(InputPartition):
 
 
 @dataclass(frozen=True)
-class LogSplit(InputPartition):
+class LogSplit(PartitionPart, InputPartition):
     """Changelog records ``[start, end)`` of one bucket."""
 
     table_id: int
@@ -42,6 +62,8 @@ class LogSplit(InputPartition):
     bucket: int
     start: int
     end: int
+    partition: str | None = None
+    partition_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +90,7 @@ class LiveScanSplit(InputPartition):
 
 
 @dataclass(frozen=True)
-class MergedBucketSplit(InputPartition):
+class MergedBucketSplit(PartitionPart, InputPartition):
     """Batch read of one PK bucket: a snapshot plus its changelog up to ``log_end``, folded by key.
 
     ``snapshot_id`` is None for a bucket without a snapshot (its whole changelog is folded).
@@ -82,6 +104,8 @@ class MergedBucketSplit(InputPartition):
     snapshot_log_offset: int
     log_end: int
     primary_key: tuple[str, ...]
+    partition: str | None = None
+    partition_id: int | None = None
 
 
 def plan_splits(start: SourceOffset, end: SourceOffset, split_max_rows: int = 0,
@@ -94,14 +118,17 @@ def plan_splits(start: SourceOffset, end: SourceOffset, split_max_rows: int = 0,
     driver opened, from ``live_starts``, when it has it) and no snapshot or changelog split.
     """
     splits: list[InputPartition] = []
-    for tid, e in sorted(end.tables.items()):
-        s = start.tables.get(tid)
+    before = start.units()
+    for key, e in end.units().items():
+        tid, pid = key
+        s = before.get(key)
+        name, part = end.table_name(key), end.partition_name(key)
         live = {b for b in e.live if live_read_in(s, e, b)}
         for b in sorted(live):
             snap = e.snapshot.get(b)
             fallback = snap if snap is not None and snap.log_offset <= e.live[b] else None
             splits.append(LiveScanSplit(
-                tid, e.name, b, e.live[b], fallback.snapshot_id if fallback else None,
+                tid, name, b, e.live[b], fallback.snapshot_id if fallback else None,
                 fallback.log_offset if fallback else 0, tuple((primary_keys or {})[tid]),
                 end.lease_id, (live_starts or {}).get((tid, b, e.live[b]))))
         for b, es in sorted(e.snapshot.items()):
@@ -111,13 +138,13 @@ def plan_splits(start: SourceOffset, end: SourceOffset, split_max_rows: int = 0,
             first = ss.next_row if ss and ss.snapshot_id == es.snapshot_id else 0
             step = split_max_rows or max(1, es.next_row - first)
             for lo in range(first, es.next_row, step):
-                splits.append(SnapshotSplit(tid, e.name, b, es.snapshot_id, lo,
+                splits.append(SnapshotSplit(tid, name, b, es.snapshot_id, lo,
                                             min(lo + step, es.next_row), end.lease_id,
-                                            es.log_offset))
+                                            es.log_offset, part, pid))
         for b, eo in sorted(e.log.items()):
             if b in live:
                 continue
             lo = log_start(s, e, b)
             if eo > lo:
-                splits.append(LogSplit(tid, e.name, b, lo, eo))
+                splits.append(LogSplit(tid, name, b, lo, eo, part, pid))
     return splits

@@ -7,22 +7,24 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generator, Iterable, Iterator, Literal, Mapping
 
 import pyarrow as pa
 
 from fluss_spark.client import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, Pins, RecordBatchStream,
-                                        refuse_partition)
+                                        LiveScanStart, PartitionAdmin, PartitionInfo, Pins,
+                                        RecordBatchStream)
 from fluss_spark.clock import Clock
 from fluss_spark.testing.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
                                 LeaseHeldByOther, LeaseNotFound, LiveScanLost,
-                                LogOffsetOutOfRange, NonPrimaryKeyTable, TableNotExist,
+                                LogOffsetOutOfRange, NonPrimaryKeyTable, PartitionAlreadyExist,
+                                PartitionNotExist, TableNotExist, TableNotPartitioned,
                                 UnsupportedVersion)
 from fluss_spark.protocol.arrow_ipc import bytes_to_table, table_to_bytes
+from fluss_spark.protocol.partitions import parse_spec, partition_name, resolve
 from fluss_spark.metadata.layout import check_lease_id
 
 #: Commit timestamp of changelog record ``offset`` in a fake table is this plus ``offset`` (ms).
@@ -33,12 +35,15 @@ _OFFSET_SPECS = ("earliest", "latest", "timestamp")
 
 @dataclass
 class FakeTable:
-    """One fake table: its metadata, snapshots, changelog and retained log start."""
+    """One fake table (or one partition of a partitioned one): its metadata, snapshots,
+    changelog and retained log start; a partitioned table's buckets are its partitions'."""
 
     info: TableInfo
     snapshots: dict = field(default_factory=dict)   # bucket -> {snapshot_id: (rows, log_offset)}
     log: dict = field(default_factory=dict)         # bucket -> list of (change_type, row)
     log_start: dict = field(default_factory=dict)   # bucket -> first retained offset
+    partition_id: int | None = None
+    partitions: dict = field(default_factory=dict)  # partition name -> FakeTable
 
 
 class FakeCluster:
@@ -55,7 +60,7 @@ class FakeCluster:
     def __init__(self, clock: Clock | None = None, leases: bool = True,
                  lease_renewal: Literal["renew", "reacquire"] = "renew", page_rows: int = 3,
                  snapshot_read: Literal["scan_session", "files"] = "scan_session",
-                 live_kv_scan: bool = True):
+                 live_kv_scan: bool = True, partition_admin: bool = True):
         self.clock: Clock = clock if clock is not None else FakeClock()
         self.leases_supported = leases
         self.lease_renewal: Literal["renew", "reacquire"] = lease_renewal
@@ -71,29 +76,47 @@ class FakeCluster:
         self._next_id = 100
         self.snapshot_read: Literal["scan_session", "files"] = snapshot_read
         self.live_kv_scan = live_kv_scan
+        #: Whether it lists partitions to the client (a cluster that does not: Apache Fluss).
+        self.partition_admin = partition_admin
         #: scanner id -> the rows not served yet, of every open live scan.
         self.live_sessions: dict[str, list[dict]] = {}
 
     # -- setup helpers --------------------------------------------------------------------
     def add_table(self, name, schema="id BIGINT, v STRING", pk=("id",), buckets=2,
-                  partition_keys=()) -> FakeTable:
+                  partition_keys=(), properties=None) -> FakeTable:
         from fluss_spark.protocol.types import parse_schema
         self._next_id += 1
         info = TableInfo(self._next_id, name, parse_schema(schema), tuple(pk), tuple(pk), buckets,
-                         partition_keys=tuple(partition_keys))
-        t = FakeTable(info, {b: {} for b in range(buckets)}, {b: [] for b in range(buckets)},
-                      {b: 0 for b in range(buckets)})
+                         properties=dict(properties or {}), partition_keys=tuple(partition_keys))
+        t = FakeTable(info, *_empty_buckets(buckets))
         self.tables[name] = t
         return t
 
-    def add_snapshot(self, name, bucket, snapshot_id, rows, log_offset):
-        self.tables[name].snapshots[bucket][snapshot_id] = (list(rows), log_offset)
+    def add_partition(self, name, partition: str) -> FakeTable:
+        """Create the partition ``partition`` (a name: ``2026-11-25``) of table ``name``."""
+        t = self.tables[name]
+        if partition in t.partitions:
+            raise PartitionAlreadyExist(f"partition {partition} of table {name} already exists")
+        self._next_id += 1
+        part = FakeTable(t.info, *_empty_buckets(t.info.num_buckets), partition_id=self._next_id)
+        t.partitions[partition] = part
+        return part
 
-    def remove_snapshot(self, name, bucket, snapshot_id):
-        del self.tables[name].snapshots[bucket][snapshot_id]
+    def remove_partition(self, name, partition: str) -> None:
+        """Drop the partition ``partition`` with its data and its lease pins (as the coordinator
+        does, whether by hand or by retention)."""
+        pid = self.tables[name].partitions.pop(partition).partition_id
+        for lease in self.leases.values():
+            lease.get("partition_pins", {}).get(self.tables[name].info.table_id, {}).pop(pid, None)
 
-    def append_log(self, name, bucket, records):
-        self.tables[name].log[bucket].extend(records)
+    def add_snapshot(self, name, bucket, snapshot_id, rows, log_offset, partition=None):
+        self._unit(name, partition).snapshots[bucket][snapshot_id] = (list(rows), log_offset)
+
+    def remove_snapshot(self, name, bucket, snapshot_id, partition=None):
+        del self._unit(name, partition).snapshots[bucket][snapshot_id]
+
+    def append_log(self, name, bucket, records, partition=None):
+        self._unit(name, partition).log[bucket].extend(records)
 
     def lose_live_scans(self) -> int:
         """End every open live scan session; returns how many there were."""
@@ -109,6 +132,24 @@ class FakeCluster:
         if name not in self.tables:
             raise TableNotExist(name)
         return self.tables[name]
+
+    def _unit(self, name: str, partition: str | None) -> FakeTable:
+        """The buckets a read addresses: the table's, or (by name or spec) its partition's."""
+        t = self._table(name)
+        if not t.info.partitioned:
+            if partition is not None:
+                raise TableNotPartitioned(f"table {t.info.name} is not partitioned; drop the "
+                                          f"partition {partition!r}")
+            return t
+        if partition is None:
+            raise ConfigError(f"table {t.info.name} is partitioned: name a partition")
+        if "=" in partition:
+            partition = partition_name(resolve(t.info.name, t.info.partition_keys,
+                                               parse_spec(partition)))
+        if partition not in t.partitions:
+            raise PartitionNotExist(f"partition {partition} of table {t.info.name} does not "
+                                    f"exist")
+        return t.partitions[partition]
 
     def _by_id(self, tid) -> FakeTable | None:
         return next((t for t in self.tables.values() if t.info.table_id == tid), None)
@@ -132,14 +173,44 @@ class FakeCluster:
         return Capabilities(leases=self.leases_supported, lease_renewal=self.lease_renewal,
                             snapshot_read=self.snapshot_read, live_kv_scan=self.live_kv_scan,
                             lease_describe=self.leases_supported, lease_listing=False,
-                            snapshot_trigger=False, scan_sessions=False)
+                            snapshot_trigger=False, scan_sessions=False,
+                            partition_admin=self.partition_admin)
 
     def close(self) -> None:
         self.closes += 1      # stays usable: tests share one fake between "connections"
 
     def get_table(self, name: str) -> TableInfo:
         self.calls.append(("get_table", name))
-        return self._table(name).info
+        t = self._table(name)
+        if not t.info.partitioned:
+            return t.info
+        return replace(t.info, partitions=tuple(
+            PartitionInfo(p.partition_id, n, {b: 0 for b in range(t.info.num_buckets)})
+            for n, p in sorted(t.partitions.items())))
+
+    # -- partitions (PartitionAdmin) ------------------------------------------------------------
+    def list_partitions(self, table: str) -> list[PartitionInfo]:
+        info = self.get_table(table)
+        if not info.partitioned:
+            raise TableNotPartitioned(f"table {table} is not partitioned")
+        return list(info.partitions)
+
+    def create_partition(self, table: str, spec: Mapping[str, str], *,
+                         ignore_if_exists: bool = False) -> PartitionInfo:
+        info = self._table(table).info
+        name = partition_name(resolve(table, info.partition_keys, dict(spec)))
+        if not (ignore_if_exists and name in self._table(table).partitions):
+            self.add_partition(table, name)
+        return next(p for p in self.list_partitions(table) if p.name == name)
+
+    def drop_partition(self, table: str, spec: Mapping[str, str], *,
+                       ignore_if_not_exists: bool = False) -> None:
+        info = self._table(table).info
+        name = partition_name(resolve(table, info.partition_keys, dict(spec)))
+        if name in self._table(table).partitions:
+            self.remove_partition(table, name)
+        elif not ignore_if_not_exists:
+            raise PartitionNotExist(f"partition {name} of table {table} does not exist")
 
     def list_tables(self) -> list[str]:
         return sorted(self.tables)
@@ -147,7 +218,6 @@ class FakeCluster:
     def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
                      spec: str = "latest", timestamp_ms: int | None = None, *,
                      partition: str | None = None) -> dict[int, int]:
-        refuse_partition(partition, table, "the fake cluster")
         # The same argument checks as the client's Admin.list_offsets, before any lookup.
         if spec not in _OFFSET_SPECS:
             raise ConfigError(f"offset spec must be one of {', '.join(_OFFSET_SPECS)}, "
@@ -155,7 +225,9 @@ class FakeCluster:
         if spec == "timestamp" and timestamp_ms is None:
             raise ConfigError("offset spec 'timestamp' needs timestamp_ms")
         self.calls.append(("list_offsets", getattr(table, "name", table), spec))
-        t = self._table(table)
+        if partition is not None:
+            self.calls.append(("list_offsets_of", getattr(table, "name", table), partition, spec))
+        t = self._unit(table, partition)
         out = {}
         for b in (buckets if buckets is not None else range(t.info.num_buckets)):
             end = len(t.log[b])
@@ -170,41 +242,54 @@ class FakeCluster:
 
     def latest_kv_snapshots(self, table: str, *,
                             partition: str | None = None) -> dict[int, SnapshotInfo]:
-        refuse_partition(partition, table, "the fake cluster")
         self.calls.append(("latest_kv_snapshots", getattr(table, "name", table)))
-        t = self._table(table)
+        t = self._unit(table, partition)
         out = {}
         for b, snaps in t.snapshots.items():
             if snaps:
                 sid = max(snaps)
                 rows, lo = snaps[sid]
-                out[b] = SnapshotInfo(t.info.table_id, b, sid, "", lo, len(rows), 0, 0)
+                out[b] = SnapshotInfo(t.info.table_id, b, sid, "", lo, len(rows), 0, 0,
+                                      partition_id=t.partition_id)
         return out
 
     # -- leases -----------------------------------------------------------------------------
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
-                                  holder: str | None = None) -> dict[int, dict[int, int]]:
+                                  holder: str | None = None, *,
+                                  partitions: Mapping[int, Mapping[int, Mapping[int, int]]]
+                                  | None = None) -> dict[int, dict[int, int]]:
+        """``partitions``: pins of partitions ``{table_id: {partition_id: {bucket: id}}}``; the
+        answer's ``partitions`` attribute holds those not granted, in that shape."""
         self._lease_api()
         check_lease_id(lease_id)
         duration_ms = _check_duration(duration_ms)
         if holder is not None:
             _check_holder(holder)
         self.calls.append(("acquire", lease_id, {t: dict(p) for t, p in tables.items()}, holder))
+        partitions = {t: {p: dict(bs) for p, bs in ps.items()}
+                      for t, ps in (partitions or {}).items()}
+        if partitions:
+            self.calls.append(("acquire_partitions", lease_id, partitions, holder))
         self._expire()
         now = self._now_ms()
         current = self.leases.get(lease_id)
         pins = {t: dict(p) for t, p in current["pins"].items()} if current else {}
+        part_pins = ({t: {p: dict(bs) for p, bs in ps.items()}
+                      for t, ps in current.get("partition_pins", {}).items()} if current else {})
         holders = dict(current["holders"]) if current else {}
+
+        def pinned(tid: int) -> bool:
+            return bool(pins.get(tid)) or any(part_pins.get(tid, {}).values())
         if holder is not None:
-            for tid in tables:
+            for tid in {*tables, *partitions}:
                 other = holders.get(tid)
-                if pins.get(tid) and other is not None and other != holder:
+                if pinned(tid) and other is not None and other != holder:
                     raise LeaseHeldByOther(
                         f"KV snapshot lease {lease_id!r} pins table id {tid} for holder "
                         f"{other!r}, not {holder!r}; another query uses the same lease id. Fix: "
                         f"use a distinct scan.kv.snapshot.lease.id, or, if the other query is "
                         f"gone, drop the lease (`fluss-spark lease drop {lease_id}`)")
-        unavailable: dict[int, dict[int, int]] = {}
+        unavailable = _Unavailable()
         for tid, wanted in tables.items():
             t = self._by_id(tid)
             for b, sid in wanted.items():
@@ -214,12 +299,24 @@ class FakeCluster:
                     pins.setdefault(tid, {})[b] = sid
                 else:
                     unavailable.setdefault(tid, {})[b] = sid
+        for tid, by_partition in partitions.items():
+            t = self._by_id(tid)
+            for pid, wanted in by_partition.items():
+                part = next((p for p in (t.partitions.values() if t else ())
+                             if p.partition_id == pid), None)
+                for b, sid in wanted.items():
+                    if part is not None and sid in part.snapshots.get(b, {}):
+                        part_pins.setdefault(tid, {}).setdefault(pid, {})[b] = sid
+                    else:
+                        unavailable.partitions.setdefault(tid, {}).setdefault(pid, {})[b] = sid
         pins = {t: p for t, p in pins.items() if p}
+        part_pins = {t: {p: bs for p, bs in ps.items() if bs} for t, ps in part_pins.items()}
+        part_pins = {t: ps for t, ps in part_pins.items() if ps}
         if holder is not None:
-            holders.update((t, holder) for t in tables if t in pins)
+            holders.update((t, holder) for t in {*tables, *partitions} if pinned(t))
         # Kept even with no pins, as the coordinator does; holders go with their table's pins.
-        self.leases[lease_id] = {"pins": pins,
-                                 "holders": {t: h for t, h in holders.items() if t in pins},
+        self.leases[lease_id] = {"pins": pins, "partition_pins": part_pins,
+                                 "holders": {t: h for t, h in holders.items() if pinned(t)},
                                  "created": current["created"] if current else now,
                                  "expires": now + duration_ms}
         return unavailable
@@ -237,7 +334,10 @@ class FakeCluster:
         self.leases[lease_id]["expires"] = self._now_ms() + duration_ms
         return self.leases[lease_id]["expires"]
 
-    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]], *,
+                                  partitions: Mapping[int, Mapping[int, Iterable[int]]]
+                                  | None = None) -> int:
+        """A table's buckets release them in the table and in every one of its partitions."""
         self._lease_api()
         check_lease_id(lease_id)
         self.calls.append(("release", lease_id, {t: list(b) for t, b in tables.items()}))
@@ -245,15 +345,27 @@ class FakeCluster:
         lease = self.leases.get(lease_id)
         if lease is None:
             return 0
-        pins = lease["pins"]
+        pins, part_pins = lease["pins"], lease.setdefault("partition_pins", {})
         removed = False
         for tid, buckets in tables.items():
             for b in buckets:
                 removed |= pins.get(tid, {}).pop(b, None) is not None
+                for by_bucket in part_pins.get(tid, {}).values():
+                    removed |= by_bucket.pop(b, None) is not None
+        for tid, by_partition in (partitions or {}).items():
+            for pid, buckets in by_partition.items():
+                for b in buckets:
+                    removed |= part_pins.get(tid, {}).get(pid, {}).pop(b, None) is not None
+        for tid in list({*pins, *part_pins}):
+            part_pins[tid] = {p: bs for p, bs in part_pins.get(tid, {}).items() if bs}
+            if not part_pins[tid]:
+                del part_pins[tid]
             if tid in pins and not pins[tid]:
                 del pins[tid]
+            if tid not in pins and tid not in part_pins:
                 lease["holders"].pop(tid, None)
-        remaining = sum(len(p) for p in pins.values())
+        remaining = (sum(len(p) for p in pins.values())
+                     + sum(len(bs) for ps in part_pins.values() for bs in ps.values()))
         if removed and not remaining:
             del self.leases[lease_id]
         return remaining
@@ -289,8 +401,7 @@ class FakeCluster:
     def read_log(self, table: str, bucket: int, start: int, end: int,
                  projection: list[str] | None = None, *,
                  partition: str | None = None) -> Iterator[pa.RecordBatch]:
-        refuse_partition(partition, table, "the fake cluster")
-        t = self._table(table)
+        t = self._unit(table, partition)
         self.projections.append(("log", projection))
         schema = t.info.changelog_schema(projection)
 
@@ -310,8 +421,7 @@ class FakeCluster:
                       limit: int | None = None, projection: list[str] | None = None,
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
                       partition: str | None = None) -> RecordBatchStream:
-        refuse_partition(partition, table, "the fake cluster")
-        t = self._table(table)
+        t = self._unit(table, partition)
 
         def batches() -> Generator[pa.RecordBatch, None, None]:
             if snapshot_id not in t.snapshots[bucket]:
@@ -389,6 +499,24 @@ class FakeCluster:
         return batches()
 
 
+class _Unavailable(dict):
+    """Pins not granted: ``{table_id: {bucket: snapshot_id}}`` and, in ``partitions``,
+    ``{table_id: {partition_id: {bucket: snapshot_id}}}``; false when both are empty."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.partitions: dict[int, dict[int, dict[int, int]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(len(self) or self.partitions)
+
+
+def _empty_buckets(buckets: int) -> tuple[dict, dict, dict]:
+    """No snapshots, an empty changelog and log start 0 for each of ``buckets`` buckets."""
+    return ({b: {} for b in range(buckets)}, {b: [] for b in range(buckets)},
+            {b: 0 for b in range(buckets)})
+
+
 def _check_duration(duration_ms) -> int:
     # The client sends int(duration_ms); the coordinator refuses anything not positive.
     duration_ms = int(duration_ms)
@@ -407,3 +535,4 @@ def _check_holder(holder) -> None:
 
 #: The type checker holds this implementation to the interface: mypy names any method that differs.
 _IMPLEMENTS_CLUSTER: type[Cluster] = FakeCluster
+_IMPLEMENTS_PARTITION_ADMIN: type[PartitionAdmin] = FakeCluster

@@ -145,14 +145,19 @@ def test_commit_releases_each_table_once_and_lease_goes(cluster, clock):
 
 
 def test_max_rows_spread_fairly():
-    alloc = spread({(1, 0): 100, (1, 1): 3, (1, 2): 100}, 50)
-    assert (alloc == {(1, 0): 24, (1, 1): 3, (1, 2): 23}
-            or alloc == {(1, 0): 23, (1, 1): 3, (1, 2): 24})
+    def k(b, pid=None):
+        return ((1, pid), b)
+    alloc = spread({k(0): 100, k(1): 3, k(2): 100}, 50)
+    assert (alloc == {k(0): 24, k(1): 3, k(2): 23}
+            or alloc == {k(0): 23, k(1): 3, k(2): 24})
     assert sum(alloc.values()) == 50
-    assert spread({(1, 0): 5, (1, 1): 5}, 100) == {(1, 0): 5, (1, 1): 5}
-    small = spread({(1, b): 10 for b in range(5)}, 3)
+    assert spread({k(0): 5, k(1): 5}, 100) == {k(0): 5, k(1): 5}
+    small = spread({k(b): 10 for b in range(5)}, 3)
     assert sum(small.values()) == 3 and max(small.values()) == 1
-    assert spread({(1, 0): 0}, 10) == {(1, 0): 0}
+    assert spread({k(0): 0}, 10) == {k(0): 0}
+    # Partitions' buckets are buckets of their own in the same fair share.
+    parts = spread({k(0, 7): 100, k(1, 7): 100, k(0, 9): 100, k(1, 9): 1}, 31)
+    assert parts == {k(0, 7): 10, k(1, 7): 10, k(0, 9): 10, k(1, 9): 1}
 
 
 def test_unavailable_snapshot_is_listed_again_and_reacquired(pk, clock):

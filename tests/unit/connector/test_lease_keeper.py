@@ -46,7 +46,7 @@ def test_lost_lease(clock):
 
 def test_without_a_renew_call_the_held_pins_are_acquired_again(clock):
     cluster, tid = leased(clock, lease_renewal="reacquire")
-    held = {tid: {0: 3, 1: 1}}
+    held = {(tid, None): {0: 3, 1: 1}}
     k = LeaseKeeper(cluster, "L", 30_000, clock=clock, pins=lambda: held, holder="q")
     clock.advance(10_000)
     before = cluster.leases["L"]["expires"]
@@ -59,7 +59,7 @@ def test_without_a_renew_call_the_held_pins_are_acquired_again(clock):
 
 def test_without_a_renew_call_a_lapsed_lease_whose_snapshot_is_gone_is_lost(clock):
     cluster, tid = leased(clock, lease_renewal="reacquire")
-    k = LeaseKeeper(cluster, "L", 30_000, clock=clock, pins=lambda: {tid: {0: 3, 1: 1}},
+    k = LeaseKeeper(cluster, "L", 30_000, clock=clock, pins=lambda: {(tid, None): {0: 3, 1: 1}},
                     holder="q")
     clock.advance(40_000)
     cluster.remove_snapshot("db.pk", 0, 3)    # retention, once the lease had expired
@@ -76,7 +76,7 @@ def test_the_session_reacquires_what_it_holds_and_nothing_it_released(clock):
     session = LeaseSession(options, lambda: cluster, lambda: cluster, clock=clock,
                            renew_in_thread=False)
     session.bind("L", "q")
-    assert session.acquire({tid: {0: 3, 1: 1}, other: {0: 7}}, {}) == {}
+    assert session.acquire({(tid, None): {0: 3, 1: 1}, (other, None): {0: 7}}, {}) == {}
     assert session.release(tid, [0, 1], "db.pk")
     clock.advance(30_000)
     session.tick()

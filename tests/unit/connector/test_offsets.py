@@ -90,7 +90,7 @@ def test_malformed_query_identity_rejected(query, needle):
     ({"topic": {"0": 5}}, "not a fluss source offset"),
     ([1, 2], "not a fluss source offset"),
     ({"version": "1", "lease_id": "x", "tables": {}}, "not a number"),
-    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2, 3, 4]"),
+    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2, 3, 4, 5]"),
     ({"version": 1, "tables": {}}, "lease_id"),
     ({"version": 1, "lease_id": "x"}, "'tables'"),
     ({"version": 1, "lease_id": "x", "tables": {"a": {"name": "t"}}}, "table id key 'a'"),
@@ -121,3 +121,81 @@ def test_rows_between_replaced_snapshot_counts_from_zero():
     end = SourceOffset("l", {3: TablePos("db.a", {10: SnapshotPos(6, 40, 15, 80)}, {10: 80})})
     start = SourceOffset("l", {3: TablePos("db.a", {10: SnapshotPos(4, 100, 30, 55)}, {10: 55})})
     assert rows_between(start, end) == {3: 15}
+
+
+QUERY = QueryIdentity("h1", "full", None, "single")
+#: db.p partitioned by dt: partition 7 in its snapshot phase, partition 9 on its changelog.
+PARTITIONED = SourceOffset("lease-1", {
+    3: TablePos("db.a", {}, {0: 4}),
+    5: TablePos("db.p", partition_keys=("dt",), gone=(1, 12), partitions={
+        9: TablePos("2026-11-25", {}, {0: 3, 1: 0}),
+        7: TablePos("2026-11-24", {0: SnapshotPos(11, 40, 10, 6)}, {0: 6, 1: 2}),
+    }),
+}, QUERY)
+
+
+def test_version_5_holds_positions_per_partition():
+    d = PARTITIONED.to_json()
+    assert d["version"] == 5 and list(d["tables"]) == ["3", "5"]
+    assert d["tables"]["3"] == {"name": "db.a", "snapshot": {}, "log": {"0": 4}}
+    p = d["tables"]["5"]
+    assert list(p) == ["name", "partition_keys", "partitions", "gone"]
+    assert p["partition_keys"] == ["dt"] and list(p["partitions"]) == ["7", "9"]
+    assert p["partitions"]["7"] == {"name": "2026-11-24", "snapshot": {"0": [11, 40, 10, 6]},
+                                    "log": {"0": 6, "1": 2}}
+    assert p["gone"] == {"partitions": 1, "unread": 12}
+    back = decode(json.dumps(d))
+    assert back == PARTITIONED and json.dumps(back.to_json()) == json.dumps(d)
+    assert list(back.units()) == [(3, None), (5, 7), (5, 9)]
+    assert back.partition_name((5, 9)) == "2026-11-25" and back.partition_name((3, None)) is None
+    assert back.where((5, 7)) == "table 'db.p' partition dt=2026-11-24"
+    assert not back.tables[5].snapshot_complete and back.tables[5].has_snapshot
+
+
+def test_version_5_first_batch_start_and_unit_changes():
+    start = PARTITIONED.with_units({}, drop=[(5, 9)])
+    first = PARTITIONED.with_origin(start)
+    d = first.to_json()
+    assert d["origin"] == {"3": {"0": 4}, "5": {"partitions": {"7": {"0": 6, "1": 2}}}}
+    back = decode(json.dumps(d))
+    assert back == first
+    begin = back.first_batch_start()
+    assert begin.tables[5].partitions[7].snapshot == {0: SnapshotPos(11, 40, 0, 6)}
+    # A partition the batch added (9) starts where the end offset has it: nothing read of it.
+    assert begin.tables[5].partitions[9].log == {0: 3, 1: 0}
+    added = PARTITIONED.with_units({(5, 12): TablePos("2026-11-26", {}, {0: 0, 1: 0})})
+    assert list(added.tables[5].partitions) == [7, 9, 12]
+    assert rows_between(PARTITIONED, added) == {3: 0, 5: 0}
+
+
+def test_versions_1_to_4_still_decode_and_resume():
+    v1 = {"version": 1, "lease_id": "L",
+          "tables": {"3": {"name": "db.a", "snapshot": {"0": [9, 10, 4, 20]}, "log": {"0": 20}}}}
+    q = {"holder": "h", "startup_mode": "full", "startup_timestamp_ms": None, "layout": "single"}
+    v2 = {"version": 2, "lease_id": "L", "query": q, "tables": v1["tables"]}
+    v3 = {"version": 3, "lease_id": "L", "query": q, "tables": {"3": {
+        **v1["tables"]["3"], "live": {"0": 25}}}}
+    v4 = {**v2, "version": 4, "origin": {"3": {"0": 20}}}
+    for old in (v1, v2, v3, v4):
+        back = decode(json.dumps(old))
+        assert back.to_json() == old, old["version"]      # written as it was read
+        assert list(back.units()) == [(3, None)] and not back.tables[3].partitioned
+    assert decode(v4).first_batch_start().tables[3].snapshot[0].next_row == 0
+
+
+@pytest.mark.parametrize("table, needle", [
+    ({"name": "db.p", "partitions": {}}, "no 'partition_keys'"),
+    ({"name": "db.p", "partition_keys": ["dt"], "partitions": []}, "malformed 'partitions'"),
+    ({"name": "db.p", "partition_keys": ["dt"], "partitions": {"x": {"name": "a"}}},
+     "partition id key 'x'"),
+    ({"name": "db.p", "partition_keys": ["dt"], "partitions": {"7": {"log": {}}}}, "no name"),
+    ({"name": "db.p", "partition_keys": ["dt"], "partitions": {}, "gone": {"partitions": -1}},
+     "malformed 'gone'"),
+    ({"name": "db.p", "partition_keys": ["dt"],
+      "partitions": {"7": {"name": "a", "log": {"0": -2}}}}, "partition 'a' bucket 0"),
+])
+def test_malformed_version_5_rejected(table, needle):
+    bad = {"version": 5, "lease_id": "L", "query": QUERY.to_json(), "tables": {"5": table}}
+    with pytest.raises(OffsetError) as e:
+        decode(bad)
+    assert needle in str(e.value) and "checkpointLocation" in str(e.value)

@@ -10,6 +10,7 @@ from fluss_spark.connector.source import (FlussStreamReader, check_read_columns,
                                           plan_batch, resolve_table_names, table_names)
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
 from fluss_spark.errors import ConfigError, TableNotExist, UnsupportedVersion
+from fluss_spark.testing.fake_cluster import FakeCluster
 
 
 def opts(**kw):
@@ -103,12 +104,13 @@ def test_columns_option_and_a_different_user_schema_are_refused(cluster):
         FlussStreamReader(opts(table="db.t", columns="id"), schema)
 
 
-def test_a_partitioned_table_is_refused_at_query_start(cluster):
+def test_a_partitioned_table_is_refused_where_partitions_cannot_be_listed(clock):
+    cluster = FakeCluster(clock, partition_admin=False)
     cluster.add_table("db.p", schema="id BIGINT, dt STRING, v STRING", pk=("id", "dt"),
                       partition_keys=("dt",))
     o = opts(table="db.p")
-    refused = (r"table db.p is partitioned \(by dt\); partitions are not supported by the "
-               r"Spark source yet")
+    refused = (r"table db.p is partitioned \(by dt\); the cluster at h:1 does not list "
+               r"partitions to this client yet, so the Spark source cannot read it")
     with pytest.raises(UnsupportedVersion, match=refused):
         infer_schema(cluster, o)
     with pytest.raises(UnsupportedVersion, match=refused):
@@ -116,3 +118,8 @@ def test_a_partitioned_table_is_refused_at_query_start(cluster):
     with pytest.raises(UnsupportedVersion, match=refused):
         plan_batch(cluster, o, ["db.p"])
     assert cluster.calls_of("acquire") == []
+    # Live KV scans address tables only: asked for by option, a partitioned table is refused.
+    cluster.partition_admin = True
+    live = opts(table="db.p", **{"scan.kv.read": "live"})
+    with pytest.raises(ConfigError, match="scan.kv.read=live: table db.p is partitioned"):
+        Enumerator(live, ["db.p"], lambda: cluster, renew_in_thread=False).initial_offset()
