@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from fluss_spark.client import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, Pins, RecordBatchStream,
-                                        refuse_partition)
+                                        LiveScanStart, PartitionPins, Pins, RecordBatchStream,
+                                        Unavailable, refuse_partition, refuse_partition_pins)
 from fluss_spark.clock import Clock
 from fluss_spark.testing.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
@@ -183,8 +183,10 @@ class FakeCluster:
 
     # -- leases -----------------------------------------------------------------------------
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
-                                  holder: str | None = None) -> dict[int, dict[int, int]]:
+                                  holder: str | None = None, *,
+                                  partitions: PartitionPins | None = None) -> Unavailable:
         self._lease_api()
+        refuse_partition_pins(partitions, "the fake cluster")
         check_lease_id(lease_id)
         duration_ms = _check_duration(duration_ms)
         if holder is not None:
@@ -222,7 +224,7 @@ class FakeCluster:
                                  "holders": {t: h for t, h in holders.items() if t in pins},
                                  "created": current["created"] if current else now,
                                  "expires": now + duration_ms}
-        return unavailable
+        return Unavailable(unavailable)
 
     def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
         self._lease_api()
@@ -237,8 +239,11 @@ class FakeCluster:
         self.leases[lease_id]["expires"] = self._now_ms() + duration_ms
         return self.leases[lease_id]["expires"]
 
-    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]], *,
+                                  partitions: Mapping[int, Mapping[int, Iterable[int]]] | None
+                                  = None) -> int:
         self._lease_api()
+        refuse_partition_pins(partitions, "the fake cluster")
         check_lease_id(lease_id)
         self.calls.append(("release", lease_id, {t: list(b) for t, b in tables.items()}))
         self._expire()
