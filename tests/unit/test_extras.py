@@ -95,3 +95,12 @@ def test_base_modules_import_and_cli_runs_without_the_extras(tmp_path):
     ]
     assert not (tmp_path / "c").exists()
 
+
+def test_the_readme_lists_the_base_packages_for_a_managed_spark_runtime():
+    # A runtime whose pyspark pip cannot see installs --no-deps plus this line: every base
+    # requirement but pyspark, as setup.cfg states it.
+    lines = _setup_cfg()["options"]["install_requires"].splitlines()
+    base = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+    readme = (ROOT / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith('pip install "pyarrow'))
+    assert re.findall(r'"([^"]+)"', line) == [r for r in base if not r.startswith("pyspark")]
