@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # Set up everything this project needs on a fresh Debian machine, then run one task.
 #   ./dev.sh demo    install, then run the quickstart job (local cluster + Spark streaming read)
-#   ./dev.sh test    install, then type-check (mypy), lint (ruff) and run the test suite (CI's run:
-#                    everything but the tests marked extended)
+#   ./dev.sh test    install, then type-check (mypy), lint (ruff), check the wheel in a clean
+#                    virtualenv (.ci/wheel_check.py) and run the test suite (CI's run: everything
+#                    but the tests marked extended)
 #   ./dev.sh test-all  the same with the extended tests (more kill points and replays, ~6 min more)
 #   ./dev.sh check   install, then mypy, ruff and the unit tests (tests/unit), stopping at the
 #                    first failure: the developer's loop, under 2 minutes
 #   ./dev.sh typecheck  install, then run mypy (configured in setup.cfg, section [mypy])
-#   ./dev.sh fluss-jars  install, then fetch the Apache Fluss server jars (Maven) into .cache/
+#   ./dev.sh fluss-jars  install, then fetch the jars the local clusters and the tests run (Apache
+#                    Fluss, ZooKeeper, Iceberg's Spark runtime) from Maven Central into the cache
+#   ./dev.sh wheel-check  install, then only the wheel check of ./dev.sh test
 #   ./dev.sh install install only
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${VENV:-.venv}
 
+# Java is the only system package: ZooKeeper's and Apache Fluss's jars are pinned and fetched
+# over HTTPS by the package itself (fluss_spark/local/maven.py), no Maven needed. They go to the
+# per-user cache (~/.cache/fluss-spark, or $FLUSS_SPARK_CACHE), which every checkout of this
+# machine and CI's fresh clones share, so CI does not download them again on each run.
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
-# Maven fetches the Apache Fluss jars the real-cluster tests run (fluss_spark/local/apache_fluss_jars.py).
-command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
-[ -f /usr/share/java/zookeeper.jar ] || [ -n "${ZOOKEEPER_HOME:-}" ] || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "Installing ${need_apt[*]} with apt-get"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -43,7 +47,7 @@ if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, mypy, ruff' >/d
     echo "error: installing the Python packages failed; see $VENV/install.log" >&2
     exit 1
   fi
-  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss, mypy, ruff, fluss'
+  "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss, mypy, ruff, fluss, pyiceberg, google_crc32c, platformdirs'
   touch "$VENV/.installed"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
@@ -59,6 +63,7 @@ lint() {
 }
 
 fluss_jars() {
+  python -m fluss_spark.local.zookeeper_jars
   python -m fluss_spark.local.apache_fluss_jars
   # Iceberg's Spark runtime: the tests read the tiered lake through it.
   python -m fluss_spark.local.iceberg_jars
@@ -72,14 +77,18 @@ case "${1:-}" in
            typecheck          # a type error fails the run (and CI) before any test
            lint               # so does a lint finding
            fluss_jars >/dev/null   # the real Apache Fluss cluster of the tests runs these jars
-           # The 20 slowest tests close the report: the place to look when CI time grows.
-           exec python -m pytest --durations=20 "${select[@]}" "$@" ;;
+           # Three groups, two of them at once, and the check of the package as a user installs it
+           # (.ci/wheel_check.py, beside the Spark tests): tests/suite.py. Each group closes its
+           # report with its 20 slowest tests: the place to look when CI time grows.
+           exec python tests/suite.py "${select[@]}" "$@" ;;
   check)   shift
            typecheck
            lint
            exec python -m pytest -q -x tests/unit "$@" ;;
   fluss-jars) shift; fluss_jars ;;
+  wheel-check) shift; exec python .ci/wheel_check.py ;;
   typecheck) shift; typecheck ;;
   install) echo "Installed: $(python -c 'import fluss_spark; print(fluss_spark.__version__)')" ;;
-  *) echo "usage: ./dev.sh demo|test|test-all|check|typecheck|fluss-jars|install" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh demo|test|test-all|check|typecheck|fluss-jars|wheel-check|install" >&2
+     exit 2 ;;
 esac

@@ -9,6 +9,10 @@ machine's speed cancels out) and its median printed. The bench scripts check the
     git worktree add /tmp/base <commit before the change>
     .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench write_fetch --rounds 6
     .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench scan --rounds 8
+    .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench scan_cpu --rounds 4
+
+``scan_cpu`` compares CPU time, which a machine busy with other work disturbs far less than
+wall time.
 """
 
 from __future__ import annotations
@@ -33,11 +37,19 @@ BENCHES = {
                                r"(?P<rate>[\d,]+) rows/s", re.M)),
     "scan": ("bench/bench_scan.py", ["--rows", "1500000", "--repeat", "1"],
              re.compile(r"^(?P<name>\d+ sessions? \d+MB|direct file)\s+(?P<rate>[\d.]+)\s", re.M)),
+    # Rows per CPU-second (reader + tablet) and per wall second; this checkout's copy of the
+    # script runs against both trees (it uses only APIs both have).
+    "scan_cpu": ("bench/bench_scan_cpu.py", ["--rows", "1500000", "--scans", "10"],
+                 re.compile(r"^(?P<name>scan \d+MB)\s+wall\s+(?P<wall>[\d,]+) rows/s\s+"
+                            r"cpu\s+(?P<rate>[\d,]+) rows/cpu-s", re.M)),
 }
+#: Benches whose script is taken from this checkout for both trees.
+OWN_SCRIPT = {"scan_cpu"}
 
 
 def run(tree: Path, script: str, args: list[str], pattern: re.Pattern[str]) -> dict[str, float]:
-    """One run of the bench in checkout ``tree``: workload -> rows/s."""
+    """One run of the bench in checkout ``tree`` (``script`` relative to it, or absolute):
+    workload -> rows/s."""
     out = subprocess.run([sys.executable, script, *args], cwd=tree, capture_output=True,
                          text=True, timeout=900,
                          env={**os.environ, "PYTHONPATH": str(tree)})
@@ -47,6 +59,8 @@ def run(tree: Path, script: str, args: list[str], pattern: re.Pattern[str]) -> d
     for m in pattern.finditer(out.stdout):
         name = m["name"] + (f" ({m['path']})" if "path" in m.groupdict() else "")
         rates[name] = float(m["rate"].replace(",", ""))
+        if "wall" in m.groupdict():
+            rates[name + " (wall)"] = float(m["wall"].replace(",", ""))
     if not rates:
         sys.exit(f"no rates found in the output of {script} in {tree}:\n{out.stdout[-2000:]}")
     return rates
@@ -58,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bench", choices=sorted(BENCHES), default="write_fetch")
     a = p.parse_args(argv)
     script, args, pattern = BENCHES[a.bench]
+    if a.bench in OWN_SCRIPT:
+        script = str(ROOT / script)
     ratios: dict[str, list[float]] = defaultdict(list)
     for r in range(a.rounds):
         order = [ROOT, a.baseline] if r % 2 == 0 else [a.baseline, ROOT]

@@ -1,6 +1,8 @@
 """A single-node Apache Kafka broker (KRaft, broker and controller in one JVM) on loopback, and
 the jars of Spark's Kafka source, both fetched from Maven Central by Maven and cached under
-``.cache/kafka/`` (``$FLUSS_SPARK_CACHE/kafka/``), for the benchmarks in this folder.
+``kafka/`` of the cache (``fluss_spark.local.cache``: ``$FLUSS_SPARK_CACHE``, else the user's
+cache directory), for the benchmarks in this folder. Unlike the package's pinned jar sets, these
+resolve a dependency tree, so they need Maven.
 
 - broker: ``org.apache.kafka:kafka_2.13`` and its runtime dependency tree, with the log binding
   Kafka's distribution ships (``slf4j-reload4j``);
@@ -29,7 +31,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from fluss_spark.local.maven import DEPENDENCY_PLUGIN, cache_root
+from fluss_spark.local.cache import cache_root
 from fluss_spark.local.ports import free_port, wait_until
 from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
 from fluss_spark.local.zookeeper import java_binary
@@ -40,6 +42,8 @@ KAFKA_VERSION = "3.9.2"
 #: there); it runs inside pyspark 4.3.0.
 SPARK_KAFKA_VERSION = "4.2.0"
 COMMONS_POOL2_VERSION = "2.13.1"
+#: Pinned, so that a fetch does the same thing on every machine.
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 #: slf4j-reload4j is the log binding of Kafka's own distribution (the pom leaves it out).
 BROKER = [("org.apache.kafka", "kafka_2.13", KAFKA_VERSION),
@@ -74,7 +78,8 @@ def _pom(artifacts: list[tuple[str, str, str]], transitive: bool) -> str:
 def _fetch(name: str, artifacts: list[tuple[str, str, str]], transitive: bool,
            timeout_s: float = 1800.0) -> list[Path]:
     """The jars of ``artifacts`` (with their runtime dependencies when ``transitive``) in
-    ``.cache/kafka/<name>/``, fetched once with Maven (strict checksums); later calls only look."""
+    ``kafka/<name>/`` of the cache, fetched once with Maven (strict checksums); later calls only
+    look."""
     lib = cache_root() / "kafka" / name
     done = lib / _COMPLETE
     wanted_line = " ".join(":".join(c) for c in artifacts)

@@ -21,6 +21,7 @@
     │   ├── ConnectionRefused       (1009, a NetworkError) nothing listens at the address
     │   └── ClusterUnreachable      (1010) every server refused connections: cluster down
     └── ConfigError                 bad option or argument, raised before any I/O
+        └── MissingExtra            an optional dependency is not installed
 
 Codes that Apache Fluss also has keep Fluss's number; codes of our own start at 1000.
 Retry loops read ``retriable`` / ``refresh_metadata``; they never parse messages.
@@ -28,6 +29,7 @@ Retry loops read ``retriable`` / ``refresh_metadata``; they never parse messages
 
 from __future__ import annotations
 
+import importlib.util
 
 _REGISTRY: dict[int, type[ApiError]] = {}
 
@@ -38,6 +40,28 @@ class FlussError(Exception):
 
 class ConfigError(FlussError, ValueError):
     """An option, argument or file is invalid; raised before anything is sent."""
+
+
+#: Import names of the optional dependencies -> the extra of setup.cfg that installs them
+#: (tests/unit/test_extras.py checks it against setup.cfg).
+EXTRAS = {"kazoo": "server", "pyiceberg": "tiering"}
+
+
+class MissingExtra(ConfigError):
+    """An optional dependency is not installed; the message names the extra that installs it."""
+
+    def __init__(self, module: str, needed_by: str):
+        self.module = module.split(".")[0]
+        self.extra = EXTRAS.get(self.module)
+        how = (f"pip install 'fluss-spark[{self.extra}]'" if self.extra
+               else f"pip install {self.module}")
+        super().__init__(f"{self.module} is not installed ({needed_by} need it): {how}")
+
+    @classmethod
+    def check(cls, module: str, needed_by: str) -> None:
+        """Raise when ``module`` cannot be imported."""
+        if importlib.util.find_spec(module) is None:
+            raise cls(module, needed_by)
 
 
 class LiveScanLost(FlussError):

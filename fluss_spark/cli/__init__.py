@@ -15,7 +15,7 @@ from fluss_spark.cli import (acls, cluster, leases, partitions, scans, snapshots
                              tiering)
 from fluss_spark.cli.common import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, bootstrap_servers, bounded
 from fluss_spark.cli.output import _Progress, emit_json, print_table
-from fluss_spark.errors import ConfigError, FlussError
+from fluss_spark.errors import EXTRAS, ConfigError, FlussError, MissingExtra
 
 # Names other code imports from ``fluss_spark.cli``.
 __all__ = ["_Progress", "bootstrap_servers", "build_parser", "emit_json", "main", "print_table"]
@@ -78,8 +78,15 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args) or 0
     except (FlussError, TimeoutError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        kind = "" if type(e) in (FlussError, ConfigError) else f"{type(e).__name__}: "
+        kind = "" if type(e) in (FlussError, ConfigError, MissingExtra) else f"{type(e).__name__}: "
         print(f"error: {kind}{first}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as e:
+        # A command of an extra that is not installed (`tier` without [tiering]).
+        if (e.name or "").split(".")[0] not in EXTRAS:
+            raise
+        print(f"error: {MissingExtra(e.name or '', f'the {args.command} commands')}",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -24,8 +24,8 @@ def add_commands(sub, cmd) -> None:
     _dir_arg(c)
     c.add_argument("--engine", choices=ENGINES, default=None,
                    help="embedded: this project's servers; apache-fluss: a real Apache Fluss "
-                        "release from Maven Central (needs Java and Maven). Default: the engine "
-                        "of the cluster already in --dir, else embedded")
+                        "release from Maven Central (needs Java; its jars are fetched once). "
+                        "Default: the engine of the cluster already in --dir, else embedded")
     c.add_argument("--fluss-version", default=None, metavar="VERSION",
                    help="Apache Fluss release for --engine apache-fluss (default "
                         f"{DEFAULT_FLUSS_VERSION})")

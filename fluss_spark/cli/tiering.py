@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from fluss_spark.cli.common import _json, bootstrap_servers
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
-from fluss_spark.errors import ConfigError, FlussError
+from fluss_spark.errors import ConfigError, FlussError, MissingExtra
 
 
 def add_commands(sub, cmd) -> None:
@@ -48,12 +49,24 @@ def add_commands(sub, cmd) -> None:
     c = cmd(tsub, "migrate", "convert a lake of the old Parquet-manifest format into Iceberg "
             "tables (checkpoints kept: tiering continues where it stopped)", cmd_tier_migrate)
     c.add_argument("--lake", required=True, type=Path, help="the lake directory")
+    for tier_parser in tsub.choices.values():
+        tier_parser.set_defaults(func=_needs_tiering(tier_parser.get_default("func")))
     c = cmd(sub, "package", "build the --py-files zip that ships fluss_spark to Spark nodes",
             cmd_package)
     c.add_argument("--out", type=Path, default=Path("dist/fluss_spark.zip"),
                    help="zip to write (default dist/fluss_spark.zip)")
     c.add_argument("--include-server", action="store_true",
                    help="also include the server, ZooKeeper and test-cluster modules")
+
+
+def _needs_tiering(func):
+    """A tier command, refused in one line when the [tiering] extra is not installed (every tier
+    command reads or writes the lake through pyiceberg)."""
+    @functools.wraps(func)
+    def run(args) -> int:
+        MissingExtra.check("pyiceberg", "the tier commands")
+        return func(args)
+    return run
 
 
 def cmd_tier_run(args) -> int:

@@ -20,6 +20,41 @@ DEFAULT_SNAPSHOT_BATCH_BYTES = 4 << 20
 
 #: ``{table_id: {bucket: snapshot_id}}``: the snapshots a lease pins.
 Pins = Mapping[int, Mapping[int, int]]
+#: ``{table_id: {partition_id: {bucket: snapshot_id}}}``: the snapshots a lease pins in
+#: partitions of partitioned tables.
+PartitionPins = Mapping[int, Mapping[int, Mapping[int, int]]]
+
+
+class Unavailable(dict):
+    """The pins an acquire did not grant because the snapshot is not registered (any more):
+    the dict ``{table_id: {bucket: snapshot_id}}`` of tables' own pins, and ``partitions``
+    ``{table_id: {partition_id: {bucket: snapshot_id}}}`` of partitions' pins. It is empty
+    (false), and equal to ``{}``, only when both are."""
+
+    def __init__(self, tables: Pins | None = None, partitions: PartitionPins | None = None):
+        super().__init__({int(t): {int(b): int(s) for b, s in pins.items()}
+                          for t, pins in (tables or {}).items() if pins})
+        self.partitions: dict[int, dict[int, dict[int, int]]] = {
+            int(t): {int(p): {int(b): int(s) for b, s in pins.items()}
+                     for p, pins in by_partition.items() if pins}
+            for t, by_partition in (partitions or {}).items() if any(by_partition.values())}
+
+    def __bool__(self) -> bool:
+        return bool(len(self) or self.partitions)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, dict):
+            return NotImplemented
+        return dict.__eq__(self, other) and self.partitions == getattr(other, "partitions", {})
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None     # a dict: unhashable
+
+    def __repr__(self) -> str:
+        return f"Unavailable({dict.__repr__(self)}, partitions={self.partitions!r})"
 
 
 @dataclass(frozen=True)
@@ -101,6 +136,15 @@ def expired_by_retention(info: TableInfo, partition: str, now_ms: int) -> bool:
     return index < len(values) and strategy.expired(now_ms, values[index])
 
 
+def refuse_partition_pins(partitions: Mapping | None, path: str) -> None:
+    """Nothing when ``partitions`` names no partition; partition pins given to ``path`` (a
+    cluster whose leases do not pin partitions yet) are refused with ``UnsupportedVersion``."""
+    if partitions:
+        raise UnsupportedVersion(f"KV snapshot lease pins of partitions (table id(s) "
+                                 f"{', '.join(map(str, sorted(partitions)))}) are not supported "
+                                 f"by {path} yet")
+
+
 @dataclass(frozen=True)
 class LiveScanStart:
     """The open of a live KV scan of one bucket: the offset its rows reflect and its first rows.
@@ -170,11 +214,14 @@ class Cluster(Protocol):
 
     # -- KV snapshot leases (only when ``capabilities().leases``) ----------------------------------
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
-                                  holder: str | None = None) -> dict[int, dict[int, int]]:
-        """Pin ``tables`` under the lease (creating it, extending it to now + ``duration_ms``);
-        returns the pins not granted because the snapshot is not registered (any more).
-        A table pinned under this lease for another ``holder`` raises ``LeaseHeldByOther`` and
-        changes nothing."""
+                                  holder: str | None = None, *,
+                                  partitions: PartitionPins | None = None) -> Unavailable:
+        """Pin ``tables`` (unpartitioned tables' buckets) and ``partitions`` (partitions'
+        buckets, by partition id) under the lease (creating it, extending it to now +
+        ``duration_ms``); returns the pins not granted because the snapshot is not registered
+        (any more). A table pinned under this lease for another ``holder`` raises
+        ``LeaseHeldByOther`` and changes nothing. A cluster that cannot pin partitions refuses
+        ``partitions`` with ``UnsupportedVersion``."""
         ...
 
     def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
@@ -182,9 +229,13 @@ class Cluster(Protocol):
         ``capabilities().lease_renewal == "renew"``. ``LeaseNotFound`` when it is gone."""
         ...
 
-    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
-        """Unpin buckets ``{table_id: [bucket]}``; returns the pins the lease still holds. The
-        lease goes with its last pin; an unknown lease releases nothing."""
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]], *,
+                                  partitions: Mapping[int, Mapping[int, Iterable[int]]] | None
+                                  = None) -> int:
+        """Unpin buckets ``{table_id: [bucket]}`` (of the table and of every one of its
+        partitions: all of a table's buckets release all of its pins) and ``partitions``
+        ``{table_id: {partition_id: [bucket]}}`` (of one partition); returns the pins the lease
+        still holds. The lease goes with its last pin; an unknown lease releases nothing."""
         ...
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
@@ -284,7 +335,8 @@ class PartitionAdmin(Protocol):
 
 __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
            "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
-           "LeaseInfo", "LiveScanStart", "PartitionAdmin", "PartitionInfo", "Pins", "RETRACTIONS",
-           "RecordBatchStream", "SnapshotInfo", "expired_by_retention", "partition_spec",
-           "partition_values", "refuse_partition", "refuse_partitioned",
-           "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE"]
+           "LeaseInfo", "LiveScanStart", "PartitionAdmin", "PartitionInfo", "PartitionPins",
+           "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "expired_by_retention",
+           "partition_spec", "partition_values", "refuse_partition", "refuse_partition_pins",
+           "refuse_partitioned", "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE",
+           "Unavailable"]

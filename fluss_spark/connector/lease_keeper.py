@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from fluss_spark.client.cluster import Cluster
 from fluss_spark.clock import Clock, monotonic_ms
@@ -39,16 +39,13 @@ def acquire_pins(cluster: Cluster, lease_id: str, duration_ms: int, pins: UnitPi
     tables, partitions = split_pins(pins)
     # Partition pins go only where there are some: a cluster whose leases predate them takes
     # the call as before.
-    extra: dict[str, Any] = {"partitions": partitions} if partitions else {}
     unavailable = cluster.acquire_kv_snapshot_lease(lease_id, duration_ms, tables, holder=holder,
-                                                    **extra)
+                                                    partitions=partitions or None)
     out: dict[UnitKey, dict[int, int]] = {}
-    for t, buckets in (unavailable or {}).items():
+    for t, buckets in unavailable.items():
         if buckets:
             out[(int(t), None)] = {int(b): int(s) for b, s in buckets.items()}
-    by_partition: Mapping[Any, Mapping[Any, Mapping[Any, Any]]] = (
-        getattr(unavailable, "partitions", None) or {})
-    for t, parts in by_partition.items():
+    for t, parts in unavailable.partitions.items():
         for p, pinned in parts.items():
             if pinned:
                 out[(int(t), int(p))] = {int(b): int(s) for b, s in pinned.items()}

@@ -335,7 +335,7 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
     def start(self) -> "ApacheFlussProcesses":
         """Start whatever is not running (ZooKeeper, coordinator, tablets) and wait until the
         coordinator has seen every tablet register."""
-        jars = self.jars()   # before anything starts: a missing Maven fails with nothing to undo
+        jars = self.jars()   # before anything starts: a failed fetch leaves nothing to undo
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.remote_data_dir.mkdir(exist_ok=True)
         self._ensure_zookeeper()

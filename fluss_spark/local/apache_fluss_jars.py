@@ -1,58 +1,61 @@
-"""The jars of an Apache Fluss server release, fetched from Maven Central by Maven and cached."""
+"""The pinned jars of an Apache Fluss server release, fetched from a Maven repository."""
 
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from fluss_spark.errors import FlussError
 from fluss_spark.local import maven
-from fluss_spark.local.maven import cache_root
+from fluss_spark.local.maven import Jar, JarSet
 
 DEFAULT_VERSION = "0.9.1-incubating"
 
-#: Jars of the binary distribution's ``lib/`` besides ``fluss-server``, per Fluss release: the
-#: log4j version is the ``log4j.version`` property of that release's root pom.
-LOG4J_VERSIONS = {"0.9.1-incubating": "2.25.4", "0.9.0-incubating": "2.25.4"}
-LOG4J_ARTIFACTS = ("log4j-api", "log4j-core", "log4j-slf4j-impl", "log4j-1.2-api")
+_LOG4J = "org.apache.logging.log4j"
+
+#: Every jar a server of each release runs with: ``fluss-server`` is shaded (its dependencies,
+#: ZooKeeper's client included, are inside), and the binary distribution's ``lib/`` adds log4j
+#: (the ``log4j.version`` of that release's root pom). Sizes and SHA-256 sums are those of
+#: Maven Central's files (their published SHA-1 sums were checked when they were pinned).
+RELEASES: dict[str, tuple[Jar, ...]] = {
+    "0.9.1-incubating": (
+        Jar("org.apache.fluss", "fluss-server", "0.9.1-incubating", 85810597,
+            "fdda82aa7cc936086c420090920836066d48d741cf7e0aadde3c0e6f0832a169"),
+        Jar(_LOG4J, "log4j-api", "2.25.4", 351127,
+            "c4b642a7f047275215de117e0e3847eb2c7711d84a0aa7433e7b3c096daf341d"),
+        Jar(_LOG4J, "log4j-core", "2.25.4", 2023860,
+            "10fee2c0485d54fa44ee75d314f6295508f7b932281873db61a91b88073200e6"),
+        Jar(_LOG4J, "log4j-slf4j-impl", "2.25.4", 25388,
+            "7ac68a0afcc83d54f48d116d79370a43f0a2a6b71b5c1d6dda943bb6a95ddbaa"),
+        Jar(_LOG4J, "log4j-1.2-api", "2.25.4", 359214,
+            "7b1a61507950ea67b3d6b11437ee37fad9db06f855c92c25c08aee074c757395"),
+    ),
+}
 
 
-def lib_dir(version: str = DEFAULT_VERSION) -> Path:
-    return cache_root() / "apache-fluss" / version / "lib"
-
-
-def artifacts(version: str = DEFAULT_VERSION) -> list[tuple[str, str, str]]:
-    """(groupId, artifactId, version) of every jar a server of ``version`` runs with."""
-    log4j = LOG4J_VERSIONS.get(version)
-    if log4j is None:
-        raise FlussError(f"no known log4j version for Apache Fluss {version}; known releases: "
-                         f"{', '.join(sorted(LOG4J_VERSIONS))}")
-    # fluss-server is shaded (its dependencies, ZooKeeper's client included, are inside), so
-    # nothing transitive is fetched.
-    return ([("org.apache.fluss", "fluss-server", version)]
-            + [("org.apache.logging.log4j", a, log4j) for a in LOG4J_ARTIFACTS])
+def jar_set(version: str = DEFAULT_VERSION) -> JarSet:
+    """The pinned jars a server of ``version`` runs with."""
+    jars = RELEASES.get(version)
+    if jars is None:
+        raise FlussError(f"Apache Fluss {version} is not a release whose jars are pinned here; "
+                         f"known releases: {', '.join(sorted(RELEASES))}")
+    return JarSet(f"the Apache Fluss {version} jars", f"apache-fluss/{version}/lib", jars)
 
 
 def cached_jars(version: str = DEFAULT_VERSION) -> list[Path] | None:
     """The cached jars of ``version``, or None when the cache does not hold all of them."""
-    return maven.cached(lib_dir(version), artifacts(version))
+    return jar_set(version).cached()
 
 
-def ensure_jars(version: str = DEFAULT_VERSION, mvn: str | None = None,
-                timeout_s: float = 1800.0) -> list[Path]:
-    """The classpath jars of an Apache Fluss ``version`` server, fetched once with Maven (strict
-    checksums, no transitive dependencies) into ``lib_dir(version)``; later calls only look."""
-    return maven.fetch(lib_dir(version), artifacts(version), f"the Apache Fluss {version} jars",
-                       mvn=mvn, timeout_s=timeout_s)
-
-
-def classpath(version: str = DEFAULT_VERSION) -> str:
-    return os.pathsep.join(str(j) for j in ensure_jars(version))
+def ensure_jars(version: str = DEFAULT_VERSION, out: TextIO | None = sys.stderr) -> list[Path]:
+    """The classpath jars of an Apache Fluss ``version`` server, fetched once (checked against
+    their pins, progress on ``out``) into the cache; later calls only look."""
+    return jar_set(version).ensure(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m fluss_spark.local.apache_fluss_jars [VERSION]``: fetch and list the jars."""
-    import sys
     args = sys.argv[1:] if argv is None else argv
     return maven.main(lambda: ensure_jars(args[0] if args else DEFAULT_VERSION))
 

@@ -16,7 +16,7 @@ import logging
 import time
 from pathlib import Path
 
-from fluss_spark.errors import FlussError
+from fluss_spark.errors import FlussError, MissingExtra
 from fluss_spark.local.certificates import TlsFiles
 from fluss_spark.local.ports import free_port
 from fluss_spark.local.processes import LocalProcesses, read_state_file
@@ -160,6 +160,8 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
     def start(self) -> "EmbeddedProcesses":
         """Start whatever is not running (ZooKeeper, coordinator, tablets) and wait until the
         coordinator sees every tablet registered."""
+        # The servers run this interpreter; without kazoo they would die at their first import.
+        MissingExtra.check("kazoo", "the embedded servers")
         self.base_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         (self.base_dir / "logs").mkdir(exist_ok=True, mode=0o700)
         self.snapshot_dir.mkdir(exist_ok=True, mode=0o700)

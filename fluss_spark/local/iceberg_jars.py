@@ -1,11 +1,14 @@
-"""The Apache Iceberg Spark runtime jar (a Spark reader of the tiered lake), fetched by Maven."""
+"""The Apache Iceberg Spark runtime jar (a Spark reader of the tiered lake), pinned and cached.
+
+Fetched like the Apache Fluss jars (``fluss_spark.local.maven``) rather than through Spark's
+``spark.jars.packages``: Ivy resolves those again at every session start, and needs the network
+or its own cache to do it; a pinned jar in the cache is checked once and then only looked up.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fluss_spark.local import maven
-from fluss_spark.local.maven import cache_root
+from fluss_spark.local.maven import Jar, JarSet
 
 #: Which runtime, and why this one (docs/tiering.md, "Reading the lake from Spark"): Maven
 #: Central has ``iceberg-spark-runtime-4.0_2.13`` (1.10.0 - 1.11.0) and ``-4.1_2.13`` (1.11.0,
@@ -18,41 +21,28 @@ from fluss_spark.local.maven import cache_root
 GROUP = "org.apache.iceberg"
 RUNTIME = "iceberg-spark-runtime-4.0_2.13"
 RUNTIME_VERSION = "1.11.0"
-#: Iceberg's JDBC catalog (the Spark side of pyiceberg's SQL catalog) needs the driver of the
-#: catalog's database; the runtime jar has none.
-SQLITE_JDBC = ("org.xerial", "sqlite-jdbc", "3.54.1.0")
 
-def artifacts() -> list[tuple[str, str, str]]:
-    """(groupId, artifactId, version) of every jar a Spark reader of the lake needs."""
-    return [(GROUP, RUNTIME, RUNTIME_VERSION), SQLITE_JDBC]
-
-
-def lib_dir() -> Path:
-    return cache_root() / "iceberg" / f"{RUNTIME}-{RUNTIME_VERSION}"
-
-
-def cached_jars() -> list[Path] | None:
-    """The cached jars, or None when the cache does not hold all of them."""
-    return maven.cached(lib_dir(), artifacts())
-
-
-def ensure_jars(mvn: str | None = None, timeout_s: float = 1800.0) -> list[Path]:
-    """The Iceberg Spark runtime and the SQLite JDBC driver, fetched once with Maven (strict
-    checksums; the runtime is shaded, so nothing transitive) into ``lib_dir()``; later calls only
-    look."""
-    return maven.fetch(lib_dir(), artifacts(), f"{GROUP}:{RUNTIME}:{RUNTIME_VERSION} and the "
-                       "SQLite JDBC driver", mvn=mvn, timeout_s=timeout_s)
+#: The runtime (shaded: nothing transitive) and, because Iceberg's JDBC catalog (the Spark side
+#: of pyiceberg's SQL catalog) needs the driver of the catalog's database and the runtime has
+#: none, the SQLite JDBC driver. Sizes and SHA-256 sums of Maven Central's files.
+JARS = JarSet(f"{GROUP}:{RUNTIME}:{RUNTIME_VERSION} and the SQLite JDBC driver",
+              f"iceberg/{RUNTIME}-{RUNTIME_VERSION}", (
+    Jar(GROUP, RUNTIME, RUNTIME_VERSION, 47926285,
+        "63c3b812549dc232c1920865ff42436df8604a9bbacd693930985c06bd97e6dc"),
+    Jar("org.xerial", "sqlite-jdbc", "3.54.1.0", 12132578,
+        "f8dce420a6016278497f4f0560f65602b9db858de141b541cf91a4644ebe4639"),
+))
 
 
 def spark_jars() -> str:
     """The ``spark.jars`` value that puts the runtime and the SQLite JDBC driver on the
     classpath of a SparkSession (fetching them first if needed)."""
-    return ",".join(str(j) for j in ensure_jars())
+    return ",".join(str(j) for j in JARS.ensure())
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m fluss_spark.local.iceberg_jars``: fetch and print the runtime jar."""
-    return maven.main(ensure_jars)
+    return maven.main(JARS.ensure)
 
 
 if __name__ == "__main__":

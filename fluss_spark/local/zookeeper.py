@@ -1,7 +1,8 @@
 """Start and stop a standalone Apache ZooKeeper server on a loopback port.
 
-ZooKeeper comes from Debian's ``zookeeper`` package (jars under /usr/share/java) or from
-``ZOOKEEPER_HOME`` (an Apache binary release: ``$ZOOKEEPER_HOME/lib/*.jar``).
+ZooKeeper's jars come from ``ZOOKEEPER_HOME`` (an Apache binary release:
+``$ZOOKEEPER_HOME/lib/*.jar``), else from the cache, fetched once from a Maven repository
+(``fluss_spark.local.zookeeper_jars``): Java is all a machine needs.
 """
 
 from __future__ import annotations
@@ -16,26 +17,34 @@ import time
 from pathlib import Path
 
 from fluss_spark.errors import FlussError
+from fluss_spark.local import zookeeper_jars
 from fluss_spark.local.ports import free_port, wait_until
 
-_DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
-INSTALL_HINT = ("install Java and ZooKeeper (sudo apt-get install -y openjdk-17-jre-headless "
-                "zookeeper) or set ZOOKEEPER_HOME to an Apache ZooKeeper release")
+INSTALL_HINT = ("install Java 17 or later (e.g. sudo apt-get install -y "
+                "openjdk-17-jre-headless) or set JAVA_HOME")
+
+#: INFO to the console (the process's log file): without a configuration logback logs DEBUG.
+_LOGBACK_XML = """<configuration>
+  <appender name="out" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d{ISO8601} %-5level [%thread] %logger{36} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="out"/></root>
+</configuration>
+"""
 
 
 def zookeeper_classpath() -> str:
-    """The classpath of an installed ZooKeeper, or a FlussError saying how to install one."""
+    """The classpath of ZooKeeper: ``$ZOOKEEPER_HOME``'s jars, else the pinned jars of the cache
+    (fetched first if needed)."""
     home = os.environ.get("ZOOKEEPER_HOME")
     if home:
         jars = (glob.glob(os.path.join(home, "lib", "*.jar"))
                 + glob.glob(os.path.join(home, "*.jar")))
         if jars:
             return os.pathsep.join(sorted(jars))
-        raise FlussError(f"ZOOKEEPER_HOME={home} has no jars under lib/; {INSTALL_HINT}")
-    if os.path.exists(_DEBIAN_JAR):
-        # The Debian jar's manifest names its dependency jars.
-        return _DEBIAN_JAR
-    raise FlussError(f"Apache ZooKeeper was not found; {INSTALL_HINT}")
+        raise FlussError(f"ZOOKEEPER_HOME={home} has no jars under lib/; point it at an Apache "
+                         "ZooKeeper release, or unset it to use the jars fetched from Maven")
+    return zookeeper_jars.JARS.classpath()
 
 
 def java_binary() -> str:
@@ -94,11 +103,13 @@ class ZooKeeperProcess:
             "minSessionTimeout=1000",
             "",
         ]))
+        (self.data_dir / "logback.xml").write_text(_LOGBACK_XML)
         return cfg
 
     def start(self, timeout_s: float = 30.0) -> "ZooKeeperProcess":
         cfg = self.write_config()
         cmd = [java_binary(), "-Xmx256m", "-Dzookeeper.jmx.log4j.disable=true",
+               f"-Dlogback.configurationFile={self.data_dir / 'logback.xml'}",
                "-cp", zookeeper_classpath(), "org.apache.zookeeper.server.ZooKeeperServerMain",
                str(cfg)]
         log = open(self.log_path, "ab")

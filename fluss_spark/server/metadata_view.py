@@ -71,4 +71,6 @@ def lease_info(rec: LeaseRecord) -> m.LeaseInfo:
     return m.LeaseInfo(lease_id=rec.lease_id, expires_at_ms=rec.expires_at_ms,
                        created_ms=rec.created_ms,
                        tables={t: dict(p) for t, p in rec.tables.items()},
-                       pin_count=rec.pin_count(), holders=dict(rec.holders), owner=rec.owner)
+                       pin_count=rec.pin_count(), holders=dict(rec.holders), owner=rec.owner,
+                       partitions={t: {p: dict(pins) for p, pins in ps.items()}
+                                   for t, ps in rec.partitions.items()})

@@ -31,6 +31,7 @@ class LeaseHarness:
         self.clock = clock or FakeClock()
         self.retained: dict[int, int] = {}
         self.dropped_tables: set[int] = set()
+        self.dropped_partitions: set[tuple[int, int]] = set()
         self.default_retained = num_retained
         self.store = MetadataStore(zk_address).start()
         self._build()
@@ -54,7 +55,8 @@ class LeaseHarness:
         self.store = MetadataStore(self.zk_address).start()
         self._build()
         from fluss_spark.server.coordinator.recovery import recover
-        recover(self.registry, self.leases, table_exists=lambda t: t not in self.dropped_tables)
+        recover(self.registry, self.leases, table_exists=lambda t: t not in self.dropped_tables,
+                partition_exists=lambda t, p: (t, p) not in self.dropped_partitions)
 
     def drop_table(self, table_id: int) -> None:
         """What dropping a table does to its pins and snapshots (the coordinator's order)."""
@@ -62,23 +64,36 @@ class LeaseHarness:
         self.leases.drop_table_pins(table_id)
         self.registry.drop_table(table_id)
 
-    def file_of(self, table_id: int, bucket: int, snapshot_id: int) -> Path:
-        return self.snapshot_dir / str(table_id) / str(bucket) / f"snap-{snapshot_id}.arrow"
+    def drop_partition(self, table_id: int, partition_id: int) -> None:
+        """What dropping a partition does to its pins and snapshots (the coordinator's order)."""
+        self.dropped_partitions.add((table_id, partition_id))
+        self.leases.drop_partition_pins(table_id, partition_id)
+        self.registry.drop_partition(table_id, partition_id)
 
-    def snapshot(self, table_id: int, bucket: int, snapshot_id: int) -> SnapshotRecord:
+    def file_of(self, table_id: int, bucket: int, snapshot_id: int,
+                partition_id: int | None = None) -> Path:
+        table_dir = self.snapshot_dir / str(table_id)
+        if partition_id is not None:
+            table_dir = table_dir / f"p{partition_id}"
+        return table_dir / str(bucket) / f"snap-{snapshot_id}.arrow"
+
+    def snapshot(self, table_id: int, bucket: int, snapshot_id: int,
+                 partition_id: int | None = None) -> SnapshotRecord:
         """Write a snapshot file and commit it (retention runs as on COMMIT_KV_SNAPSHOT)."""
-        f = self.file_of(table_id, bucket, snapshot_id)
+        f = self.file_of(table_id, bucket, snapshot_id, partition_id)
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_bytes(b"snapshot %d" % snapshot_id)
         rec = SnapshotRecord(table_id=table_id, bucket=bucket, snapshot_id=snapshot_id,
-                             path=str(f), log_offset=snapshot_id * 10, row_count=snapshot_id)
+                             path=str(f), log_offset=snapshot_id * 10, row_count=snapshot_id,
+                             partition_id=partition_id)
         self.registry.commit(rec)
         return rec
 
-    def alive(self, table_id: int, bucket: int, snapshot_id: int) -> bool:
+    def alive(self, table_id: int, bucket: int, snapshot_id: int,
+              partition_id: int | None = None) -> bool:
         """Whether the snapshot's file AND znode both still exist."""
-        return (self.file_of(table_id, bucket, snapshot_id).exists()
-                and self.store.snapshot(table_id, bucket, snapshot_id) is not None)
+        return (self.file_of(table_id, bucket, snapshot_id, partition_id).exists()
+                and self.store.snapshot(table_id, bucket, snapshot_id, partition_id) is not None)
 
     def stored_ids(self, table_id: int, bucket: int) -> list[int]:
         return self.store.snapshot_ids(table_id, bucket)

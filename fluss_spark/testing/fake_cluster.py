@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from fluss_spark.client import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, PartitionAdmin, PartitionInfo, Pins,
-                                        RecordBatchStream)
+                                        LiveScanStart, PartitionAdmin, PartitionInfo,
+                                        PartitionPins, Pins, RecordBatchStream, Unavailable)
 from fluss_spark.clock import Clock
 from fluss_spark.testing.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
@@ -256,8 +256,7 @@ class FakeCluster:
     # -- leases -----------------------------------------------------------------------------
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
                                   holder: str | None = None, *,
-                                  partitions: Mapping[int, Mapping[int, Mapping[int, int]]]
-                                  | None = None) -> dict[int, dict[int, int]]:
+                                  partitions: PartitionPins | None = None) -> Unavailable:
         """``partitions``: pins of partitions ``{table_id: {partition_id: {bucket: id}}}``; the
         answer's ``partitions`` attribute holds those not granted, in that shape."""
         self._lease_api()
@@ -289,7 +288,8 @@ class FakeCluster:
                         f"{other!r}, not {holder!r}; another query uses the same lease id. Fix: "
                         f"use a distinct scan.kv.snapshot.lease.id, or, if the other query is "
                         f"gone, drop the lease (`fluss-spark lease drop {lease_id}`)")
-        unavailable = _Unavailable()
+        unavailable: dict[int, dict[int, int]] = {}
+        unavailable_partitions: dict[int, dict[int, dict[int, int]]] = {}
         for tid, wanted in tables.items():
             t = self._by_id(tid)
             for b, sid in wanted.items():
@@ -308,7 +308,7 @@ class FakeCluster:
                     if part is not None and sid in part.snapshots.get(b, {}):
                         part_pins.setdefault(tid, {}).setdefault(pid, {})[b] = sid
                     else:
-                        unavailable.partitions.setdefault(tid, {}).setdefault(pid, {})[b] = sid
+                        unavailable_partitions.setdefault(tid, {}).setdefault(pid, {})[b] = sid
         pins = {t: p for t, p in pins.items() if p}
         part_pins = {t: {p: bs for p, bs in ps.items() if bs} for t, ps in part_pins.items()}
         part_pins = {t: ps for t, ps in part_pins.items() if ps}
@@ -319,7 +319,7 @@ class FakeCluster:
                                  "holders": {t: h for t, h in holders.items() if pinned(t)},
                                  "created": current["created"] if current else now,
                                  "expires": now + duration_ms}
-        return unavailable
+        return Unavailable(unavailable, unavailable_partitions)
 
     def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
         self._lease_api()
@@ -392,10 +392,14 @@ class FakeCluster:
     def _info(self, lease_id) -> LeaseInfo:
         v = self.leases[lease_id]
         tables = {t: dict(p) for t, p in v["pins"].items() if p}
+        partitions = {t: {p: dict(bs) for p, bs in ps.items() if bs}
+                      for t, ps in v.get("partition_pins", {}).items()}
+        pinned = {*tables, *(t for t, ps in partitions.items() if ps)}
         return LeaseInfo(lease_id, v["expires"], v["created"], tables,
-                         sum(len(p) for p in tables.values()),
-                         {t: h for t, h in v["holders"].items() if t in tables})
-
+                         sum(len(p) for p in tables.values())
+                         + sum(len(bs) for ps in partitions.values() for bs in ps.values()),
+                         {t: h for t, h in v["holders"].items() if t in pinned},
+                         partitions={t: ps for t, ps in partitions.items() if ps})
 
     # -- reads ------------------------------------------------------------------------------
     def read_log(self, table: str, bucket: int, start: int, end: int,
@@ -497,18 +501,6 @@ class FakeCluster:
                 if not rest:
                     return
         return batches()
-
-
-class _Unavailable(dict):
-    """Pins not granted: ``{table_id: {bucket: snapshot_id}}`` and, in ``partitions``,
-    ``{table_id: {partition_id: {bucket: snapshot_id}}}``; false when both are empty."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.partitions: dict[int, dict[int, dict[int, int]]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(len(self) or self.partitions)
 
 
 def _empty_buckets(buckets: int) -> tuple[dict, dict, dict]:

@@ -1,6 +1,6 @@
 """Partitioned tables on the real servers: create, list, drop partitions over the wire and the
 CLI, as ZooKeeper stores them; the tablets' changelog, KV state and snapshots per (partition,
-bucket); bad input is refused in one line and changes nothing."""
+bucket); lease pins per partition; bad input is refused in one line and changes nothing."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.clock import wall_ms
-from fluss_spark.errors import (InvalidPartitionSpec, PartitionAlreadyExist,
+from fluss_spark.errors import (InvalidPartitionSpec, LeaseNotFound, PartitionAlreadyExist,
                                 PartitionNotExist, TableNotPartitioned)
 from fluss_spark.local.ports import wait_until
 from fluss_spark.metadata import layout
+from fluss_spark.metadata.layout import LeaseRecord
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.auto_partition import AutoPartition
@@ -272,3 +273,57 @@ def test_the_client_writes_and_reads_each_partition(conn, table_name):
         conn.log_scanner(table_name)
     with pytest.raises(PartitionNotExist, match="dt=2026-01-01 of table"):
         conn.kv_scanner(table_name, partition="dt=2026-01-01")
+
+
+def test_a_lease_pins_snapshots_of_two_partitions_until_dropped_or_released(
+        conn, cli, store, table_name):
+    admin = conn.admin()
+    admin.create_table(table_name, SCHEMA, primary_key=["id", "dt"], num_buckets=1,
+                       partition_keys=["dt"], properties={"kv.snapshot.num-retained": "1"})
+    writer = conn.writer(table_name, {"client.writer.dynamic-create-partition.enabled": "true"})
+    writer.upsert([(i, day, float(i)) for day in DAYS[:2] for i in range(3)])
+    info = conn.refresh_table(table_name)
+    pid = {p.name: p.partition_id for p in info.partitions}
+    first = {day: admin.trigger_kv_snapshot(table_name, partition=day)[0].snapshot_id
+             for day in DAYS[:2]}
+    lease = f"lease-{table_name[-12:]}"
+    code, out, err = cli("lease", "acquire", lease, table_name, "--partition", "dt=2030-01-01")
+    assert code != 0 and err.count("\n") == 1 and "dt=2030-01-01 of table" in err, err
+    assert not store.zk.exists(layout.lease_path(lease))
+    code, out, err = cli("lease", "acquire", lease, table_name, "--json")
+    assert code == 0, err
+    assert json.loads(out)["pinned"] == [{"partition": f"dt={d}", "bucket": 0,
+                                          "snapshot_id": first[d]} for d in DAYS[:2]]
+
+    def stored() -> LeaseRecord | None:
+        """The lease as ZooKeeper holds it, read with the record codec."""
+        path = layout.lease_path(lease)
+        if not store.zk.exists(path):
+            return None
+        parts = {c: store.zk.get(f"{path}/{c}")[0] for c in store.zk.get_children(path)}
+        return LeaseRecord.decode(store.zk.get(path)[0], parts=parts)
+
+    rec = stored()
+    assert rec is not None and rec.tables == {}
+    assert rec.partitions == {info.table_id: {pid[d]: {0: first[d]} for d in DAYS[:2]}}
+    code, out, err = cli("lease", "describe", lease, "--json")
+    assert code == 0, err
+    assert [(p["partition"], p["snapshot_id"]) for p in json.loads(out)["tables"][0]["pins"]] \
+        == [(f"dt={d}", first[d]) for d in DAYS[:2]]
+
+    # A newer snapshot takes the pinned one out of retention (1 kept): GC keeps it.
+    writer.upsert([(9, DAYS[0], 9.0)])
+    newer = admin.trigger_kv_snapshot(table_name, partition=DAYS[0])[0].snapshot_id
+    listed = {s.snapshot_id: s.pinned_by
+              for s in admin.list_kv_snapshots(table_name, partition=DAYS[0])}
+    assert listed == {first[DAYS[0]]: (lease,), newer: ()}
+
+    admin.drop_partition(table_name, {"dt": DAYS[0]})
+    assert admin.describe_kv_snapshot_lease(lease).partitions == {
+        info.table_id: {pid[DAYS[1]]: {0: first[DAYS[1]]}}}
+    assert stored().partitions == {info.table_id: {pid[DAYS[1]]: {0: first[DAYS[1]]}}}
+    code, out, err = cli("lease", "release", lease, table_name, "--partition", f"dt={DAYS[1]}")
+    assert code == 0 and "0 pin(s) remain" in out, err
+    assert stored() is None
+    with pytest.raises(LeaseNotFound):
+        admin.describe_kv_snapshot_lease(lease)

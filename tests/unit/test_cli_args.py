@@ -213,8 +213,9 @@ def test_cluster_start_takes_the_engine_of_the_cluster_in_its_dir(tmp_path):
     (["cluster", "start", "--engine", "apache-fluss", "--fluss-version", "0.0.1"], "0.0.1"),
 ])
 def test_cluster_start_engine_errors_are_one_line(capsys, monkeypatch, tmp_path, argv, needle):
-    # No Maven run: the cache is empty and mvn is not on PATH, yet each error comes first.
+    # No download: the cache is empty and the repository unreachable, yet each error comes first.
     monkeypatch.setenv("FLUSS_SPARK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FLUSS_SPARK_MAVEN_REPOSITORY", "http://127.0.0.1:9/")
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     code, out, err = run(capsys, *argv, "--dir", str(tmp_path / "c"))
     assert code in (1, 2) and out == ""

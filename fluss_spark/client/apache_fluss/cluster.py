@@ -15,8 +15,9 @@ from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnaps
 from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_scan,
                                                        supports_live_scans)
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, Pins, RecordBatchStream, TableAdmin,
-                                        refuse_partition)
+                                        LiveScanStart, PartitionPins, Pins, RecordBatchStream,
+                                        TableAdmin, Unavailable, refuse_partition,
+                                        refuse_partition_pins)
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, KvSnapshotNotExist, LeaderNotAvailable,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
                                 UnsupportedVersion)
@@ -218,7 +219,9 @@ class ApacheFlussWireCluster:
             table_id=int(table_id), bucket_id=int(bucket), snapshot_id=int(snapshot_id)))
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
-                                  holder: str | None = None) -> dict[int, dict[int, int]]:
+                                  holder: str | None = None, *,
+                                  partitions: PartitionPins | None = None) -> Unavailable:
+        refuse_partition_pins(partitions, "the Apache Fluss client")
         request = AcquireKvSnapshotLeaseRequest(
             lease_id=_checked(lease_id), lease_duration_ms=int(duration_ms),
             snapshots_to_lease=[PbKvSnapshotLeaseForTable(
@@ -238,7 +241,7 @@ class ApacheFlussWireCluster:
                 if int(b) not in unavailable.get(int(tid), {}) and \
                         not self._snapshot_exists(int(tid), int(b), int(sid)):
                     unavailable.setdefault(int(tid), {})[int(b)] = int(sid)
-        return unavailable
+        return Unavailable(unavailable)
 
     def _snapshot_exists(self, table_id: int, bucket: int, snapshot_id: int) -> bool:
         try:
@@ -252,7 +255,10 @@ class ApacheFlussWireCluster:
                                  "acquire the same pins again to extend it "
                                  "(capabilities().lease_renewal == 'reacquire')")
 
-    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]], *,
+                                  partitions: Mapping[int, Mapping[int, Iterable[int]]] | None
+                                  = None) -> int:
+        refuse_partition_pins(partitions, "the Apache Fluss client")
         request = ReleaseKvSnapshotLeaseRequest(
             lease_id=_checked(lease_id), buckets_to_release=[
                 PbTableBucket(table_id=int(tid), bucket_id=int(b))

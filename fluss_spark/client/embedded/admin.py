@@ -7,9 +7,10 @@ from typing import Iterable, Mapping, TypeVar
 
 import pyarrow as pa
 
+from fluss_spark.client.cluster import PartitionPins, Unavailable
 from fluss_spark.client.embedded import partitions
 from fluss_spark.config import validate_table_properties
-from fluss_spark.errors import ConfigError, NetworkError, TableNotExist
+from fluss_spark.errors import ConfigError, NetworkError, TableNotExist, UnsupportedVersion
 from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.acl import AclBinding, AclFilter
 from fluss_spark.protocol.arrow_ipc import serialize_schema
@@ -190,32 +191,51 @@ class Admin:
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int,
                                   tables: Mapping[int, Mapping[int, int]],
-                                  holder: str | None = None) -> dict[int, dict[int, int]]:
-        """Pin snapshots ``{table_id: {bucket: snapshot_id}}`` for ``duration_ms``; returns the
-        pins that could not be granted because the snapshot is not registered (any more).
+                                  holder: str | None = None, *,
+                                  partitions: PartitionPins | None = None) -> Unavailable:
+        """Pin snapshots ``{table_id: {bucket: snapshot_id}}`` of unpartitioned tables and
+        ``partitions`` ``{table_id: {partition_id: {bucket: snapshot_id}}}`` of partitions for
+        ``duration_ms``; returns the pins that could not be granted because the snapshot is not
+        registered (any more) in that partition.
 
         ``holder`` names the query the pins are for (``[A-Za-z0-9._-]{1,128}``, else the
         coordinator answers ``InvalidRequest``). If a table named here has pins under this lease
         recorded for a different holder, the whole call raises ``LeaseHeldByOther`` (not
         retriable) and nothing changes; the same holder again is granted. ``None`` (operators,
-        older clients) is never refused and leaves recorded holders as they are."""
-        resp = self._lease_call(m.AcquireLeaseRequest(
+        older clients) is never refused and leaves recorded holders as they are. A coordinator
+        older than partition pins is refused with ``UnsupportedVersion``."""
+        wanted = {int(t): {int(p): {int(b): int(s) for b, s in pins.items()}
+                           for p, pins in by_partition.items()}
+                  for t, by_partition in (partitions or {}).items()}
+        request = m.AcquireLeaseRequest(
             lease_id=lease_id, duration_ms=int(duration_ms), holder=holder,
             tables={int(t): {int(b): int(s) for b, s in pins.items()}
-                    for t, pins in tables.items()}))
-        return {t: pins for t, pins in resp.unavailable.items() if pins}
+                    for t, pins in tables.items()},
+            partitions=wanted or None)
+        resp = self._lease_call(request)
+        if wanted and resp.unavailable_partitions is None:
+            raise UnsupportedVersion(f"the coordinator does not pin partitions (a release older "
+                                     f"than partition leases) and ignored the partition pins "
+                                     f"of lease {lease_id!r}; upgrade the coordinator")
+        return Unavailable(resp.unavailable, resp.unavailable_partitions)
 
     def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
         """Extend the lease to now + ``duration_ms``; LeaseNotFound when it is gone."""
         return self._lease_call(m.RenewLeaseRequest(lease_id=lease_id,
                                                     duration_ms=int(duration_ms))).expires_at_ms
 
-    def release_kv_snapshot_lease(self, lease_id: str,
-                                  tables: Mapping[int, Iterable[int]]) -> int:
-        """Unpin buckets ``{table_id: [bucket]}``; returns the pins the lease still holds."""
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]], *,
+                                  partitions: Mapping[int, Mapping[int, Iterable[int]]] | None
+                                  = None) -> int:
+        """Unpin buckets ``{table_id: [bucket]}`` (in the table and in each of its
+        partitions) and ``partitions`` ``{table_id: {partition_id: [bucket]}}`` (in that
+        partition); returns the pins the lease still holds."""
         return self._lease_call(m.ReleaseLeaseRequest(
             lease_id=lease_id, tables={int(t): tuple(int(b) for b in bs)
-                                       for t, bs in tables.items()})).remaining_pins
+                                       for t, bs in tables.items()},
+            partitions={int(t): {int(p): tuple(int(b) for b in bs) for p, bs in ps.items()}
+                        for t, ps in partitions.items()} if partitions else None
+        )).remaining_pins
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
         """Remove the lease and its pins; False when there was no such lease."""

@@ -9,8 +9,8 @@ from typing import Iterable, Iterator, Mapping
 import pyarrow as pa
 
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, PartitionAdmin, Pins, RecordBatchStream,
-                                        TableAdmin)
+                                        LiveScanStart, PartitionAdmin, PartitionPins, Pins,
+                                        RecordBatchStream, TableAdmin, Unavailable)
 from fluss_spark.client.embedded.connection import FlussConnection
 from fluss_spark.errors import UnsupportedVersion
 from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
@@ -95,15 +95,19 @@ class EmbeddedCluster:
 
     # -- leases -----------------------------------------------------------------------------------
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
-                                  holder: str | None = None) -> dict[int, dict[int, int]]:
+                                  holder: str | None = None, *,
+                                  partitions: PartitionPins | None = None) -> Unavailable:
         return self.conn.admin().acquire_kv_snapshot_lease(lease_id, duration_ms, tables,
-                                                           holder=holder)
+                                                           holder=holder, partitions=partitions)
 
     def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
         return self.conn.admin().renew_kv_snapshot_lease(lease_id, duration_ms)
 
-    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]]) -> int:
-        return self.conn.admin().release_kv_snapshot_lease(lease_id, tables)
+    def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]], *,
+                                  partitions: Mapping[int, Mapping[int, Iterable[int]]] | None
+                                  = None) -> int:
+        return self.conn.admin().release_kv_snapshot_lease(lease_id, tables,
+                                                           partitions=partitions)
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
         return self.conn.admin().drop_kv_snapshot_lease(lease_id)

@@ -12,12 +12,21 @@ from fluss_spark.protocol.messages.base import (Bool, Int, ListOf, MapOf, Messag
 #: answers InvalidLeaseId; on the wire they are bounded strings.
 LEASE_ID = Str(max_len=1024)
 #: {table_id: {bucket: snapshot_id}}; ids may come as digit strings from loosely typed clients.
+#: Every id and bucket is an integer in 0..2**53 (``Int``'s bounds), as everywhere on the wire.
 PINS = MapOf(Int(digits_ok=True), MapOf(Int(digits_ok=True), Int()))
+#: {table_id: {partition_id: {bucket: snapshot_id}}}: the pins of partitions, same bounds.
+PARTITION_PINS = MapOf(Int(digits_ok=True), PINS)
+#: {table_id: [bucket]}: buckets to release.
+BUCKETS = MapOf(Int(digits_ok=True), ListOf(Int(digits_ok=True)))
+#: {table_id: {partition_id: [bucket]}}: buckets of partitions to release.
+PARTITION_BUCKETS = MapOf(Int(digits_ok=True), BUCKETS)
 
 
 @dataclass(frozen=True)
 class LeaseInfo(Message):
-    """A KV snapshot lease: its expiry and its pins (table id -> bucket -> snapshot id)."""
+    """A KV snapshot lease: its expiry and its pins, ``tables`` (table id -> bucket -> snapshot
+    id) and ``partitions`` (table id -> partition id -> bucket -> snapshot id; absent from older
+    servers). ``holders`` and ``pin_count`` cover both."""
 
     lease_id: str = wire(LEASE_ID)
     expires_at_ms: int = wire(Int(), 0)
@@ -26,21 +35,28 @@ class LeaseInfo(Message):
     pin_count: int = wire(Int(), 0)
     holders: dict = wire(MapOf(Int(digits_ok=True), Str()), default_factory=dict, compare=False)
     owner: str | None = wire(Str(), None)
+    partitions: dict = wire(PARTITION_PINS, default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
 class AcquireLeaseResponse(Message):
-    """``unavailable``: the pins not granted because that snapshot is not registered (any more)."""
+    """``unavailable``: the pins not granted because that snapshot is not registered (any more);
+    ``unavailable_partitions`` the same of partitions' pins. A server that knows partition pins
+    always sends ``unavailable_partitions`` (maybe empty): its absence tells a client that the
+    server ignored the request's ``partitions``."""
 
     unavailable: dict = wire(PINS, default_factory=dict)
     expires_at_ms: int = wire(Int(), 0)
+    unavailable_partitions: dict | None = wire(PARTITION_PINS, None, omit_none=True)
 
 
 @dataclass(frozen=True)
 class AcquireLeaseRequest(Request[AcquireLeaseResponse]):
-    """Pin ``tables`` for ``duration_ms`` (1 ms to 365 days) under ``lease_id`` (created, or
-    extended and added to); ``holder``: the query the pins are for (another holder's table is
-    LeaseHeldByOther). Lease ids and holders follow ``protocol/names.py`` (InvalidLeaseId)."""
+    """Pin ``tables`` (unpartitioned tables' buckets) and ``partitions`` (partitions' buckets;
+    absent in older requests) for ``duration_ms`` (1 ms to 365 days) under ``lease_id``
+    (created, or extended and added to); ``holder``: the query the pins are for (another
+    holder's table is LeaseHeldByOther). Lease ids and holders follow ``protocol/names.py``
+    (InvalidLeaseId)."""
 
     API_KEY = ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE
     RESPONSE = AcquireLeaseResponse
@@ -48,6 +64,7 @@ class AcquireLeaseRequest(Request[AcquireLeaseResponse]):
     duration_ms: int = wire(Int(None, None))
     tables: dict = wire(PINS)
     holder: str | None = wire(LEASE_ID, None)
+    partitions: dict | None = wire(PARTITION_PINS, None, omit_none=True)
 
 
 @dataclass(frozen=True)
@@ -70,12 +87,15 @@ class ReleaseLeaseResponse(Message):
 
 @dataclass(frozen=True)
 class ReleaseLeaseRequest(Request[ReleaseLeaseResponse]):
-    """Unpin buckets ``{table_id: [bucket]}``."""
+    """Unpin buckets: ``tables`` ``{table_id: [bucket]}`` those buckets of the table and of
+    every one of its partitions (all of its buckets: all of its pins), ``partitions``
+    ``{table_id: {partition_id: [bucket]}}`` those of one partition (absent in older requests)."""
 
     API_KEY = ApiKey.RELEASE_KV_SNAPSHOT_LEASE
     RESPONSE = ReleaseLeaseResponse
     lease_id: str = wire(LEASE_ID)
-    tables: dict = wire(MapOf(Int(digits_ok=True), ListOf(Int(digits_ok=True))))
+    tables: dict = wire(BUCKETS)
+    partitions: dict | None = wire(PARTITION_BUCKETS, None, omit_none=True)
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,10 @@ class CoordinatorServer:
             epoch = self._store.claim_epoch()
             n_tables = self.tables.load()
             self.partitions.load()
-            n_snaps, n_leases = recover(self.snapshots, self.leases,
-                                        table_exists=lambda t: self.tables.by_id(t) is not None)
+            n_snaps, n_leases = recover(
+                self.snapshots, self.leases,
+                table_exists=lambda t: self.tables.by_id(t) is not None,
+                partition_exists=lambda t, p: self.partitions.by_id(t, p) is not None)
             self._store.set_active_coordinator(
                 CoordinatorRecord(host=self.host, port=self.port, epoch=self._clock()))
             self._valid_until = time.monotonic() + 0.8 * self._session_s
@@ -344,12 +346,17 @@ class CoordinatorServer:
             return m.GetMetricsResponse(metrics=metrics, tables=tables)
 
     def _acquire(self, req: m.AcquireLeaseRequest) -> m.AcquireLeaseResponse:
+        partitions = req.partitions or {}
         with self._lock:
             self._authorize_lease(req.lease_id, "change")
-            self._authorize_pins(req.tables, f"pin snapshots under lease {req.lease_id!r}")
-            unavailable, expires = self.leases.acquire(req.lease_id, req.duration_ms, req.tables,
-                                                       req.holder, owner=current_principal())
-        return m.AcquireLeaseResponse(unavailable=unavailable, expires_at_ms=expires)
+            self._authorize_pins(set(req.tables) | set(partitions),
+                                 f"pin snapshots under lease {req.lease_id!r}")
+            grant = self.leases.pin(req.lease_id, req.duration_ms, req.tables, partitions,
+                                    holder=req.holder, owner=current_principal())
+        # Always sent, so a client can tell this server from one that ignores partition pins.
+        return m.AcquireLeaseResponse(unavailable=grant.unavailable,
+                                      expires_at_ms=grant.expires_at_ms,
+                                      unavailable_partitions=grant.unavailable_partitions)
 
     def _authorize_lease(self, lease_id: str, action: str, *, pinned: bool = False) -> None:
         """The lease's creator (or a super user); with ``pinned``, READ on the tables it pins."""
@@ -372,8 +379,10 @@ class CoordinatorServer:
     def _release(self, req: m.ReleaseLeaseRequest) -> m.ReleaseLeaseResponse:
         with self._lock:
             self._authorize_lease(req.lease_id, "release pins of")
-            self._authorize_pins(req.tables, f"release pins of lease {req.lease_id!r}")
-            return m.ReleaseLeaseResponse(self.leases.release(req.lease_id, req.tables))
+            self._authorize_pins(set(req.tables) | set(req.partitions or {}),
+                                 f"release pins of lease {req.lease_id!r}")
+            return m.ReleaseLeaseResponse(self.leases.release(req.lease_id, req.tables,
+                                                              req.partitions))
 
     def _drop_lease(self, req: m.DropLeaseRequest) -> m.DropLeaseResponse:
         with self._lock:

@@ -91,12 +91,13 @@ class SnapshotRequests:
             recs = self.snapshots.find(req.table_id, req.bucket, req.latest_only,
                                        req.partition_id)
             return m.ListKvSnapshotsResponse(tuple(snapshot_info(r, self.leases.pinned_by(
-                r.table_id, r.bucket, r.snapshot_id) if r.partition_id is None else ())
-                for r in recs))
+                r.table_id, r.bucket, r.snapshot_id, r.partition_id)) for r in recs))
 
     def drop_partition(self, part: PartitionRecord) -> None:
-        """Remove a dropped partition's snapshots: records, files and its store directory."""
+        """Remove a dropped partition's pins from every lease, then its snapshots: records,
+        files and its store directory."""
         with self._lock:
+            self.leases.drop_partition_pins(part.table_id, part.partition_id)
             self.snapshots.drop_partition(part.table_id, part.partition_id)
         try:
             delete_path(join_path(self.remote_data_dir, part.table_id, f"p{part.partition_id}"))

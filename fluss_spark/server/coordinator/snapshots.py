@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 
 from fluss_spark.errors import InvalidRequest
 from fluss_spark.metadata.layout import SnapshotRecord
+from fluss_spark.metadata.lease_codec import NO_PARTITION
 from fluss_spark.server.snapshot_store import is_within, resolve
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,12 @@ class SnapshotRegistry:
     that leaves its bucket's newest ``num_retained`` is deleted -- file first, then znode --
     only when no lease pins it (``is_pinned``); a pinned one waits until ``collect`` is told
     that its last pin went. ``lock`` is shared with the lease manager. Buckets of partitions
-    are kept per (partition id, bucket); a lease does not pin them yet.
+    are kept per (partition id, bucket), and pinned per partition
+    (``is_pinned(table_id, bucket, snapshot_id, partition_id)``).
     """
 
     def __init__(self, store, *, num_retained: Callable[[int], int | None],
-                 is_pinned: Callable[[int, int, int], bool] = lambda t, b, s: False,
+                 is_pinned: Callable[..., bool] = lambda t, b, s, p=None: False,
                  delete_files: Callable[[str], None] = delete_path,
                  store_root: str | None = None,
                  lock: threading.RLock | None = None):
@@ -134,17 +136,19 @@ class SnapshotRegistry:
             keep = self._num_retained(table_id) or 0
             deleted = []
             for snapshot_id in ids[keep:]:
-                pinned = partition_id is None and self.is_pinned(table_id, bucket, snapshot_id)
+                pinned = self.is_pinned(table_id, bucket, snapshot_id, partition_id)
                 if not pinned and self._delete(table_id, address, snapshot_id):
                     deleted.append((table_id, bucket, snapshot_id))
             return deleted
 
-    def collect(self, keys: Iterable[SnapshotKey]) -> list[SnapshotKey]:
-        """Called when the last pin of each key went: apply retention to their buckets now."""
+    def collect(self, keys: Iterable[tuple[int, int, int, int]]) -> list[SnapshotKey]:
+        """Called when the last pin of each key went (the lease manager's PinKeys: table id,
+        partition id or NO_PARTITION, bucket, snapshot id): apply retention to their buckets
+        now."""
         with self.lock:
             deleted = []
-            for t, b in sorted({(t, b) for t, b, _ in keys}):
-                deleted += self.apply_retention(t, b)
+            for t, p, b in sorted({(t, p, b) for t, p, b, _ in keys}):
+                deleted += self.apply_retention(t, b, None if p == NO_PARTITION else p)
             return deleted
 
     def gc_all(self) -> list[SnapshotKey]:

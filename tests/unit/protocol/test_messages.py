@@ -20,7 +20,8 @@ TABLE = m.TableInfo(table_id=4, name="db.t", schema=SCHEMA, primary_key=("id",),
 SNAPSHOT = m.SnapshotInfo(table_id=4, bucket=1, snapshot_id=3, path="p", log_offset=10,
                           row_count=5, size_bytes=99, created_ms=7, pinned_by=("L",))
 LEASE = m.LeaseInfo(lease_id="L", expires_at_ms=10, created_ms=1, tables={4: {1: 3}},
-                    pin_count=1, holders={4: "q"}, owner="bob")
+                    pin_count=2, holders={4: "q", 5: "q"}, owner="bob",
+                    partitions={5: {7: {0: 2}}})
 ACL = m.AclInfo("TABLE", "db.t", "User:alice", "READ", "10.0.0.1", "ALLOW")
 ACL_FILTER = m.AclFilterInfo("DATABASE", "db", "User:bob", "ALL", "*", "ALLOW")
 
@@ -37,9 +38,10 @@ EXAMPLES = [
     m.CommitKvSnapshotRequest(4, 1, 3, "p", 10, 5, 99, 7),
     m.ListKvSnapshotsRequest(4, 1, True), m.ListKvSnapshotsResponse((SNAPSHOT,)),
     m.TriggerKvSnapshotRequest(4, (0, 1)), m.TriggerKvSnapshotResponse({0: None, 1: SNAPSHOT}),
-    m.AcquireLeaseRequest("L", 1000, {4: {1: 3}}, "q"),
-    m.AcquireLeaseResponse({4: {0: 2}}, 5), m.RenewLeaseRequest("L", 1000),
-    m.RenewLeaseResponse(5), m.ReleaseLeaseRequest("L", {4: (0, 1)}), m.ReleaseLeaseResponse(0),
+    m.AcquireLeaseRequest("L", 1000, {4: {1: 3}}, "q", {5: {7: {0: 2}}}),
+    m.AcquireLeaseResponse({4: {0: 2}}, 5, {5: {7: {1: 3}}}), m.RenewLeaseRequest("L", 1000),
+    m.RenewLeaseResponse(5), m.ReleaseLeaseRequest("L", {4: (0, 1)}, {5: {7: (0,)}}),
+    m.ReleaseLeaseResponse(0),
     m.DropLeaseRequest("L"), m.DropLeaseResponse(False), m.ListLeasesRequest(),
     m.ListLeasesResponse((LEASE,)), m.DescribeLeaseRequest("L"), LEASE,
     m.ProduceRequest(4, 1, "upsert", b"x"), m.ProduceResponse(0, 3),
@@ -142,6 +144,32 @@ def test_absent_and_nil_fields_decode_to_defaults_and_none_is_sent_as_nil():
     assert m.FetchLogResponse().to_wire()["records"] is None
     # A scan answer without a session leaves scanner_id out (``omit_none``).
     assert "scanner_id" not in m.ScanKvResponse(has_more=False).to_wire()
+
+
+def test_lease_messages_without_partitions_are_what_older_peers_send_and_read():
+    old_acquire = {"lease_id": "L", "duration_ms": 1, "tables": {4: {0: 1}}, "holder": None}
+    req = m.AcquireLeaseRequest.decode(old_acquire)
+    assert req.partitions is None and req.to_wire() == old_acquire      # no new key sent
+    old_release = {"lease_id": "L", "tables": {4: [0]}}
+    release = m.ReleaseLeaseRequest.decode(old_release)
+    assert release.partitions is None and release.to_wire() == old_release
+    # An older server leaves unavailable_partitions out: the client can tell (None, not {}).
+    assert m.AcquireLeaseResponse.decode({"unavailable": {}, "expires_at_ms": 5}) \
+        .unavailable_partitions is None
+    assert m.AcquireLeaseResponse({}, 5, {}).to_wire()["unavailable_partitions"] == {}
+    assert m.LeaseInfo.decode({"lease_id": "L"}).partitions == {}
+
+
+@pytest.mark.parametrize("partitions, field", [
+    ({4: {-1: {0: 1}}}, r"'partitions\[4\] key' must not be negative"),
+    ({4: {7: {0: 2**60}}}, r"'partitions\[4\]\[7\]\[0\]' is too large"),
+    ({4: {7: [0]}}, r"'partitions\[4\]\[7\]' must be a map"),
+    ({"x": {}}, "'partitions key' must be an integer"),
+])
+def test_partition_pins_are_bounded_like_table_pins(partitions, field):
+    body = {"lease_id": "L", "duration_ms": 1, "tables": {}, "partitions": partitions}
+    with pytest.raises(InvalidRequest, match=field):
+        m.AcquireLeaseRequest.decode(body)
 
 
 def test_a_malformed_response_is_a_corrupt_message():

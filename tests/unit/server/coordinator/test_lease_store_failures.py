@@ -9,6 +9,8 @@ counts that match the leases, no pinned snapshot deleted, and a retry that conve
 import pytest
 
 from fluss_spark.errors import MetadataStoreUnavailable
+from fluss_spark.metadata.lease_codec import NO_PARTITION
+from fluss_spark.server.coordinator.lease_pins import pin_keys
 from fluss_spark.testing.zookeeper_faults import ConnectionDies
 from fluss_spark.testing.coordinator import LeaseHarness
 
@@ -26,17 +28,17 @@ def stored(h) -> dict:
 
 
 def _fields(rec) -> tuple:
-    return rec.tables, rec.holders, rec.expires_at_ms, rec.created_ms
+    return rec.tables, rec.partitions, rec.holders, rec.expires_at_ms, rec.created_ms
 
 
 def check_refs_and_pins(h) -> None:
     """Reference counts are exactly the pins of the leases, and every pinned snapshot lives."""
     expected: dict = {}
     for rec in h.leases._leases.values():
-        for t, pins in rec.tables.items():
-            for b, s in pins.items():
-                expected[(t, b, s)] = expected.get((t, b, s), 0) + 1
-                assert h.alive(t, b, s), f"snapshot {(t, b, s)} is pinned but was deleted"
+        for (t, p, b, s) in pin_keys(rec):
+            expected[(t, p, b, s)] = expected.get((t, p, b, s), 0) + 1
+            partition = None if p == NO_PARTITION else p
+            assert h.alive(t, b, s, partition), f"snapshot {(t, p, b, s)} is pinned but deleted"
     assert h.leases._refs == expected
 
 
@@ -62,6 +64,19 @@ def leases_on_two_tables(h):
     h.leases.acquire("c", HOUR, {1: {0: 1}, 2: {0: 1}})
 
 
+def leases_on_partitions(h):
+    for p in (7, 8):
+        h.snapshot(1, 0, 1, partition_id=p)
+    h.snapshot(2, 0, 1)
+    h.leases.pin("a", HOUR, {2: {0: 1}}, {1: {7: {0: 1}, 8: {0: 1}}})
+    h.leases.pin("b", HOUR, {}, {1: {7: {0: 1}}})
+
+
+def drop_partition_7(h):
+    h.dropped_partitions.add((1, 7))    # what a new coordinator's recovery then sees
+    h.leases.drop_partition_pins(1, 7)
+
+
 def one_expired(h):
     two_pins(h)
     h.leases.acquire("b", 3 * HOUR, {1: {0: 1}})
@@ -84,6 +99,9 @@ SCENARIOS = {
     "expiry": (one_expired, lambda h: h.leases.expire_once()),
     "drop a table's pins from every lease": (
         leases_on_two_tables, lambda h: h.leases.drop_table_pins(1)),
+    "release a partition's bucket": (
+        leases_on_partitions, lambda h: h.leases.release("a", {}, {1: {8: [0]}})),
+    "drop a partition's pins from every lease": (leases_on_partitions, drop_partition_7),
 }
 
 

@@ -292,7 +292,7 @@ def test_concurrent_acquire_release_drop_from_several_threads_stay_consistent(h)
     for rec in h.leases.live():
         for t, pins in rec.tables.items():
             for b, s in pins.items():
-                expected_refs[(t, b, s)] = expected_refs.get((t, b, s), 0) + 1
+                expected_refs[(t, -1, b, s)] = expected_refs.get((t, -1, b, s), 0) + 1
     assert h.leases._refs == expected_refs
     stored = {r.lease_id: r.tables for r in h.store.load_leases()}
     assert stored == {r.lease_id: r.tables for r in h.leases.live()}
