@@ -107,6 +107,8 @@ class PartitionTracker:
             unread = self._report(start, key, infos[key[0]])
             n, records = counts[key[0]]
             counts[key[0]] = (n + 1, records + unread)
+            for bucket_key in [k for k in self.planner.known_latest if k[0] == key]:
+                del self.planner.known_latest[bucket_key]
         added: dict[UnitKey, TablePos] = {}
         if discover:
             for tid, info in infos.items():
