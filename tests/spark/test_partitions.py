@@ -174,3 +174,81 @@ def test_a_partitioned_log_table_streams_exactly_in_earliest_and_latest_modes(
         assert keys(r.asDict() for r in day.collect()) == keys(day_rows(range(500, 530), DAYS[3]))
     finally:
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+# -- kill -9 of the driver ------------------------------------------------------------------------
+#: Source options of the first driver and of the restart (the same query).
+KILL_OPTIONS = {"maxOffsetsPerTrigger": "1500", "scan.kv.read": "snapshot"}
+
+
+# Extended: in CI the same kill points are covered by tests/unit/connector/test_partitions.py
+# (test_a_driver_killed_inside_batch_0_or_mid_snapshot_restarts_exactly, against the fake
+# cluster), and real pins per partition by the full-mode test above.
+@pytest.mark.extended
+@pytest.mark.parametrize("point", ["offsets/0", "mid-snapshot"])
+def test_a_driver_killed_inside_batch_0_or_mid_snapshot_restarts_exactly(
+        spark, cluster, conn, table_name, tmp_path, point):
+    """A KV snapshot per partition every second, one retained: the restart must read exactly
+    the snapshots offsets/0 names (pinned under its lease) and the changelog after them."""
+    from fluss_spark.testing.spark_driver import Driver
+    admin = conn.admin()
+    admin.create_table(table_name, PK_SCHEMA, primary_key=["id", "dt"], num_buckets=2,
+                       partition_keys=["dt"], properties={"kv.snapshot.interval": "1s",
+                                                          "kv.snapshot.num-retained": "1"})
+    writer = conn.writer(table_name)
+    for day in DAYS[:3]:
+        admin.create_partition(table_name, {"dt": day})
+        writer.upsert([{"id": k, "dt": day, "v": "0"} for k in range(2000)])
+        admin.trigger_kv_snapshot(table_name, partition=day)
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.wait(0.1):
+            i += 1
+            for day in DAYS[:3]:
+                writer.upsert([{"id": (i * 31 + k) % 2000, "dt": day, "v": str(i)}
+                               for k in range(30)])
+                writer.delete([{"id": (i * 17) % 2000, "dt": day}])
+    writing = threading.Thread(target=churn)
+    writing.start()
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    driver = Driver(tmp_path, cluster.bootstrap_servers, table_name, str(out), str(ckpt),
+                    "2" if point == "mid-snapshot" else "-1", "0", options=KILL_OPTIONS)
+    try:
+        if point == "offsets/0":
+            wait_until(lambda: (ckpt / "offsets" / "0").exists() or driver.proc.poll() is not None,
+                       240, "offsets/0 of the first driver", interval_s=0.01)
+        else:
+            driver.wait_for("IN_BATCH 2", "the first driver inside batch 2", 240)
+    finally:
+        driver.kill()
+    first = decode(source_offsets(ckpt)[0])
+    tid = admin.get_table(table_name).table_id
+    snapshots = {pos.name: pos.snapshot for pos in first.tables[tid].partitions.values()}
+
+    def sink(df, batch_id):
+        df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
+    reader = (spark.readStream.format("fluss")
+              .option("bootstrap.servers", cluster.bootstrap_servers).option("table", table_name))
+    for k, v in KILL_OPTIONS.items():
+        reader = reader.option(k, v)
+    q = reader.load().writeStream.option("checkpointLocation", str(ckpt)).foreachBatch(sink).start()
+    try:
+        wait_until(lambda: q.exception() is not None or not leases_on(admin, table_name), 240,
+                   "the restarted snapshot phase to end")
+        stop.set()
+        writing.join(30)
+        q.processAllAvailable()
+        assert q.exception() is None, str(q.exception())[:3000]
+    finally:
+        stop.set()
+        q.stop()
+    assert {o["lease_id"] for o in source_offsets(ckpt)} == {first.lease_id}
+    result = spark.read.parquet(str(out))
+    snap = result.where("_commit_timestamp IS NULL").select("id", "dt").collect()
+    # offsets/0's snapshots, each row exactly once (a replaced snapshot would differ in count).
+    assert Counter(r["dt"] for r in snap) == {day: sum(s.row_count for s in snapshots[day].values())
+                                             for day in DAYS[:3]}
+    assert len(set(snap)) == len(snap)
+    assert fold(result, key=("id", "dt")) == table_state(conn, table_name)
