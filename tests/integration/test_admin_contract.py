@@ -12,11 +12,13 @@ import pytest
 from fluss_spark.client import Cluster, EmbeddedCluster
 from fluss_spark.testing.clock import FakeClock
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, InvalidRequest, KvSnapshotNotExist,
-                                LeaseHeldByOther, LeaseNotFound, LiveScanLost, TableNotExist)
+                                LeaseHeldByOther, LeaseNotFound, LiveScanLost, PartitionNotExist,
+                                TableNotExist)
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.fake_cluster import BASE_TIMESTAMP_MS, FakeCluster
 
 HOUR = 3_600_000
+DAYS_SCHEMA = "id BIGINT NOT NULL, dt STRING NOT NULL, v STRING"
 
 
 class FakeBackend:
@@ -50,6 +52,21 @@ class FakeBackend:
         """A time after every record written so far and before any written next."""
         return BASE_TIMESTAMP_MS + len(self.fake.tables[name].log[0])
 
+    def create_days(self, name: str, days: tuple[str, ...], keys: range) -> None:
+        """A one-bucket PK table partitioned by ``dt``: ``keys`` inserted into each day, and a
+        snapshot of them."""
+        self.fake.add_table(name, schema=DAYS_SCHEMA, pk=("id", "dt"), buckets=1,
+                            partition_keys=("dt",))
+        for day in days:
+            self.fake.add_partition(name, day)
+            rows = [{"id": k, "dt": day, "v": "x"} for k in keys]
+            self.fake.append_log(name, 0, [("+I", r) for r in rows], partition=day)
+            self.fake.add_snapshot(name, 0, self._next_snapshot, rows, len(rows), partition=day)
+            self._next_snapshot += 1
+
+    def drop_day(self, name: str, day: str) -> None:
+        self.fake.drop_partition(name, {"dt": day})
+
     def outlive(self, lease_id: str, duration_ms: int) -> None:
         self.clock.advance(duration_ms + 1000)
 
@@ -82,6 +99,17 @@ class RealBackend:
     def timestamp_between(self, name: str) -> int:
         wait_until(lambda: int(time.time() * 1000) > self._last_write_ms, 5, "the clock to tick")
         return int(time.time() * 1000)
+
+    def create_days(self, name: str, days: tuple[str, ...], keys: range) -> None:
+        self.admin.create_table(name, DAYS_SCHEMA, primary_key=["id", "dt"], num_buckets=1,
+                                partition_keys=["dt"])
+        for day in days:
+            self.admin.create_partition(name, {"dt": day})
+            self.conn.writer(name).upsert([{"id": k, "dt": day, "v": "x"} for k in keys])
+            self.admin.trigger_kv_snapshot(name, partition=day)
+
+    def drop_day(self, name: str, day: str) -> None:
+        self.admin.drop_partition(name, {"dt": day})
 
     def outlive(self, lease_id: str, duration_ms: int) -> None:
         def gone():
@@ -394,3 +422,39 @@ def test_a_live_scan_reads_the_current_state_as_of_the_offset_its_open_reports(b
     nothing = cluster.open_live_scan(name + "_empty", 0)
     assert (nothing.log_offset, nothing.scanner_id, nothing.has_more) == (0, None, False)
     assert list(cluster.read_live_scan(name + "_empty", 0, nothing)) == []
+
+
+def test_partitions_are_read_by_name_and_pinned_per_partition(backend, table_name):
+    days = ("2026-11-24", "2026-11-25")
+    backend.create_days(table_name, days, range(3))
+    c = backend.cluster
+    info = c.get_table(table_name)
+    assert info.partition_keys == ("dt",) and [p.name for p in info.partitions] == list(days)
+    ids = {p.name: p.partition_id for p in info.partitions}
+    for day in days:
+        for part in (day, f"dt={day}"):
+            assert c.list_offsets(table_name, spec="latest", partition=part) == {0: 3}
+        rows = [r for b in c.read_log(table_name, 0, 0, 3, partition=day) for r in b.to_pylist()]
+        assert [(r["id"], r["dt"], r["_change_type"]) for r in rows] == [(k, day, "+I")
+                                                                       for k in range(3)]
+    snaps = {day: c.latest_kv_snapshots(table_name, partition=day)[0] for day in days}
+    assert {s.partition_id for s in snaps.values()} == set(ids.values())
+    with pytest.raises(PartitionNotExist):
+        c.list_offsets(table_name, spec="latest", partition="2030-01-01")
+    # Partition pins: what exists is granted, the rest reported by partition.
+    lid = lease_id()
+    pins = {info.table_id: {ids[d]: {0: snaps[d].snapshot_id} for d in days}}
+    missing = c.acquire_kv_snapshot_lease(lid, HOUR, {}, holder="q", partitions={
+        info.table_id: {**pins[info.table_id], ids[days[0]]: {0: 9_999}}})
+    assert dict(missing) == {} and missing.partitions == {info.table_id: {ids[days[0]]: {0: 9_999}}}
+    missing = c.acquire_kv_snapshot_lease(lid, HOUR, {}, holder="q", partitions=pins)
+    assert not missing
+    assert c.describe_kv_snapshot_lease(lid).partitions == pins
+    # Dropping a partition removes its pins; releasing the table's buckets covers the rest.
+    backend.drop_day(table_name, days[0])
+    wait_until(lambda: c.describe_kv_snapshot_lease(lid).partitions == {
+        info.table_id: {ids[days[1]]: {0: snaps[days[1]].snapshot_id}}}, 10,
+        "the dropped partition's pins to leave the lease")
+    assert c.release_kv_snapshot_lease(lid, {info.table_id: [0]}) == 0
+    with pytest.raises(LeaseNotFound):
+        c.describe_kv_snapshot_lease(lid)
