@@ -3,7 +3,8 @@ lease.
 
 It lives in the one long-lived Python process Spark keeps per source per query run, and starts
 fresh on every restart. Where offsets go is planned by ``fluss_spark/connector/planning.py``, the
-lease is held by ``fluss_spark/connector/lease_session.py``; this module decides when each
+lease is held by ``fluss_spark/connector/lease_session.py``, lost snapshots are replaced by
+``fluss_spark/connector/replacements.py``; this module decides when each
 happens. Spark calls (see docs/spark_source.md, "How the source meets Spark"):
 
 - ``initial_offset()`` (twice on a fresh start: planned once and memoised). It lists the latest KV
@@ -67,6 +68,7 @@ from fluss_spark.connector.offsets import (QueryIdentity, SnapshotPos, SourceOff
                                            UnitKey, decode, live_read_in, unit_order)
 from fluss_spark.connector.options import SourceOptions
 from fluss_spark.connector.planning import OffsetPlanner, Step, live_readable
+from fluss_spark.connector.replacements import Replacements
 from fluss_spark.connector.splits import LiveScanSplit, plan_splits
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist, UnsupportedVersion
 
@@ -118,10 +120,7 @@ class Enumerator:
         self._produced: set[str] = set()
         self.released: set[int] = set()
         self._infos: dict[int, TableInfo] = {}
-        # (unit, bucket, lost snapshot id) -> (snapshot the bucket continues with or None,
-        # changelog offset it continues at or None to keep its own)
-        self._replacements: dict[tuple[UnitKey, int, int],
-                                 tuple[SnapshotPos | None, int | None]] = {}
+        self.replacements = Replacements(options, lambda: self.cluster, self.lease, self.planner)
 
     # -- plumbing -----------------------------------------------------------------------------
     @property
@@ -226,9 +225,9 @@ class Enumerator:
         else:
             self.lease.tick()
             if self.lease.lost:
-                self._starting(start, lambda: self._pin(self._apply_replacements(start), None,
+                self._starting(start, lambda: self._pin(self.replacements.apply(start), None,
                                                         lossless=True))
-        return self._apply_replacements(start)
+        return self.replacements.apply(start)
 
     def _starting(self, offset: SourceOffset, pin: Callable[[], None]) -> None:
         """Run ``pin`` for a run that is starting; if it fails for a reason a retry cannot mend,
@@ -312,71 +311,11 @@ class Enumerator:
                     log.info("%s bucket %d: KV snapshot %d is gone; its live scan has no "
                              "leased fallback", logged.where(key), b, sid)
                 else:
-                    self._replace(logged, key, b, sid, lossless=lossless)
+                    self.replacements.replace(logged, key, b, sid, lossless=lossless)
 
     @staticmethod
     def _names(offset: SourceOffset) -> dict[int, str]:
         return {tid: t.name for tid, t in offset.tables.items()}
-
-    def _replace(self, offset: SourceOffset, key: UnitKey, bucket: int, snapshot_id: int, *,
-                 lossless: bool) -> None:
-        """A snapshot the query needs is gone: continue the bucket from its newest snapshot.
-
-        ``lossless``: none of its rows was read yet (a fresh query that lost the race against
-        retention), so this is no data loss. Otherwise ``failOnDataLoss`` decides."""
-        where, name, part = offset.where(key), offset.table_name(key), offset.partition_name(key)
-        what = (f"{where} bucket {bucket}: KV snapshot {snapshot_id} needed by this "
-                f"query (lease {self.lease_id!r}) no longer exists")
-        if not lossless and self.options.fail_on_data_loss:
-            raise KvSnapshotNotExist(
-                f"{what}; its unread rows are lost, so this checkpoint cannot be restarted as "
-                f"it is. Start the query with a new checkpointLocation, or set "
-                f"failOnDataLoss=false to continue from the latest snapshot. This start released "
-                f"the snapshots it pinned; `fluss-spark lease drop {self.lease_id}` removes "
-                f"whatever the lease may still hold")
-        attempts = self.options.lease_acquire_retries + 1
-        for _ in range(attempts):
-            latest = self.cluster.latest_kv_snapshots(name, partition=part).get(bucket)
-            if latest is None:  # no snapshot any more: the bucket reads its changelog
-                log_from = (self.planner.offsets(name, "earliest", partition=part).get(bucket, 0)
-                            if lossless else None)
-                replacement: tuple[SnapshotPos | None, int | None] = (None, log_from)
-                break
-            if not self.lease.acquire({key: {bucket: latest.snapshot_id}}, self._names(offset)):
-                replacement = (SnapshotPos(latest.snapshot_id, latest.row_count, 0,
-                                           latest.log_offset), latest.log_offset)
-                break
-        else:
-            raise KvSnapshotNotExist(
-                f"could not lease the latest KV snapshot of {where} bucket {bucket} "
-                f"under lease {self.lease_id!r} after {attempts} attempts (they were removed by "
-                f"retention faster than they could be leased). Raise the table's "
-                f"kv.snapshot.num-retained or kv.snapshot.interval, then start the query again")
-        new = replacement[0]
-        log.log(logging.INFO if lossless else logging.WARNING, "%s (%s): %s", what,
-                "no row of it was read yet" if lossless else "failOnDataLoss=false",
-                f"continuing from snapshot {new.snapshot_id}" if new is not None
-                else "continuing with the changelog")
-        self._replacements[(key, bucket, snapshot_id)] = replacement
-
-    def _apply_replacements(self, offset: SourceOffset) -> SourceOffset:
-        if not self._replacements:
-            return offset
-        units = offset.units()
-        for (key, b, sid), (new, log_from) in self._replacements.items():
-            t = units.get(key)
-            cur = t.snapshot.get(b) if t is not None else None
-            if t is None or cur is None or cur.snapshot_id != sid:
-                continue
-            snapshot, logs = dict(t.snapshot), dict(t.log)
-            if new is None:
-                del snapshot[b]
-            else:
-                snapshot[b] = new
-            if log_from is not None:
-                logs[b] = log_from
-            units[key] = replace(t, snapshot=snapshot, log=logs)
-        return offset.with_units(units)
 
     # -- partitions ---------------------------------------------------------------------------
     def _partitions_now(self, start: SourceOffset) -> PartitionChange:
@@ -428,7 +367,7 @@ class Enumerator:
             self.lease.tick()
             if self.lease.lost:
                 self._pin(start, None, lossless=False)
-            start = self._apply_replacements(start)
+            start = self.replacements.apply(start)
             # Spark calls latestOffset(start) only once the batch ending at ``start`` is in the
             # commit log, so a table whose snapshot ``start`` shows consumed can be released now.
             # This also covers the last batch of Trigger.AvailableNow, which never sees a commit().
@@ -494,7 +433,7 @@ class Enumerator:
         # ``end`` is in the offset log already: bind to it and lease what the batch reads
         # before any split exists.
         self._bind(end, batch_start=start)
-        splits = plan_splits(self._apply_replacements(start), self._apply_replacements(end),
+        splits = plan_splits(self.replacements.apply(start), self.replacements.apply(end),
                              self.options.split_max_rows, self._live_starts,
                              self._primary_keys(end))
         for split in splits:   # a session is read by one task; retries reuse the split itself
@@ -514,7 +453,7 @@ class Enumerator:
     def commit(self, end_json: dict[str, Any]) -> None:
         end = decode(end_json)
         self._bind(end)
-        self._release_finished(self._apply_replacements(end))
+        self._release_finished(self.replacements.apply(end))
 
     def _release_finished(self, done: SourceOffset) -> None:
         """Release every table whose snapshot rows ``done`` (a processed offset) all covers, of
