@@ -284,3 +284,17 @@ def test_a_reader_whose_partition_is_gone_skips_it_or_fails(parts):
                                                 rf"the partition \(id {old}\) was dropped before "
                                                 r"changelog offsets \[0, 8\) were read"):
         list(part_reader(parts).read(split))
+
+
+def test_one_query_reads_a_partitioned_and_an_unpartitioned_table(parts, clock):
+    parts.add_table("db.a", buckets=1)
+    parts.add_snapshot("db.a", 0, 5, [{"id": i, "v": "a"} for i in range(6)], 0)
+    loop = SparkLoop(parts, clock, table=None, tables="db.p,db.a").run()
+    loop.batch(max_rows=5)          # 5 units of budget over 5 (partition or table, bucket)s
+    first = rows_between(decode(loop.offsets[0]).first_batch_start(), decode(loop.offsets[0]))
+    assert first == {parts.tables["db.p"].info.table_id: 4, parts.tables["db.a"].info.table_id: 1}
+    loop.drain(max_rows=5)
+    assert [r for r in loop.reads() if r[0] is None] == [(None, 0, 5, r) for r in range(6)]
+    assert [r for r in loop.reads() if r[0] is not None] == expected(
+        snapshot_then_log(DAYS[0], 10), snapshot_then_log(DAYS[1], 11))
+    assert len({c[1] for c in parts.calls_of("acquire")}) == 1 and parts.leases == {}
