@@ -20,6 +20,7 @@ from fluss_spark.protocol.apache_fluss.proto import ProtoMessage
 from fluss_spark.protocol.apache_fluss.table_json import (FlussTableDescriptor, parse_schema_json,
                                                    parse_table_json)
 from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
+from fluss_spark.protocol.partitions import spec_text, values_of
 from fluss_spark.retry import retry
 from fluss_spark.transport.apache_fluss import FlussRpcConnection
 
@@ -213,20 +214,29 @@ class FlussWireConnection:
         """Ask the cluster about partitions of table ``name`` (by ``names`` and by ``ids``)
         again; ``PartitionNotExist`` when one of them is gone."""
         path = split_table_name(name)
-        self._metadata(path, MetadataRequest(
-            table_path=[path], partitions_id=[int(i) for i in ids],
-            partitions_path=[PbPhysicalTablePath(database_name=path.database_name,
-                                                 table_name=path.table_name, partition_name=n)
-                             for n in names]))
+        wanted, wanted_ids = set(names), {int(i) for i in ids}
+        try:
+            self._metadata(path, MetadataRequest(
+                table_path=[path], partitions_id=sorted(wanted_ids),
+                partitions_path=[PbPhysicalTablePath(database_name=path.database_name,
+                                                     table_name=path.table_name,
+                                                     partition_name=n) for n in sorted(wanted)]))
+        except PartitionNotExist:
+            raise self._gone(name, names, ids) from None
         with self._lock:
             found = [p for (t, _), p in self._partitions.items() if t == name]
-        wanted, wanted_ids = set(names), {int(i) for i in ids}
         got = [p for p in found if p.name in wanted or p.partition_id in wanted_ids]
-        lacking = wanted - {p.name for p in got}
-        if lacking:
-            raise PartitionNotExist(f"partition {sorted(lacking)[0]} of table {name} does not "
-                                    "exist")
+        if wanted - {p.name for p in got}:
+            raise self._gone(name, names, ids)
         return got
+
+    def _gone(self, name: str, names: Sequence[str], ids: Sequence[int]) -> PartitionNotExist:
+        """The one-line error of partitions of ``name`` that are gone (or never existed)."""
+        keys = self.table(name).descriptor.partition_key
+        which = ", ".join([spec_text(keys, values_of(n)) for n in names]
+                          + [f"id {i}" for i in ids])
+        return PartitionNotExist(f"partition {which} of table {name} does not exist (never "
+                                 "created, dropped, or expired by auto-partition retention)")
 
     def partition(self, name: str, partition: str) -> PartitionMetadata:
         """The metadata of the partition named ``partition`` of table ``name`` (cached)."""
