@@ -3,6 +3,7 @@ created, partitioned and read by this client, written by pyfluss, the independen
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import uuid
@@ -41,13 +42,26 @@ def test_day_partitioned_pk_and_log_tables(apache_fluss, capsys):
     boot = apache_fluss.bootstrap_servers
     fluss = ApacheFlussWireCluster.connect(boot, request_timeout_s=20)
     db = f"part_{uuid.uuid4().hex[:8]}"
-    pk, log = f"{db}.visits", f"{db}.events"
+    pk, log, auto = f"{db}.visits", f"{db}.events", f"{db}.daily"
+
+    def cli(*argv) -> str:
+        code = main(["--bootstrap-servers", boot, *argv])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return out
     try:
         assert fluss.capabilities().partition_admin
         fluss.create_database(db)
         fluss.create_table(pk, SCHEMA, primary_key=["id", "dt"], partition_keys=["dt"],
                            buckets=2)
-        fluss.create_table(log, SCHEMA, partition_keys=["dt"], buckets=2)
+        cli("table", "create", log, "--schema", "id BIGINT, dt STRING, v STRING",
+            "--partition-key", "dt", "--buckets", "2")
+        # Fluss creates the partitions of an auto-partitioned table itself: today's and more.
+        cli("table", "create", auto, "--schema", "id BIGINT, dt STRING", "--partition-key", "dt",
+            "--property", "table.auto-partition.enabled=true",
+            "--property", "table.auto-partition.time-unit=DAY",
+            "--property", "table.auto-partition.num-precreate=2",
+            "--property", "table.auto-partition.time-zone=UTC")
         made = {t: {d: fluss.create_partition(t, {"dt": d}) for d in DAYS} for t in (pk, log)}
         again = fluss.create_partition(pk, {"dt": DAYS[0]}, ignore_if_exists=True)
         assert again.partition_id == made[pk][DAYS[0]].partition_id
@@ -103,11 +117,6 @@ def test_day_partitioned_pk_and_log_tables(apache_fluss, capsys):
             fluss.latest_kv_snapshots(pk, partition="dt=2026-11-26")
 
         # The command line over the same cluster: every partition's rows, or one partition's.
-        def cli(*argv) -> str:
-            code = main(["--bootstrap-servers", boot, *argv])
-            out, err = capsys.readouterr()
-            assert code == 0, err
-            return out
         rows = json.loads(cli("scan", pk, "--json"))
         assert sorted((r["id"], r["dt"], r["v"]) for r in rows) == sorted(
             (i, d, v) for d in DAYS for i, v in want[d])
@@ -120,6 +129,15 @@ def test_day_partitioned_pk_and_log_tables(apache_fluss, capsys):
         cli("partition", "create", log, "dt=2026-11-26")
         cli("partition", "drop", log, f"dt={DAYS[0]}")
         assert [p.name for p in fluss.list_partitions(log)] == [DAYS[1], "2026-11-26"]
+        deadline = time.monotonic() + 30
+        while True:
+            today = datetime.datetime.now(datetime.timezone.utc).date()
+            days = [(today + datetime.timedelta(days=n)).strftime("%Y%m%d") for n in (0, 1)]
+            made_by_fluss = sorted(p.name for p in fluss.list_partitions(auto))
+            if made_by_fluss == days or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert made_by_fluss == days
         with pytest.raises(PartitionNotExist, match=f"^partition dt={DAYS[0]} of table {log} "
                                                     "does not exist .never created, dropped, or "
                                                     "expired by auto-partition retention.$"):
