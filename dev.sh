@@ -72,8 +72,9 @@ case "${1:-}" in
            typecheck          # a type error fails the run (and CI) before any test
            lint               # so does a lint finding
            fluss_jars >/dev/null   # the real Apache Fluss cluster of the tests runs these jars
-           # The 20 slowest tests close the report: the place to look when CI time grows.
-           exec python -m pytest --durations=20 "${select[@]}" "$@" ;;
+           # Three groups, two of them at once (tests/suite.py); each closes its report with its
+           # 20 slowest tests: the place to look when CI time grows.
+           exec python tests/suite.py "${select[@]}" "$@" ;;
   check)   shift
            typecheck
            lint

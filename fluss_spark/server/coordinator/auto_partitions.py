@@ -49,6 +49,8 @@ class AutoPartitioner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # start and stop come from different threads (leadership changes, shutdown)
+        self._lifecycle = threading.Lock()
         self._paused = False
         #: Tables whose properties were refused once: logged once, not every pass.
         self._refused: set[int] = set()
@@ -115,26 +117,32 @@ class AutoPartitioner:
 
     def start(self, interval_ms: int, active: Callable[[], bool] | None = None) -> None:
         """Run a pass now and every ``interval_ms`` (or when woken) until ``stop``."""
-        self.stop()
-        self._stop = stop = threading.Event()
+        with self._lifecycle:
+            self._stop_thread()
+            self._stop = stop = threading.Event()
+            self._thread = threading.Thread(target=self._loop, args=(stop, interval_ms, active),
+                                            name="auto-partitioning", daemon=True)
+            self._thread.start()
 
-        def loop():
-            while not stop.is_set():
-                self._wake.clear()
-                try:
-                    self.tick(active)
-                except Exception:  # noqa: BLE001 - ZooKeeper hiccups must not end the loop
-                    log.exception("auto-partitioning pass failed; retrying next interval")
-                self._wake.wait(interval_ms / 1000.0)
-
-        self._thread = threading.Thread(target=loop, name="auto-partitioning", daemon=True)
-        self._thread.start()
+    def _loop(self, stop: threading.Event, interval_ms: int,
+              active: Callable[[], bool] | None) -> None:
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                self.tick(active)
+            except Exception:  # noqa: BLE001 - ZooKeeper hiccups must not end the loop
+                log.exception("auto-partitioning pass failed; retrying next interval")
+            self._wake.wait(interval_ms / 1000.0)
 
     def wake(self) -> None:
         """Run the next pass now (a table was created)."""
         self._wake.set()
 
     def stop(self) -> None:
+        with self._lifecycle:
+            self._stop_thread()
+
+    def _stop_thread(self) -> None:
         self._stop.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
