@@ -3,7 +3,7 @@ dropped, and the partition a read names resolved to its id and bucket leaders.""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, TypeVar
 
 from fluss_spark.client.apache_fluss.connection import (FlussWireConnection, PartitionMetadata,
                                                         split_table_name)
@@ -16,6 +16,8 @@ from fluss_spark.protocol.apache_fluss.partition_messages import (CreatePartitio
                                                                   PbPartitionSpec)
 from fluss_spark.protocol.messages import PartitionInfo
 from fluss_spark.protocol.partitions import spec_text, values_of
+
+R = TypeVar("R", CreatePartitionRequest, DropPartitionRequest)
 
 #: Listings tried when a partition is dropped between the listing and its metadata.
 _LISTING_ATTEMPTS = 3
@@ -74,34 +76,39 @@ class FlussPartitions:
         raise AssertionError("unreachable")
 
     def create_partition(self, table: str, spec: Mapping[str, str], *,
-               ignore_if_exists: bool = False) -> PartitionInfo:
+                         ignore_if_exists: bool = False) -> PartitionInfo:
         """Create the partition ``spec`` and return it."""
-        keys = self.keys(table)
-        name = spec_name(table, keys, spec)
+        name, text, request = self._request(table, spec, CreatePartitionRequest,
+                                            ignore_if_exists=bool(ignore_if_exists))
         try:
-            self.conn.call_coordinator(CreatePartitionRequest(
-                table_path=split_table_name(table), partition_spec=PbPartitionSpec.of(keys, spec),
-                ignore_if_exists=bool(ignore_if_exists)))
+            self.conn.call_coordinator(request)
         except PartitionAlreadyExist:
-            raise PartitionAlreadyExist(f"partition {spec_text(keys, values_of(name))} of table "
-                                        f"{table} already exists") from None
+            raise PartitionAlreadyExist(f"partition {text} of table {table} already "
+                                        "exists") from None
         return _info(self.conn.refresh_partitions(table, names=[name])[0])
 
     def drop_partition(self, table: str, spec: Mapping[str, str], *,
-             ignore_if_not_exists: bool = False) -> None:
+                       ignore_if_not_exists: bool = False) -> None:
         """Drop the partition ``spec`` with its data (Fluss drops its snapshots and log)."""
-        keys = self.keys(table)
-        name = spec_name(table, keys, spec)
+        _, text, request = self._request(table, spec, DropPartitionRequest,
+                                         ignore_if_not_exists=bool(ignore_if_not_exists))
         try:
-            self.conn.call_coordinator(DropPartitionRequest(
-                table_path=split_table_name(table), partition_spec=PbPartitionSpec.of(keys, spec),
-                ignore_if_not_exists=bool(ignore_if_not_exists)))
+            self.conn.call_coordinator(request)
         except PartitionNotExist:
-            raise PartitionNotExist(f"partition {spec_text(keys, values_of(name))} of table "
-                                    f"{table} does not exist; list them with `fluss-spark "
-                                    f"partition list {table}`") from None
+            raise PartitionNotExist(f"partition {text} of table {table} does not exist; list "
+                                    f"them with `fluss-spark partition list {table}`") from None
         finally:
             self.conn.invalidate(table)
+
+    def _request(self, table: str, spec: Mapping[str, str], kind: type[R],
+                 **flag: bool) -> tuple[str, str, R]:
+        """(name, spec text, request of ``kind``) for the partition ``spec`` of ``table``,
+        after checking the spec against the table's partition keys."""
+        keys = self.keys(table)
+        name = spec_name(table, keys, spec)
+        request = kind(table_path=split_table_name(table),
+                       partition_spec=PbPartitionSpec.of(keys, spec), **flag)
+        return name, spec_text(keys, values_of(name)), request
 
 
 __all__ = ["FlussPartitions"]
