@@ -10,7 +10,8 @@ from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json,
                                     bounded, connect, connect_cluster, embedded_connection,
                                     no_snapshot_yet, not_available)
 from fluss_spark.cli.output import _print_metrics, _Progress, emit_json, print_table
-from fluss_spark.cli.partitions import PARTITION_HELP, partition_names
+from fluss_spark.cli.partitions import (PARTITION_HELP, cluster_partition_names,
+                                        partition_names)
 from fluss_spark.errors import ConfigError
 
 
@@ -88,7 +89,7 @@ def cmd_scan(args) -> int:
         if not caps.scan_sessions:
             # The cluster's own snapshot reads (Apache Fluss: the snapshot's files).
             info = cluster.get_table(args.table)
-            parts: list[str | None] = [args.partition]
+            parts = cluster_partition_names(cluster, info, args.partition)
 
             def latest_snapshots(partition):
                 return cluster.latest_kv_snapshots(info.name, partition=partition)
