@@ -108,15 +108,24 @@ def cmd_cluster_start(args) -> int:
     for g in args.disable_api:
         if g not in API_GROUPS:
             raise ConfigError(f"unknown API group {g!r}; known: {', '.join(sorted(API_GROUPS))}")
-    if read_state(d) is not None and args.tablets is None and not args.zookeeper:
+    state = read_state(d)
+    if state is not None and args.tablets is None and not args.zookeeper:
         cluster = EmbeddedProcesses.load(d)
         cluster.server_options = args.option or cluster.server_options
         cluster.disabled_apis = args.disable_api or cluster.disabled_apis
     else:
-        cluster = EmbeddedProcesses(d, tablets=args.tablets or 1, zookeeper=args.zookeeper,
+        cluster = EmbeddedProcesses(d, tablets=args.tablets or 1,
+                                    zookeeper=args.zookeeper or _saved_zookeeper(state),
                                     server_options=args.option, disabled_apis=args.disable_api,
                                     sasl=args.sasl, tls=_tls(args))
     return _started(args, cluster, {"dir": str(d)})
+
+
+def _saved_zookeeper(state: dict | None) -> str | None:
+    """The external ZooKeeper a cluster directory's saved state names (None: its own): a restart
+    with another --tablets keeps using it."""
+    zk = (state or {}).get("zookeeper") or {}
+    return zk.get("address") if zk.get("external") else None
 
 
 def _start_apache_fluss(args) -> int:
@@ -136,7 +145,8 @@ def _start_apache_fluss(args) -> int:
         cluster.options.update(options)
     else:
         cluster = ApacheFlussProcesses(d, tablets=args.tablets or 1, version=version,
-                                       zookeeper=args.zookeeper, options=options,
+                                       zookeeper=args.zookeeper or _saved_zookeeper(state),
+                                       options=options,
                                        sasl=args.sasl)
     return _started(args, cluster, {"dir": str(d), "engine": "apache-fluss",
                                     "fluss_version": cluster.version})

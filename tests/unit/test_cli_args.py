@@ -300,3 +300,11 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out == f"fluss-spark {__version__}\n"
+
+
+def test_a_restart_with_other_tablets_keeps_the_saved_external_zookeeper():
+    from fluss_spark.cli.cluster import _saved_zookeeper
+    external = {"zookeeper": {"address": "zk:2181/c", "external": True, "port": None}}
+    own = {"zookeeper": {"address": "127.0.0.1:5000", "external": False, "port": 5000}}
+    assert _saved_zookeeper(external) == "zk:2181/c"
+    assert _saved_zookeeper(own) is None and _saved_zookeeper(None) is None
