@@ -5,13 +5,17 @@ The fluss source reports the latest available offset with every micro-batch
 tables are. ``fluss_spark.connector.progress.table_lag`` turns that into snapshot rows +
 changelog records still to read, per table. This example reads the given tables into the
 ``noop`` sink at ``--max-offsets-per-trigger`` per round and prints one ``lag {...}`` JSON line
-per round, until every table's lag is 0 (``--until-caught-up``) or ``--seconds`` pass.
+per round, until every table's lag is 0 (``--until-caught-up``) or ``--seconds`` pass. The
+bootstrap servers are ``--bootstrap-servers``, else ``$FLUSS_BOOTSTRAP_SERVERS``.
 
-Run::
+Run on ``demo.orders`` (made by ``examples/stream_pk_table.py``'s docstring) and a log table
+``demo.events``::
 
+    export FLUSS_BOOTSTRAP_SERVERS=$(fluss-spark cluster start)
+    fluss-spark table create demo.events --schema "id BIGINT, kind STRING" --buckets 2
+    fluss-spark produce demo.events --rows 2000
     PYSPARK_PYTHON=$(which python) spark-submit --master "local[2]" examples/monitor_lag.py \\
-        --bootstrap-servers 127.0.0.1:9123 --tables demo.orders,demo.events \\
-        --max-offsets-per-trigger 500 --until-caught-up
+        --tables demo.orders,demo.events --max-offsets-per-trigger 500 --until-caught-up
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import time
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap-servers", default=os.environ.get("FLUSS_BOOTSTRAP_SERVERS"),
-                   required="FLUSS_BOOTSTRAP_SERVERS" not in os.environ)
+                   required="FLUSS_BOOTSTRAP_SERVERS" not in os.environ,
+                   help="Fluss servers (default: $FLUSS_BOOTSTRAP_SERVERS, which "
+                        "`fluss-spark cluster start` prints)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--tables", help="comma-separated db.table names")
     what.add_argument("--pattern", help="regex over db.table names")

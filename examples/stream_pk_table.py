@@ -1,22 +1,28 @@
 """Stream one primary-key table (KV snapshot, then changelog) to the console and to Parquet.
 
 Two streaming queries read the same table with ``spark.readStream.format("fluss")`` in the
-default ``full`` startup mode: the table's latest KV snapshot first (rows ``+I`` at offset -1,
-read under a KV snapshot lease), then its changelog (``+I``, ``-U``, ``+U``, ``-D``) from the
-snapshot's offset on. One query prints each micro-batch on the console; the other writes Parquet
-with a checkpoint, so running the command again continues where it stopped (exactly once).
+default ``full`` startup mode: the table's latest KV snapshot first (rows ``+I`` whose
+``_log_offset`` is the snapshot's ``log_offset - 1``, the last changelog offset it includes, read
+under a KV snapshot lease), then its changelog (``+I``, ``-U``, ``+U``, ``-D``) from the
+snapshot's ``log_offset`` on. One query prints each micro-batch on the console; the other writes
+Parquet with a checkpoint, so running the command again continues where it stopped (exactly
+once). The bootstrap servers are ``--bootstrap-servers``, else ``$FLUSS_BOOTSTRAP_SERVERS``.
 
 By default both queries stop after ``--seconds``; ``--available-now`` instead reads everything
 available at start (in rounds of ``--max-offsets-per-trigger``) and stops.
 
-Run (against a local cluster from ``fluss-spark cluster start``)::
+Run against a local cluster (``cluster start`` prints its address; ``demo.orders`` is the table
+the other examples read too). The snapshot phase reads the snapshot taken by ``snapshot
+trigger``; the second ``produce`` (new values for keys 0-1099) is the changelog after it::
 
-    fluss-spark table create demo.orders --schema "id BIGINT NOT NULL, amount DOUBLE" \\
-        --primary-key id --buckets 2
+    export FLUSS_BOOTSTRAP_SERVERS=$(fluss-spark cluster start)
+    fluss-spark table create demo.orders \\
+        --schema "id BIGINT NOT NULL, paid BOOLEAN, amount DOUBLE" --primary-key id --buckets 2
     fluss-spark produce demo.orders --rows 1000 --updates 200 --deletes 50
+    fluss-spark snapshot trigger demo.orders
+    fluss-spark produce demo.orders --rows 1100 --seed 1
     PYSPARK_PYTHON=$(which python) spark-submit --master "local[2]" examples/stream_pk_table.py \\
-        --bootstrap-servers 127.0.0.1:9123 --table demo.orders \\
-        --out /tmp/orders-parquet --checkpoint /tmp/orders-ckpt --available-now
+        --table demo.orders --out /tmp/orders-parquet --checkpoint /tmp/orders-ckpt --available-now
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ import time
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap-servers", default=os.environ.get("FLUSS_BOOTSTRAP_SERVERS"),
-                   required="FLUSS_BOOTSTRAP_SERVERS" not in os.environ)
+                   required="FLUSS_BOOTSTRAP_SERVERS" not in os.environ,
+                   help="Fluss servers (default: $FLUSS_BOOTSTRAP_SERVERS, which "
+                        "`fluss-spark cluster start` prints)")
     p.add_argument("--table", required=True, help="the PK table, db.table")
     p.add_argument("--out", required=True, help="Parquet output directory")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory (one per query)")

@@ -14,11 +14,11 @@ from fluss_spark import __version__
 from fluss_spark.cli import (acls, cluster, leases, partitions, scans, snapshots, tables,
                              tiering)
 from fluss_spark.cli.common import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, bootstrap_servers, bounded
-from fluss_spark.cli.output import _Progress, emit_json, print_table
+from fluss_spark.cli.output import emit_json, print_table
 from fluss_spark.errors import EXTRAS, ConfigError, FlussError, MissingExtra
 
 # Names other code imports from ``fluss_spark.cli``.
-__all__ = ["_Progress", "bootstrap_servers", "build_parser", "emit_json", "main", "print_table"]
+__all__ = ["bootstrap_servers", "build_parser", "emit_json", "main", "print_table"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fluss_spark.cli.common import _json, bounded, default_cluster_dir
 from fluss_spark.cli.output import _print_metrics, emit_json, print_table
 from fluss_spark.errors import ConfigError, FlussError
 from fluss_spark.local.apache_fluss_jars import DEFAULT_VERSION as DEFAULT_FLUSS_VERSION
+
+if TYPE_CHECKING:
+    from fluss_spark.local.either import AnyLocalCluster
 
 ENGINES = ("embedded", "apache-fluss")
 
@@ -31,6 +36,9 @@ def add_commands(sub, cmd) -> None:
                         f"{DEFAULT_FLUSS_VERSION})")
     c.add_argument("--tablets", type=bounded(int, 1, 64),
                    help="number of tablet servers (default 1)")
+    c.add_argument("--port", type=bounded(int, 1, 65535),
+                   help="the coordinator's port, the first address clients are given (default: "
+                        "the port it had in --dir, else a free one); tablets take free ports")
     c.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                    help="use this ZooKeeper instead of starting one")
     c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -100,21 +108,24 @@ def cmd_cluster_start(args) -> int:
     for g in args.disable_api:
         if g not in API_GROUPS:
             raise ConfigError(f"unknown API group {g!r}; known: {', '.join(sorted(API_GROUPS))}")
-    if read_state(d) is not None and args.tablets is None and not args.zookeeper:
+    state = read_state(d)
+    if state is not None and args.tablets is None and not args.zookeeper:
         cluster = EmbeddedProcesses.load(d)
         cluster.server_options = args.option or cluster.server_options
         cluster.disabled_apis = args.disable_api or cluster.disabled_apis
     else:
-        cluster = EmbeddedProcesses(d, tablets=args.tablets or 1, zookeeper=args.zookeeper,
+        cluster = EmbeddedProcesses(d, tablets=args.tablets or 1,
+                                    zookeeper=args.zookeeper or _saved_zookeeper(state),
                                     server_options=args.option, disabled_apis=args.disable_api,
                                     sasl=args.sasl, tls=_tls(args))
-    cluster.start()
-    if _json(args):
-        emit_json({"dir": str(d), "bootstrap_servers": cluster.bootstrap_servers,
-                   "zookeeper": cluster.zookeeper_address, "processes": cluster.processes()})
-    else:
-        print(cluster.bootstrap_servers)
-    return 0
+    return _started(args, cluster, {"dir": str(d)})
+
+
+def _saved_zookeeper(state: dict | None) -> str | None:
+    """The external ZooKeeper a cluster directory's saved state names (None: its own): a restart
+    with another --tablets keeps using it."""
+    zk = (state or {}).get("zookeeper") or {}
+    return zk.get("address") if zk.get("external") else None
 
 
 def _start_apache_fluss(args) -> int:
@@ -134,16 +145,33 @@ def _start_apache_fluss(args) -> int:
         cluster.options.update(options)
     else:
         cluster = ApacheFlussProcesses(d, tablets=args.tablets or 1, version=version,
-                                       zookeeper=args.zookeeper, options=options,
+                                       zookeeper=args.zookeeper or _saved_zookeeper(state),
+                                       options=options,
                                        sasl=args.sasl)
+    return _started(args, cluster, {"dir": str(d), "engine": "apache-fluss",
+                                    "fluss_version": cluster.version})
+
+
+def _started(args, cluster: "AnyLocalCluster", doc: dict) -> int:
+    """Start ``cluster`` on ``--port``, a line on stderr as each process comes up; then print
+    its address on stdout (what ``$(fluss-spark cluster start)`` captures) and the ``export``
+    line that points the CLI, the examples and Spark jobs at it on stderr (``--json``: one
+    document, nothing else)."""
+    cluster.pin_coordinator_port(args.port)
+    if not _json(args):
+        cluster.report = _stderr_line
     cluster.start()
     if _json(args):
-        emit_json({"dir": str(d), "engine": "apache-fluss", "fluss_version": cluster.version,
-                   "bootstrap_servers": cluster.bootstrap_servers,
+        emit_json({**doc, "bootstrap_servers": cluster.bootstrap_servers,
                    "zookeeper": cluster.zookeeper_address, "processes": cluster.processes()})
-    else:
-        print(cluster.bootstrap_servers)
+        return 0
+    print(cluster.bootstrap_servers, flush=True)
+    _stderr_line(f"export FLUSS_BOOTSTRAP_SERVERS={cluster.bootstrap_servers}")
     return 0
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _status_apache_fluss(args, d: Path) -> int:

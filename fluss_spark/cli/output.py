@@ -1,4 +1,4 @@
-"""Output of the ``fluss-spark`` command: JSON documents, aligned tables, a progress bar."""
+"""Output of the ``fluss-spark`` command: JSON documents and aligned tables."""
 
 from __future__ import annotations
 
@@ -62,31 +62,6 @@ def _fmt_ms(ms: int | None) -> str | None:
     if not ms:
         return None
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-class _Progress:
-    """A one-line progress bar on stderr, only on a terminal and never with --json."""
-
-    def __init__(self, what: str, total: int | None, enabled: bool):
-        self.what, self.total = what, total
-        self.enabled = enabled and sys.stderr.isatty()
-        self.done = 0
-
-    def add(self, n: int) -> None:
-        self.done += n
-        if not self.enabled:
-            return
-        if self.total:
-            frac = min(self.done / self.total, 1.0)
-            bar = "#" * int(frac * 30)
-            sys.stderr.write(f"\r{self.what} [{bar:<30}] {self.done}/{self.total}")
-        else:
-            sys.stderr.write(f"\r{self.what} {self.done} rows")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
 
 
 def _print_metrics(m: dict) -> None:

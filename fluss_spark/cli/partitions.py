@@ -21,11 +21,26 @@ def partition_names(conn, info, partition: str | None) -> list[str | None]:
         return [None if found is None else found.name]
     if not info.partitioned:
         return [None]
-    names = sorted(p.name for p in conn.refresh_table(info.name).partitions)
+    return _some(info, [p.name for p in conn.refresh_table(info.name).partitions])
+
+
+def cluster_partition_names(cluster, info, partition: str | None) -> list[str | None]:
+    """``partition_names`` over any ``Cluster``: [``partition``] when it names one (the read
+    checks it) or the table is unpartitioned, else every partition the cluster lists."""
+    from fluss_spark.client.cluster import PartitionAdmin
+    if partition is not None or not info.partitioned:
+        return [partition]
+    if not cluster.capabilities().partition_admin or not isinstance(cluster, PartitionAdmin):
+        return [None]       # the read says that a partition must be named
+    return _some(info, [p.name for p in cluster.list_partitions(info.name)])
+
+
+def _some(info, names: list[str]) -> list[str | None]:
+    """``names`` sorted; a table without partitions is refused in one line."""
     if not names:
         raise ConfigError(f"table {info.name} has no partitions; create one with `fluss-spark "
                           f"partition create {info.name} {info.partition_keys[0]}=VALUE`")
-    return list(names)
+    return list(sorted(names))
 
 
 def row_placer(conn, info, partition: str | None):

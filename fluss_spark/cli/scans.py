@@ -9,8 +9,10 @@ from typing import Iterable
 from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bootstrap_servers,
                                     bounded, connect, connect_cluster, embedded_connection,
                                     no_snapshot_yet, not_available)
-from fluss_spark.cli.output import _print_metrics, _Progress, emit_json, print_table
-from fluss_spark.cli.partitions import PARTITION_HELP, partition_names
+from fluss_spark.cli.output import _print_metrics, emit_json, print_table
+from fluss_spark.cli.partitions import (PARTITION_HELP, cluster_partition_names,
+                                        partition_names)
+from fluss_spark.cli.progress import Progress
 from fluss_spark.errors import ConfigError
 
 
@@ -88,7 +90,7 @@ def cmd_scan(args) -> int:
         if not caps.scan_sessions:
             # The cluster's own snapshot reads (Apache Fluss: the snapshot's files).
             info = cluster.get_table(args.table)
-            parts: list[str | None] = [args.partition]
+            parts = cluster_partition_names(cluster, info, args.partition)
 
             def latest_snapshots(partition):
                 return cluster.latest_kv_snapshots(info.name, partition=partition)
@@ -144,7 +146,7 @@ def cmd_scan(args) -> int:
         total = (sum(n or 0 for *_, n in plan) if spec == "latest" else None)
         if total is not None and args.limit is not None:
             total = min(total, args.limit)
-        progress = _Progress(f"scan {info.name}", total,
+        progress = Progress(f"scan {info.name}", total,
                              enabled=fmt == "table" and not _json(args))
 
         def batches():

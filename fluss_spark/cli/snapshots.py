@@ -5,7 +5,8 @@ from __future__ import annotations
 from fluss_spark.cli.common import (MAX_BUCKETS, _json, bounded, connect, connect_cluster,
                                     embedded_connection)
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
-from fluss_spark.cli.partitions import PARTITION_HELP, partition_names
+from fluss_spark.cli.partitions import (PARTITION_HELP, cluster_partition_names,
+                                        partition_names)
 from fluss_spark.protocol.partitions import spec_text, values_of
 from fluss_spark.errors import ConfigError
 
@@ -73,9 +74,10 @@ def cmd_snapshot_list(args) -> int:
             snaps = conn.admin().list_kv_snapshots(info, args.bucket, partition=args.partition)
         else:
             # Other clusters name only each bucket's latest snapshot, not the leases pinning it.
-            name, specs = cluster.get_table(args.table).name, None
-            snaps = [s for b, s in sorted(cluster.latest_kv_snapshots(
-                name, partition=args.partition).items())
+            info = cluster.get_table(args.table)
+            name, specs = info.name, _specs(info.partition_keys, info.partitions)
+            snaps = [s for p in cluster_partition_names(cluster, info, args.partition)
+                     for b, s in sorted(cluster.latest_kv_snapshots(name, partition=p).items())
                      if args.bucket is None or b == args.bucket]
     rows = [_snapshot_row(name, s, specs) for s in snaps]
     if _json(args):
@@ -91,5 +93,11 @@ def _partition_specs(conn, info) -> dict | None:
     """{partition id: spec} of a partitioned table (fresh), None for an unpartitioned one."""
     if not info.partitioned:
         return None
-    return {p.partition_id: spec_text(info.partition_keys, values_of(p.name))
-            for p in conn.refresh_table(info.name).partitions}
+    return _specs(info.partition_keys, conn.refresh_table(info.name).partitions)
+
+
+def _specs(keys, partitions) -> dict | None:
+    """{partition id: spec} of ``partitions``; None without partition ``keys``."""
+    if not keys:
+        return None
+    return {p.partition_id: spec_text(keys, values_of(p.name)) for p in partitions}

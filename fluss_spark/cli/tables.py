@@ -5,7 +5,8 @@ from __future__ import annotations
 from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded,
                                     connect, connect_cluster, table_admin)
 from fluss_spark.config import parse_pairs
-from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
+from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
+from fluss_spark.cli.progress import Progress
 from fluss_spark.cli.partitions import row_placer
 from fluss_spark.errors import ConfigError
 
@@ -145,31 +146,11 @@ def cmd_produce(args) -> int:
             raise ConfigError(f"{info.name} is a log table: --updates and --deletes need a "
                               "primary-key table")
         gen = DemoData(info.schema, info.primary_key, seed=args.seed)
-        writer = conn.writer(info)
-        total = args.rows + args.updates + min(args.deletes, args.rows)
-        progress = _Progress(f"produce {info.name}", total, enabled=not _json(args))
-        counts = {"inserts" if info.has_primary_key else "appends": 0}
-        if info.has_primary_key:
-            counts.update(updates=0, deletes=0)
-        for start in range(0, args.rows, args.batch_size):
-            batch = place(gen.rows(start, min(start + args.batch_size, args.rows)))
-            (writer.upsert if info.has_primary_key else writer.append)(batch)
-            counts["inserts" if info.has_primary_key else "appends"] += batch.num_rows
-            progress.add(batch.num_rows)
-        if info.has_primary_key and args.rows:
-            for start in range(0, args.updates, args.batch_size):
-                n = min(args.batch_size, args.updates - start)
-                batch = place(gen.updates(n, args.rows))
-                writer.upsert(batch)
-                counts["updates"] += n
-                progress.add(n)
-            deleted = place(gen.deletes(min(args.deletes, args.rows), args.rows))
-            for start in range(0, deleted.num_rows, args.batch_size):
-                part = deleted.slice(start, args.batch_size)
-                writer.delete(part)
-                counts["deletes"] += part.num_rows
-                progress.add(part.num_rows)
-        progress.close()
+        total = args.rows + (args.updates + min(args.deletes, args.rows) if args.rows else 0)
+        # A bar on a terminal; in a log, a line a second once a write takes that long.
+        with Progress(f"produce {info.name}", total, enabled=not _json(args),
+                      lines=True) as progress:
+            counts = _write_demo_rows(args, info, conn.writer(info), gen, place, progress)
     written = sum(counts.values())
     if _json(args):
         emit_json({"table": info.name, "rows": written, **counts})
@@ -177,3 +158,29 @@ def cmd_produce(args) -> int:
         detail = ", ".join(f"{v} {k}" for k, v in counts.items())
         print(f"wrote {written} rows to {info.name} ({detail})")
     return 0
+
+
+def _write_demo_rows(args, info, writer, gen, place, progress: Progress) -> dict[str, int]:
+    """Write ``--rows`` inserts (appends), then ``--updates`` and ``--deletes``, a batch of
+    ``--batch-size`` rows per call; the rows written of each kind."""
+    counts = {"inserts" if info.has_primary_key else "appends": 0}
+    if info.has_primary_key:
+        counts.update(updates=0, deletes=0)
+    for start in range(0, args.rows, args.batch_size):
+        batch = place(gen.rows(start, min(start + args.batch_size, args.rows)))
+        (writer.upsert if info.has_primary_key else writer.append)(batch)
+        counts["inserts" if info.has_primary_key else "appends"] += batch.num_rows
+        progress.add(batch.num_rows)
+    if info.has_primary_key and args.rows:
+        for start in range(0, args.updates, args.batch_size):
+            n = min(args.batch_size, args.updates - start)
+            writer.upsert(place(gen.updates(n, args.rows)))
+            counts["updates"] += n
+            progress.add(n)
+        deleted = place(gen.deletes(min(args.deletes, args.rows), args.rows))
+        for start in range(0, deleted.num_rows, args.batch_size):
+            part = deleted.slice(start, args.batch_size)
+            writer.delete(part)
+            counts["deletes"] += part.num_rows
+            progress.add(part.num_rows)
+    return counts

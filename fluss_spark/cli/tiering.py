@@ -70,7 +70,7 @@ def _needs_tiering(func):
 
 
 def cmd_tier_run(args) -> int:
-    from fluss_spark.tiering.run import config_from_args, run_job
+    from fluss_spark.tiering.run import config_from_args, follow_rounds, run_job
     config = config_from_args(args, bootstrap_servers(args))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -79,7 +79,9 @@ def cmd_tier_run(args) -> int:
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        doc_rows = run_job(spark, config, args.duration, out=open(os.devnull, "w"))["tables"]
+        with follow_rounds(not args.once and not _json(args)) as report:
+            doc_rows = run_job(spark, config, args.duration, out=open(os.devnull, "w"),
+                               on_poll=report)["tables"]
     finally:
         spark.stop()
     if _json(args):

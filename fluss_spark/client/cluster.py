@@ -88,7 +88,7 @@ class Capabilities:
     #: this project's servers). Apache Fluss 0.9.1 has ACL calls this client does not speak.
     acls: bool = False
     #: Partitions of partitioned tables are listed, created and dropped through this client
-    #: (``PartitionAdmin``; this project's servers). Apache Fluss: not yet.
+    #: (``PartitionAdmin``; this project's servers, and Apache Fluss's coordinator).
     partition_admin: bool = False
 
 

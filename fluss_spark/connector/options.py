@@ -133,7 +133,7 @@ ENGINE = choice("engine", ("auto", "embedded", "apache-fluss"), "auto",
                 "embedded (this project's servers) or apache-fluss (an Apache Fluss cluster).")
 REQUEST_TIMEOUT = duration("client.request.timeout", "60s",
                            "Timeout of one request to a Fluss server, retries included (when "
-                           "every server refuses connections for 10 s, the cluster is reported "
+                           "every server refuses connections for 4 s, the cluster is reported "
                            "down at once: ClusterUnreachable).", minimum=1)
 SECURITY_PROTOCOL = choice("client.security.protocol", ("plaintext", "sasl"), None,
                            "PLAINTEXT or SASL; default SASL when a username is given.")

@@ -336,10 +336,12 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
         """Start whatever is not running (ZooKeeper, coordinator, tablets) and wait until the
         coordinator has seen every tablet register."""
         jars = self.jars()   # before anything starts: a failed fetch leaves nothing to undo
+        self._begin_start()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.remote_data_dir.mkdir(exist_ok=True)
         self._ensure_zookeeper()
         self._save_state()
+        self._report_running([s for s in self.servers.values() if s.alive])
         coord = self._server("coordinator", 0)
         if not coord.alive:
             self._spawn(coord, jars)

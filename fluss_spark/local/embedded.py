@@ -162,6 +162,7 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         coordinator sees every tablet registered."""
         # The servers run this interpreter; without kazoo they would die at their first import.
         MissingExtra.check("kazoo", "the embedded servers")
+        self._begin_start()
         self.base_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         (self.base_dir / "logs").mkdir(exist_ok=True, mode=0o700)
         self.snapshot_dir.mkdir(exist_ok=True, mode=0o700)
@@ -177,6 +178,7 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
                             s.server_id, s.pid, s.port)
                 s.kill()
         missing = [s for s in self.servers.values() if not s.alive]
+        self._report_running([s for s in self.servers.values() if s not in missing])
         # The coordinator first: tablets register with it through ZooKeeper either way, but a
         # coordinator that is up early assigns buckets sooner.
         for group in ([s for s in missing if s.role == "coordinator"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import time
 
@@ -10,6 +11,19 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def bind_error(host: str, port: int) -> str | None:
+    """Why a server could not listen on ``host:port`` now (None: it could). Bound as the
+    servers bind, with SO_REUSEADDR, so a port a stopped server left in TIME_WAIT is free."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return ("another process listens on it" if e.errno == errno.EADDRINUSE
+                    else e.strerror or str(e))
+    return None
 
 
 def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Generic, Protocol, Self, TypeVar
 
 from fluss_spark.errors import FlussError
+from fluss_spark.local.ports import bind_error
 from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
 from fluss_spark.local.zookeeper import ZooKeeperProcess, four_letter_word
 
@@ -41,7 +42,8 @@ class LocalProcesses(abc.ABC, Generic[S]):
 
     A subclass names its state file (``_state_file``, ``_state_version``), builds its servers
     (``_add_server``) and adds its own settings to the state file (``_state``,
-    ``_merge_settings``).
+    ``_merge_settings``). ``report`` receives one line as each process comes up (``fluss-spark
+    cluster start`` prints them); by default nothing is reported.
     """
 
     _state_file: str
@@ -59,6 +61,8 @@ class LocalProcesses(abc.ABC, Generic[S]):
         self._zk_pid: int | None = None
         self._zk_proc: subprocess.Popen | None = None
         self.servers: dict[tuple[str, int], S] = {}
+        self.report: Callable[[str], None] = _quiet
+        self._started_at = time.monotonic()
         for key in [("coordinator", 0)] + [("tablet", i) for i in range(tablets)]:
             self._add_server(*key)
         self._merge_state()
@@ -162,7 +166,39 @@ class LocalProcesses(abc.ABC, Generic[S]):
     def _zk_dir(self) -> Path:
         return self.base_dir / "zookeeper"
 
+    def pin_coordinator_port(self, port: int | None) -> None:
+        """Serve the coordinator on ``port`` from its next start (None: keep the port it had, or
+        a free one); a FlussError when it runs on another port now."""
+        if port is None:
+            return
+        coord = self._server("coordinator", 0)
+        if coord.port not in (None, port) and coord.alive:
+            raise FlussError(f"the coordinator of the cluster in {self.base_dir} runs on port "
+                             f"{coord.port}; stop the cluster to move it to port {port}")
+        coord.port = port
+
     # -- lifecycle ------------------------------------------------------------------------------
+    def _begin_start(self) -> None:
+        """What ``start()`` does before anything starts: the clock of its report lines, and a
+        FlussError naming the port of a server to start (one not running) that another process
+        listens on, rather than a server that dies starting."""
+        self._started_at = time.monotonic()
+        for s in self.servers.values():
+            why = bind_error(self.host, s.port) if s.port and not s.alive else None
+            if why is not None:
+                hint = ("pass another --port, or none for a free one" if s.role == "coordinator"
+                        else "free the port, or start the cluster in another directory")
+                raise FlussError(f"{s.name} cannot listen on port {s.port} of {self.host}: "
+                                 f"{why}; {hint}")
+
+    def _report_up(self, s: S) -> None:
+        self.report(f"{s.name} up on {self.host}:{s.port} "
+                    f"({time.monotonic() - self._started_at:.1f}s)")
+
+    def _report_running(self, servers: list[S]) -> None:
+        for s in servers:
+            self.report(f"{s.name} already running on {self.host}:{s.port}")
+
     def processes(self) -> list[dict]:
         """Every process: role, id, pid, address, alive (ZooKeeper first when embedded)."""
         rows = []
@@ -214,12 +250,18 @@ class LocalProcesses(abc.ABC, Generic[S]):
 
     def _wait_for(self, servers: list[S], done: Callable[[S], bool], what: str,
                   interval_s: float) -> None:
-        """Poll ``done`` on each of ``servers`` until it holds for all; FlussError naming those
-        that did not ``what`` within ``startup_timeout_s``."""
+        """Poll ``done`` on each of ``servers`` until it holds for all, reporting each as it
+        comes up; FlussError naming those that did not ``what`` within ``startup_timeout_s``."""
         deadline = time.monotonic() + self.startup_timeout_s
         pending = list(servers)
         while pending:
-            pending = [s for s in pending if not done(s)]
+            still = []
+            for s in pending:
+                if done(s):
+                    self._report_up(s)
+                else:
+                    still.append(s)
+            pending = still
             if not pending:
                 return
             if time.monotonic() > deadline:
@@ -230,8 +272,10 @@ class LocalProcesses(abc.ABC, Generic[S]):
 
     def _ensure_zookeeper(self) -> None:
         if self._external_zk is not None:
+            self.report(f"zookeeper at {self._external_zk} (not started here)")
             return
         if self._zk_port and four_letter_word(self.host, self._zk_port) == "imok":
+            self.report(f"zookeeper already running on {self.zookeeper_address}")
             return
         if self._zk_alive_pid():   # running but not answering: replace it
             signal_pid(self._zk_pid, signal.SIGKILL)
@@ -240,6 +284,7 @@ class LocalProcesses(abc.ABC, Generic[S]):
         zk.start(timeout_s=self.startup_timeout_s)
         assert zk.proc is not None   # start() returns only once its process serves
         self._zk_port, self._zk_pid, self._zk_proc = zk.port, zk.proc.pid, zk.proc
+        self.report(f"zookeeper up on {zk.address} ({time.monotonic() - self._started_at:.1f}s)")
 
     def _zk_alive_pid(self) -> int | None:
         # zoo.cfg is on ZooKeeper's command line, so a reused pid is never taken for it.
@@ -268,6 +313,10 @@ class LocalProcesses(abc.ABC, Generic[S]):
         self._kill_zookeeper()
         self._ensure_zookeeper()
         self._save_state()
+
+
+def _quiet(line: str) -> None:
+    """Reports nothing (the default ``report``)."""
 
 
 def read_state_file(path: Path, version: int) -> dict | None:

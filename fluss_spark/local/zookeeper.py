@@ -13,7 +13,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from fluss_spark.errors import FlussError
@@ -155,14 +154,3 @@ class ZooKeeperProcess:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def wait_for_port_free(host: str, port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind((host, port))
-                return
-        except OSError:
-            time.sleep(0.1)

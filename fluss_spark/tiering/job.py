@@ -29,7 +29,7 @@ from fluss_spark.client.cluster import Cluster, TableInfo, refuse_partitioned
 from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.errors import FlussError, TableNotExist
 from fluss_spark.tiering.config import JOB_FILE, JobRecord, TieringConfig, TieringError
-from fluss_spark.tiering.lake import LakeTable
+from fluss_spark.tiering.lake import LakeState, LakeTable
 from fluss_spark.tiering.leases import release_finished_snapshots
 from fluss_spark.tiering.progress import TIERING_DIR, write_status
 from fluss_spark.tiering.restarts import RestartPolicy, error_summary, failure_text
@@ -305,17 +305,21 @@ class TieringJob:
 
     def lake_lag(self, name: str) -> int:
         """Snapshot rows + changelog records of ``name`` not yet committed to its lake copy."""
+        return self._lag(name, LakeTable.open(self.lake_root, name).state())
+
+    def _lag(self, name: str, state: LakeState) -> int:
         from fluss_spark.tiering.progress import lag_from_state
-        m = LakeTable.open(self.lake_root, name).state()
-        return lag_from_state(m, self.cluster.list_offsets(name, spec="latest"))
+        return lag_from_state(state, self.cluster.list_offsets(name, spec="latest"))
 
     def status(self) -> dict:
         from fluss_spark.connector.progress import table_lag
         tables = {}
         for name, q in self.queries.items():
             lag: int | None
+            state = None
             try:
-                lag = self.lake_lag(name)
+                state = LakeTable.open(self.lake_root, name).state()
+                lag = self._lag(name, state)
             except (FlussError, OSError):
                 # Cluster unreachable: fall back to what the query last saw.
                 try:
@@ -323,7 +327,9 @@ class TieringJob:
                 except Exception:  # noqa: BLE001 - progress from another source version
                     lag = None
             tables[name] = {"active": q.isActive, "lag": lag, "error": self.errors.get(name),
-                            "restarts": len(self.restarts.get(name, ()))}
+                            "restarts": len(self.restarts.get(name, ())),
+                            "rows_tiered": state.rows_tiered if state else None,
+                            "batch_id": state.commit.batch_id if state and state.commit else None}
         return {"job_id": self.record.job_id if self.record else None,
                 "lease_id": self.record.lease_id if self.record else None,
                 "pid": os.getpid(), "updated_ms": self.clock(), "tables": tables}
@@ -332,11 +338,15 @@ class TieringJob:
         """Every table's lake copy is at the table's latest offsets (no snapshot rows left)."""
         return not any(self.lake_lag(name) for name in self.queries if name not in self.errors)
 
-    def run(self, duration_s: float | None = None) -> dict:
-        """Poll until ``duration_s`` passed, or (available_now) every query finished."""
+    def run(self, duration_s: float | None = None,
+            on_poll: Callable[[dict], None] | None = None) -> dict:
+        """Poll until ``duration_s`` passed, or (available_now) every query finished;
+        ``on_poll`` gets the status document of every poll (``tiering/round_report.py``)."""
         deadline = None if duration_s is None else self.clock() + int(duration_s * 1000)
         while True:
             doc = self.poll()
+            if on_poll is not None:
+                on_poll(doc)
             if self.config.available_now and not self.restarting and \
                     not any(q.isActive for q in self.queries.values()):
                 doc = self.poll(discover=False)

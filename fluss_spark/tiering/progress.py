@@ -6,7 +6,9 @@ running job rewrites after every poll (whether each table's query is active, its
 progress, errors).
 
 ``status.json`` versions: **1** ``{version: 1, job_id, lease_id, pid, updated_ms,
-tables: {name: {active, lag, error, restarts}}}``.
+tables: {name: {active, lag, error, restarts}}}``; each table also has ``rows_tiered`` and
+``batch_id`` (the lake's, None before the first round) since the job prints a line per round
+(absent in older files: read as unknown).
 """
 
 from __future__ import annotations

@@ -9,13 +9,15 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager
 
 from fluss_spark.config import bounded, parse_pairs
 from fluss_spark.errors import ConfigError, FlussError
 from fluss_spark.tiering.config import COPY_ON_WRITE, TieringConfig
 from fluss_spark.tiering.job import TieringJob
 from fluss_spark.tiering.restarts import error_summary
+from fluss_spark.tiering.round_report import RoundReport, round_lines
 
 
 def build_arg_parser(prog: str = "tier_tables.py") -> argparse.ArgumentParser:
@@ -108,13 +110,14 @@ def _tls_options(args: argparse.Namespace) -> dict:
 
 
 def run_job(spark: Any, config: TieringConfig, duration_s: float | None = None,
-            out=None) -> dict:
-    """Start the job, run it, stop it; prints one JSON status line per table at the end."""
+            out=None, on_poll: Callable[[dict], None] | None = None) -> dict:
+    """Start the job, run it, stop it; prints one JSON status line per table at the end.
+    ``on_poll`` gets the status after every poll (``round_report.RoundReport``)."""
     out = out or sys.stdout
     job = TieringJob(spark, config)
     try:
         job.start()
-        job.run(duration_s)
+        job.run(duration_s, on_poll)
     finally:
         job.stop()
     from fluss_spark.tiering.progress import job_status
@@ -123,6 +126,12 @@ def run_job(spark: Any, config: TieringConfig, duration_s: float | None = None,
         out.write(json.dumps(row, sort_keys=True) + "\n")
     out.flush()
     return doc
+
+
+def follow_rounds(wanted: bool) -> ContextManager[RoundReport | None]:
+    """Round lines on stderr while a job that runs until stopped (not ``--once``) runs, with
+    each table's status on SIGUSR1; None (nothing printed) when not ``wanted``."""
+    return round_lines(sys.stderr) if wanted else nullcontext(None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName(f"fluss-tiering {config.table_pattern}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
-        run_job(spark, config, args.duration)
+        with follow_rounds(not args.once) as report:
+            run_job(spark, config, args.duration, on_poll=report)
     except FlussError as e:
         print(f"error: {error_summary(e)}", file=sys.stderr)
         return 1
@@ -144,4 +154,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["build_arg_parser", "add_run_args", "config_from_args", "run_job", "main"]
+__all__ = ["build_arg_parser", "add_run_args", "config_from_args", "follow_rounds", "run_job",
+           "main"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import select
 import socket
 import ssl
+import time
 from typing import Any, cast
 
 from fluss_spark.transport import tls as _tls
@@ -25,6 +27,24 @@ def send_some(sock: socket.socket, views: list[memoryview],
             budget -= sent
             if budget <= 0:
                 break
+    return views
+
+
+def send_within(sock: socket.socket, views: list[memoryview],
+                patience_s: float) -> list[memoryview]:
+    """``send_some``, then, while views remain, wait up to ``patience_s`` in all for the socket
+    to take more; the views still to send."""
+    views = send_some(sock, views)
+    if not views:
+        return views
+    deadline = time.monotonic() + patience_s
+    poller = select.poll()        # not select.select: a busy server's fds pass FD_SETSIZE
+    poller.register(sock, select.POLLOUT)
+    while views:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            break
+        views = send_some(sock, views)
     return views
 
 

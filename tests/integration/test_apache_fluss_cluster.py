@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from fluss_spark.local.ports import port_open
+from fluss_spark.local.ports import free_port, port_open
 
 pytestmark = pytest.mark.slow
 
@@ -119,11 +119,16 @@ def test_cli_start_status_stop_round_trip(apache_fluss, pyfluss, tmp_path):
     from fluss_spark.testing.apache_fluss import PyFluss
     d = str(tmp_path / "cluster")
     try:
+        port = free_port()
         res = fs("cluster", "start", "--engine", "apache-fluss", "--dir", d, "--tablets", "1",
-                 "--option", "kv.snapshot.interval=5s")
+                 "--option", "kv.snapshot.interval=5s", "--port", str(port))
         assert res.returncode == 0, res.stderr
         bootstrap = res.stdout.strip()
-        assert len(bootstrap.split(",")) == 1 and port_open(*bootstrap.split(":"))
+        assert bootstrap == f"127.0.0.1:{port}" and port_open(*bootstrap.split(":"))
+        said = res.stderr.splitlines()
+        assert [ln.split(" up on ")[0] for ln in said if " up on " in ln] == \
+            ["zookeeper", "coordinator 0", "tablet 0"]
+        assert said[-1] == f"export FLUSS_BOOTSTRAP_SERVERS={bootstrap}"
 
         status = fs("cluster", "status", "--dir", d, "--json")
         assert status.returncode == 0, status.stderr

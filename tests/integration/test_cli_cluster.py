@@ -11,6 +11,7 @@ import time
 import uuid
 
 from fluss_spark.local.embedded import EmbeddedProcesses
+from fluss_spark.local.ports import free_port
 
 
 def fs(*argv, env_dir=None, timeout=120):
@@ -35,11 +36,17 @@ def by_key(doc):
 def test_cluster_start_is_idempotent_and_heals_a_killed_tablet(tmp_path):
     d = tmp_path / "cluster"
     try:
+        port = free_port()
         res = fs("cluster", "start", "--tablets", "2", "--option", "kv.scanner.ttl=30s",
-                 env_dir=d)
+                 "--port", str(port), env_dir=d)
         assert res.returncode == 0, res.stderr
         bootstrap = res.stdout.strip()
-        assert len(bootstrap.split(",")) == 3
+        assert len(bootstrap.split(",")) == 3 and bootstrap.startswith(f"127.0.0.1:{port},")
+        # A line on stderr as each process came up, then the line to export.
+        said = [ln.split(" up on ")[0] for ln in res.stderr.splitlines() if " up on " in ln]
+        assert said[:2] == ["zookeeper", "coordinator 0"]
+        assert sorted(said[2:]) == ["tablet 0", "tablet 1"]
+        assert res.stderr.splitlines()[-1] == f"export FLUSS_BOOTSTRAP_SERVERS={bootstrap}"
         first = by_key(status(d))
         assert set(first) == {("zookeeper", 0), ("coordinator", 0), ("tablet", 0), ("tablet", 1)}
         assert all(p["alive"] and p["pid"] for p in first.values())

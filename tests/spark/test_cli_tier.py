@@ -45,6 +45,10 @@ def test_tier_run_once_then_status(cluster, conn, table_name, tmp_path):
     assert rows[pk]["snapshot_complete"] and rows[pk]["lag"] == 0 and not rows[pk]["error"]
     state = LakeTable(table_dir(lake, pk)).read().sort_by("id").to_pylist()
     assert state[0] == {"id": 0, "v": "changed"} and state[1]["id"] == 2
+    # docs/tiering.md's DuckDB recipe scans the metadata file the catalog names: the newest.
+    metadata = LakeTable.open(lake, pk).iceberg().metadata_location
+    newest = max((table_dir(lake, pk) / "metadata").glob("*.metadata.json"))
+    assert metadata == newest.as_uri()
     # The job's lease is gone with its snapshot phase.
     assert not [x for x in admin.list_kv_snapshot_leases() if x.lease_id.startswith("tier-")
                 and x.tables.get(admin.get_table(pk).table_id)]

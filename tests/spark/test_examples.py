@@ -1,4 +1,6 @@
-"""Every example runs under spark-submit against the local cluster; its output is checked."""
+"""Every example runs under spark-submit against the local cluster with the arguments its
+docstring gives (the documented table and paths replaced by the test's), the address from
+``$FLUSS_BOOTSTRAP_SERVERS`` as documented; its output is checked."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from fluss_spark.testing.doc_commands import example_command, script_args
 from fluss_spark.tiering.restarts import strip_jvm_frames
 from fluss_spark.tiering.submit import build_pyfiles_zip, python_env, spark_submit_command
 
@@ -21,9 +24,11 @@ pytestmark = pytest.mark.spark
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def submit(script: str, args, cwd, env=None, py_files=(), timeout=240) -> str:
+def submit(script: str, args, cwd, servers: str, env=None, py_files=(), timeout=240) -> str:
+    """Run ``script`` under spark-submit with ``FLUSS_BOOTSTRAP_SERVERS=servers``."""
     cmd = spark_submit_command(EXAMPLES / script, args, py_files=py_files)
-    proc = subprocess.run(cmd, cwd=cwd, env=env or python_env(), capture_output=True, text=True,
+    env = {**(env or python_env()), "FLUSS_BOOTSTRAP_SERVERS": servers}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, \
         f"{script} failed:\n" + strip_jvm_frames(proc.stdout + proc.stderr)[-8000:]
@@ -39,24 +44,24 @@ def pk_state(conn, table: str) -> dict:
 def test_stream_pk_table_example_writes_snapshot_then_changelog(cluster, conn, table_name,
                                                                  tmp_path):
     admin = conn.admin()
-    admin.create_table(table_name, "id BIGINT NOT NULL, amount DOUBLE", primary_key=["id"],
-                       num_buckets=2)
+    admin.create_table(table_name, "id BIGINT NOT NULL, paid BOOLEAN, amount DOUBLE",
+                       primary_key=["id"], num_buckets=2)
     w = conn.writer(table_name)
-    w.upsert([{"id": i, "amount": float(i)} for i in range(400)])
+    w.upsert([{"id": i, "paid": True, "amount": float(i)} for i in range(400)])
     admin.trigger_kv_snapshot(table_name)
-    w.upsert([{"id": i, "amount": -1.0} for i in range(10)])       # -U/+U
-    w.delete([{"id": i} for i in range(390, 400)])                  # -D
-    w.upsert([{"id": 1000 + i, "amount": 5.0} for i in range(5)])   # +I
+    w.upsert([{"id": i, "paid": False, "amount": -1.0} for i in range(10)])       # -U/+U
+    w.delete([{"id": i} for i in range(390, 400)])                                 # -D
+    w.upsert([{"id": 1000 + i, "paid": True, "amount": 5.0} for i in range(5)])   # +I
 
-    out = submit("stream_pk_table.py", ["--bootstrap-servers", cluster.bootstrap_servers,
-                                        "--table", table_name, "--out", tmp_path / "out",
-                                        "--checkpoint", tmp_path / "ckpt", "--available-now"],
-                 tmp_path)
+    args = script_args(example_command("stream_pk_table.py"),
+                       {"demo.orders": table_name, "/tmp/": f"{tmp_path}/"})
+    assert "--bootstrap-servers" not in args and "--available-now" in args
+    out = submit("stream_pk_table.py", args, tmp_path, cluster.bootstrap_servers)
     assert "Batch: 0" in out and "|+I" in out          # the console sink printed batches
     summary = json.loads(next(ln for ln in out.splitlines() if ln.startswith("parquet "))[8:])
     assert summary["by_change_type"] == {"+I": 405, "-U": 10, "+U": 10, "-D": 10}
     # Folding the Parquet output by key gives the table.
-    rows = pq.read_table(tmp_path / "out").to_pylist()
+    rows = pq.read_table(tmp_path / "orders-parquet").to_pylist()
     state = {}
     for r in sorted(rows, key=lambda r: r["_log_offset"]):
         if r["_change_type"] in ("+I", "+U"):
@@ -87,23 +92,24 @@ def _python_without_fluss_spark(tmp_path: Path) -> str:
 def test_batch_aggregate_example_with_the_package_shipped_as_py_files(cluster, conn, table_name,
                                                                       tmp_path):
     admin = conn.admin()
-    admin.create_table(table_name, "id BIGINT NOT NULL, region STRING, amount DOUBLE",
+    admin.create_table(table_name, "id BIGINT NOT NULL, paid BOOLEAN, amount DOUBLE",
                        primary_key=["id"], num_buckets=3)
     w = conn.writer(table_name)
-    w.upsert([{"id": i, "region": ["eu", "us", "ap"][i % 3], "amount": 1.0} for i in range(300)])
+    w.upsert([{"id": i, "paid": i % 3 == 0, "amount": 1.0} for i in range(300)])
     admin.trigger_kv_snapshot(table_name)
-    w.upsert([{"id": i, "region": "us", "amount": 2.0} for i in range(0, 30, 3)])  # eu -> us
-    w.delete([{"id": i} for i in range(2, 32, 3)])                                 # 10 of ap
+    w.upsert([{"id": i, "paid": False, "amount": 2.0} for i in range(0, 30, 3)])  # 10 paid -> not
+    w.delete([{"id": i} for i in range(2, 32, 3)])                                # 10 not paid
 
     zip_path = build_pyfiles_zip(tmp_path / "dist" / "fluss_spark.zip")
     python = _python_without_fluss_spark(tmp_path)
-    out = submit("batch_aggregate.py", ["--bootstrap-servers", cluster.bootstrap_servers,
-                                        "--table", table_name, "--group-by", "region",
-                                        "--sum", "amount"],
-                 tmp_path, env=python_env(python), py_files=[zip_path])
-    aggs = {d["region"]: (d["rows"], d["sum_amount"]) for d in
+    args = script_args(example_command("batch_aggregate.py", "--py-files"),
+                       {"demo.orders": table_name})
+    assert args == ["--table", table_name, "--group-by", "paid", "--sum", "amount"]
+    out = submit("batch_aggregate.py", args, tmp_path, cluster.bootstrap_servers,
+                 env=python_env(python), py_files=[zip_path])
+    aggs = {d["paid"]: (d["rows"], d["sum_amount"]) for d in
             (json.loads(ln[4:]) for ln in out.splitlines() if ln.startswith("agg "))}
-    assert aggs == {"eu": (90, 90.0), "us": (110, 120.0), "ap": (90, 90.0)}
+    assert aggs == {True: (90, 90.0), False: (200, 210.0)}
     assert admin.list_kv_snapshot_leases() == [] or all(
         admin.get_table(table_name).table_id not in x.tables
         for x in admin.list_kv_snapshot_leases())
@@ -113,19 +119,21 @@ def test_monitor_example_prints_lag_down_to_zero(cluster, conn, table_name, tmp_
     admin = conn.admin()
     pk, lg = table_name + "_pk", table_name + "_log"
     admin.create_table(pk, "id BIGINT NOT NULL, v STRING", primary_key=["id"], num_buckets=2)
-    conn.writer(pk).upsert([{"id": i, "v": "x"} for i in range(1_200)])
+    conn.writer(pk).upsert([{"id": i, "v": "x"} for i in range(1_700)])
     admin.trigger_kv_snapshot(pk)
     admin.create_table(lg, "k INT", num_buckets=1)
     conn.writer(lg).append(pa.table({"k": pa.array(range(500), pa.int32())}))
 
-    out = submit("monitor_lag.py", ["--bootstrap-servers", cluster.bootstrap_servers,
-                                    "--tables", f"{pk},{lg}", "--max-offsets-per-trigger", "400",
-                                    "--until-caught-up", "--seconds", "150"], tmp_path)
+    args = script_args(example_command("monitor_lag.py"),
+                       {"demo.orders": pk, "demo.events": lg})
+    assert args[:2] == ["--tables", f"{pk},{lg}"] and "--until-caught-up" in args
+    out = submit("monitor_lag.py", args + ["--seconds", "150"], tmp_path,
+                 cluster.bootstrap_servers)
     lines = [json.loads(ln[4:]) for ln in out.splitlines() if ln.startswith("lag ")]
     assert len(lines) >= 3, out
-    assert all(0 < x["rows"] <= 400 for x in lines if x["rows"])
+    assert all(0 < x["rows"] <= 500 for x in lines if x["rows"])
     assert lines[-1]["lag"] == {pk: 0, lg: 0}
     first = lines[0]["lag"]
-    assert first[pk] + first[lg] == 1_700 - lines[0]["rows"]
+    assert first[pk] + first[lg] == 2_200 - lines[0]["rows"]
     totals = [sum(x["lag"].values()) for x in lines]
     assert totals == sorted(totals, reverse=True)

@@ -137,21 +137,69 @@ class _Tty(io.StringIO):
         return True
 
 
-def test_progress_bar_only_on_a_terminal_and_not_with_json(monkeypatch):
+class _Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_is_a_bar_on_a_terminal_and_nothing_with_json():
+    from fluss_spark.cli.progress import Progress
     tty = _Tty()
-    monkeypatch.setattr("sys.stderr", tty)
-    p = cli._Progress("produce db.t", 100, enabled=True)
-    p.add(50)
-    p.close()
-    assert "50/100" in tty.getvalue() and "#" * 15 in tty.getvalue()
+    with Progress("produce db.t", 100, out=tty, lines=True) as p:
+        p.add(50)
+    assert "produce db.t" in tty.getvalue() and "50/100" in tty.getvalue()
     quiet = _Tty()
-    monkeypatch.setattr("sys.stderr", quiet)
-    cli._Progress("produce db.t", 100, enabled=False).add(10)   # --json
+    with Progress("produce db.t", 100, enabled=False, out=quiet, lines=True) as p:   # --json
+        p.add(10)
     assert quiet.getvalue() == ""
-    pipe = io.StringIO()
-    monkeypatch.setattr("sys.stderr", pipe)
-    cli._Progress("produce db.t", 100, enabled=True).add(10)    # not a terminal
-    assert pipe.getvalue() == ""
+
+
+def test_progress_off_a_terminal_is_a_line_a_second_at_most():
+    from fluss_spark.cli.progress import Progress
+    log, clock = io.StringIO(), _Clock()
+    with Progress("produce db.t", 300_000, out=log, lines=True, clock=clock) as p:
+        p.add(10_000)                  # within the first second: nothing
+        clock.now += 1.0
+        p.add(90_000)
+        for _ in range(8):             # eight batches in the next half second: no line
+            clock.now += 0.0625
+            p.add(10_000)
+        clock.now += 0.5
+        p.add(1)
+    assert log.getvalue().splitlines() == [
+        "produce db.t: 100,000/300,000 rows (33%), 100,000 rows/s",
+        "produce db.t: 180,001/300,000 rows (60%), 90,000 rows/s"]
+    silent = io.StringIO()             # `scan`: on a terminal only
+    with Progress("scan db.t", None, out=silent, clock=clock) as p:
+        clock.now += 5
+        p.add(10)
+    assert silent.getvalue() == ""
+
+
+def _listening_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s, s.getsockname()[1]
+
+
+@pytest.mark.parametrize("engine", ["embedded", "apache-fluss"])
+def test_cluster_start_on_a_taken_port_fails_in_one_line_naming_it(capsys, monkeypatch, tmp_path,
+                                                                   engine):
+    from fluss_spark.local.apache_fluss import ApacheFlussProcesses
+    monkeypatch.setattr(ApacheFlussProcesses, "jars", lambda self: [])   # no jar fetch
+    holder, port = _listening_port()
+    with holder:
+        code, out, err = run(capsys, "cluster", "start", "--engine", engine, "--port", str(port),
+                             "--dir", str(tmp_path / "c"))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err == (f"error: coordinator 0 cannot listen on port {port} of 127.0.0.1: another "
+                   "process listens on it; pass another --port, or none for a free one\n")
+    assert not (tmp_path / "c").exists()      # refused before anything started
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -163,6 +211,7 @@ def test_progress_bar_only_on_a_terminal_and_not_with_json(monkeypatch):
     (["produce", "db.t", "--rows", "1e30"], "'1e30' is not an integer"),
     (["scan", "db.t", "--bucket", "-3"], "'-3' is outside 0..1023"),
     (["cluster", "start", "--tablets", "100000"], "'100000' is outside 1..64"),
+    (["cluster", "start", "--port", "70000"], "'70000' is outside 1..65535"),
 ])
 def test_numbers_out_of_range_are_one_line_errors(capsys, argv, needle):
     code, out, err = run(capsys, *argv)
@@ -251,3 +300,11 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out == f"fluss-spark {__version__}\n"
+
+
+def test_a_restart_with_other_tablets_keeps_the_saved_external_zookeeper():
+    from fluss_spark.cli.cluster import _saved_zookeeper
+    external = {"zookeeper": {"address": "zk:2181/c", "external": True, "port": None}}
+    own = {"zookeeper": {"address": "127.0.0.1:5000", "external": False, "port": 5000}}
+    assert _saved_zookeeper(external) == "zk:2181/c"
+    assert _saved_zookeeper(own) is None and _saved_zookeeper(None) is None

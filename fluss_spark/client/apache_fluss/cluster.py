@@ -3,41 +3,35 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
-from fluss_spark.client.apache_fluss.connection import (FlussWireConnection, TableMetadata,
-                                                        split_table_name)
+from fluss_spark.client.apache_fluss.connection import (FlussWireConnection, PartitionMetadata,
+                                                        TableMetadata, split_table_name)
 from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
                                                          count_rows, read_row_count)
+from fluss_spark.client.apache_fluss.leases import FlussLeases, checked, kv_snapshot_metadata
 from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_scan,
                                                        supports_live_scans)
+from fluss_spark.client.apache_fluss.log_reader import read_log
+from fluss_spark.client.apache_fluss.partitions import FlussPartitions
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
-                                        LiveScanStart, PartitionPins, Pins, RecordBatchStream,
-                                        TableAdmin, Unavailable, refuse_partition,
-                                        refuse_partition_pins)
-from fluss_spark.errors import (ConfigError, InvalidLeaseId, KvSnapshotNotExist, LeaderNotAvailable,
-                                LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
-                                UnsupportedVersion)
-from fluss_spark.protocol.changelog import CHANGELOG_FIELDS
-from fluss_spark.protocol.apache_fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS, OFFSET_EARLIEST,
-                                            OFFSET_LATEST, OFFSET_TIMESTAMP)
+                                        LiveScanStart, PartitionAdmin, PartitionPins, Pins,
+                                        RecordBatchStream, TableAdmin, Unavailable)
+from fluss_spark.errors import (ConfigError, KvSnapshotNotExist, LeaderNotAvailable,
+                                NonPrimaryKeyTable, UnsupportedVersion)
+from fluss_spark.protocol.apache_fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS,
+                                                   OFFSET_EARLIEST, OFFSET_LATEST,
+                                                   OFFSET_TIMESTAMP, PARTITION_APIS)
 from fluss_spark.protocol.apache_fluss.errors import to_exception
-from fluss_spark.protocol.apache_fluss.log_batch import iter_batches
 from fluss_spark.protocol.apache_fluss.messages import (
-    AcquireKvSnapshotLeaseRequest, CreateDatabaseRequest, CreateTableRequest,
-    DropDatabaseRequest, DropKvSnapshotLeaseRequest, DropTableRequest, FetchLogRequest,
-    GetKvSnapshotMetadataRequest, GetLatestKvSnapshotsRequest, GetTableInfoRequest,
-    GetKvSnapshotMetadataResponse, ListDatabasesRequest, ListOffsetsRequest, ListTablesRequest,
-    PbFetchLogReqForBucket, PbFetchLogReqForTable, PbFetchLogRespForBucket,
-    PbKvSnapshotLeaseForBucket, PbKvSnapshotLeaseForTable, PbTableBucket,
-    ReleaseKvSnapshotLeaseRequest)
+    CreateDatabaseRequest, CreateTableRequest, DropDatabaseRequest, DropTableRequest,
+    GetLatestKvSnapshotsRequest, GetTableInfoRequest, ListDatabasesRequest, ListOffsetsRequest,
+    ListTablesRequest)
 from fluss_spark.protocol.apache_fluss.table_json import parse_table_json, table_json
-from fluss_spark.protocol.ipc_limits import IpcBudget
-from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
-from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
+from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
+from fluss_spark.protocol.partitions import check_partition_keys
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +51,15 @@ class ApacheFlussWireCluster:
     lease existed (``drop_kv_snapshot_lease`` returns True). A snapshot is read from its files,
     the RocksDB checkpoint in Fluss's remote storage (``snapshot_read="files"``, see
     ``kv_snapshot``). Where every tablet server offers SCAN_KV (Fluss's main branch), live KV
-    scans are offered too (``live_kv_scan``, see ``live_scan``).
+    scans are offered too (``live_kv_scan``, see ``live_scan``). Partitions are listed, created
+    and dropped through the coordinator (``partition_admin``, see ``partitions``); reads name
+    one by ``partition=``.
     """
 
     def __init__(self, conn: FlussWireConnection):
         self.conn = conn
+        self.partitions = FlussPartitions(conn)
+        self.leases = FlussLeases(conn)
         self._capabilities: Capabilities | None = None
 
     @classmethod
@@ -77,6 +75,7 @@ class ApacheFlussWireCluster:
         if self._capabilities is None:
             coordinator = self.conn.with_retries(self.conn.coordinator)
             leases = all(coordinator.supports(int(key)) for key in LEASE_APIS)
+            partitions = all(coordinator.supports(int(key)) for key in PARTITION_APIS)
             live = self.conn.with_retries(lambda: supports_live_scans(self.conn))
             # Apache Fluss 0.9.1 neither describes nor lists leases, takes KV snapshots on its
             # own schedule only, and has no scan sessions of this project's kind.
@@ -84,7 +83,7 @@ class ApacheFlussWireCluster:
                                               snapshot_read="files", live_kv_scan=live,
                                               lease_describe=False, lease_listing=False,
                                               snapshot_trigger=False, scan_sessions=False,
-                                              acls=False)
+                                              acls=False, partition_admin=partitions)
         return self._capabilities
 
     # -- databases and tables (admin) -----------------------------------------------------------
@@ -105,14 +104,17 @@ class ApacheFlussWireCluster:
                      bucket_key: Iterable[str] | None = None, buckets: int = 1,
                      properties: Mapping[str, str] | None = None,
                      ignore_if_exists: bool = False, partition_keys: Iterable[str] = ()) -> None:
-        """Create ``db.table`` (its database must exist); a primary key makes a PK table."""
-        if list(partition_keys):
-            raise UnsupportedVersion(f"cannot create {name} partitioned: creating partitioned "
-                                     "Apache Fluss tables through this client is not supported "
-                                     "yet; create it with Fluss's own tools")
-        body = table_json(schema, primary_key=tuple(primary_key),
+        """Create ``db.table`` (its database must exist); a primary key makes a PK table,
+        ``partition_keys`` a partitioned one (in the primary key of a PK table, whose bucket
+        key is then the primary key without them). ``table.auto-partition.*`` properties go to
+        Fluss as they are; Fluss checks them."""
+        pk, keys = list(primary_key), list(partition_keys)
+        if keys:
+            bucket_key = check_partition_keys(name, schema, pk, list(bucket_key or ()), keys)
+        body = table_json(schema, primary_key=tuple(pk),
                           bucket_key=None if bucket_key is None else tuple(bucket_key),
-                          buckets=buckets, properties=dict(properties or {}))
+                          buckets=buckets, properties=dict(properties or {}),
+                          partition_keys=tuple(keys))
         self.conn.call_coordinator(CreateTableRequest(
             table_path=split_table_name(name), table_json=body, ignore_if_exists=ignore_if_exists))
 
@@ -129,6 +131,7 @@ class ApacheFlussWireCluster:
         return sorted(names)
 
     def get_table(self, name: str) -> TableInfo:
+        """Fresh metadata of ``name``; a partitioned table's partitions with their leaders."""
         info = self.conn.call_coordinator(GetTableInfoRequest(table_path=split_table_name(name)))
         desc = parse_table_json(info.table_json)
         meta = self.conn.with_retries(lambda: self._fresh_leaders(name), table=name)
@@ -137,7 +140,10 @@ class ApacheFlussWireCluster:
                          num_buckets=desc.bucket_count or len(meta.leaders) or 1,
                          properties=dict(desc.properties), created_ms=info.created_time,
                          assignment={b: leader for b, leader in meta.leaders.items()
-                                     if leader is not None})
+                                     if leader is not None},
+                         partition_keys=desc.partition_key,
+                         partitions=tuple(self.list_partitions(name) if desc.partition_key
+                                          else ()))
 
     def _fresh_leaders(self, name: str) -> TableMetadata:
         meta = self.conn.refresh_table(name)
@@ -146,27 +152,42 @@ class ApacheFlussWireCluster:
             raise LeaderNotAvailable(f"buckets {missing} of {name} have no leader yet")
         return meta
 
+    # -- partitions (PartitionAdmin) ------------------------------------------------------------
+    def list_partitions(self, table: str) -> list[PartitionInfo]:
+        return self.partitions.list_partitions(table)
+
+    def create_partition(self, table: str, spec: Mapping[str, str], *,
+                         ignore_if_exists: bool = False) -> PartitionInfo:
+        return self.partitions.create_partition(table, spec, ignore_if_exists=ignore_if_exists)
+
+    def drop_partition(self, table: str, spec: Mapping[str, str], *,
+                       ignore_if_not_exists: bool = False) -> None:
+        self.partitions.drop_partition(table, spec, ignore_if_not_exists=ignore_if_not_exists)
+
     # -- offsets --------------------------------------------------------------------------------
     def list_offsets(self, table: str, buckets: Iterable[int] | None = None,
                      spec: str = "latest", timestamp_ms: int | None = None, *,
                      partition: str | None = None) -> dict[int, int]:
-        refuse_partition(partition, table, "the Apache Fluss client")
         if spec not in _SPECS:
             raise ConfigError(f"offset spec {spec!r} is not one of {', '.join(_SPECS)}")
         if spec == "timestamp" and timestamp_ms is None:
             raise ConfigError("offset spec 'timestamp' needs timestamp_ms")
 
         def op() -> dict[int, int]:
-            meta = self._unpartitioned(table)
-            wanted = sorted(meta.leaders) if buckets is None else sorted(set(buckets))
+            meta = self.conn.table(table)
+            part = self.partitions.resolve(table, partition)
+            leaders = meta.leaders if part is None else part.leaders
+            wanted = sorted(leaders) if buckets is None else sorted(set(buckets))
+            name = None if part is None else part.name
             by_leader: dict[int, list[int]] = {}
             for b in wanted:
-                by_leader.setdefault(self.conn.leader_id(table, b), []).append(b)
+                by_leader.setdefault(self.conn.leader_id(table, b, name), []).append(b)
             out: dict[int, int] = {}
             for leader, bs in by_leader.items():
                 resp = self.conn.tablet(leader).call(ListOffsetsRequest(
                     follower_server_id=CLIENT_FOLLOWER_ID, offset_type=_SPECS[spec],
                     table_id=meta.table_id, bucket_id=bs,
+                    partition_id=None if part is None else part.partition_id,
                     start_timestamp=timestamp_ms if spec == "timestamp" else None))
                 for r in resp.buckets_resp:
                     if r.error_code:
@@ -180,13 +201,13 @@ class ApacheFlussWireCluster:
                             partition: str | None = None) -> dict[int, SnapshotInfo]:
         """The newest snapshot of each bucket, with its row count (from the snapshot's
         ``_METADATA``, or counted from its checkpoint when Fluss recorded none)."""
-        refuse_partition(partition, table, "the Apache Fluss client")
-        self._unpartitioned(table)
+        part = self.partitions.resolve(table, partition)
         for attempt in range(_LISTING_ATTEMPTS):
             resp = self.conn.call_coordinator(GetLatestKvSnapshotsRequest(
-                table_path=split_table_name(table)))
+                table_path=split_table_name(table),
+                partition_name=None if part is None else part.name))
             try:
-                return {s.bucket_id: self._snapshot_info(table, s.bucket_id, s.snapshot_id)
+                return {s.bucket_id: self._snapshot_info(table, s.bucket_id, s.snapshot_id, part)
                         for s in resp.latest_snapshots if s.snapshot_id is not None}
             except KvSnapshotNotExist:
                 # Retention removed a snapshot between the listing and its files (a newer one
@@ -195,60 +216,39 @@ class ApacheFlussWireCluster:
                     raise
         raise AssertionError("unreachable")
 
-    def _snapshot_info(self, table: str, bucket: int, snapshot_id: int) -> SnapshotInfo:
-        files = self.kv_snapshot_files(table, bucket, snapshot_id)
+    def _snapshot_info(self, table: str, bucket: int, snapshot_id: int,
+                       part: PartitionMetadata | None) -> SnapshotInfo:
+        files = self._snapshot_files(table, bucket, snapshot_id, part)
         rows = read_row_count(files)
         if rows is None:
             log.info("%s records no row count; counting its rows", files.describe())
             rows = count_rows(files)
         return SnapshotInfo(table_id=self.conn.table(table).table_id, bucket=bucket,
                             snapshot_id=snapshot_id, path=files.directory,
-                            log_offset=files.log_offset, row_count=rows)
+                            log_offset=files.log_offset, row_count=rows,
+                            partition_id=None if part is None else part.partition_id)
 
-    def kv_snapshot_files(self, table: str, bucket: int, snapshot_id: int) -> KvSnapshotFiles:
-        """The files and log offset of one KV snapshot; ``KvSnapshotNotExist`` when it is gone."""
-        resp = self._snapshot_metadata(self.conn.table(table).table_id, bucket, snapshot_id)
+    def kv_snapshot_files(self, table: str, bucket: int, snapshot_id: int, *,
+                          partition: str | None = None) -> KvSnapshotFiles:
+        """The files and log offset of one KV snapshot (of ``partition``, by name or spec);
+        ``KvSnapshotNotExist`` when it is gone."""
+        return self._snapshot_files(table, bucket, snapshot_id,
+                                    self.partitions.resolve(table, partition))
+
+    def _snapshot_files(self, table: str, bucket: int, snapshot_id: int,
+                        part: PartitionMetadata | None) -> KvSnapshotFiles:
+        resp = kv_snapshot_metadata(self.conn, self.conn.table(table).table_id, bucket,
+                                    snapshot_id, None if part is None else part.partition_id)
         return KvSnapshotFiles(table=table, bucket=int(bucket), snapshot_id=int(snapshot_id),
                                log_offset=resp.log_offset,
                                files=tuple((f.remote_path, f.local_file_name)
-                                           for f in resp.snapshot_files))
-
-    def _snapshot_metadata(self, table_id: int, bucket: int,
-                           snapshot_id: int) -> GetKvSnapshotMetadataResponse:
-        return self.conn.call_coordinator(GetKvSnapshotMetadataRequest(
-            table_id=int(table_id), bucket_id=int(bucket), snapshot_id=int(snapshot_id)))
+                                           for f in resp.snapshot_files),
+                               partition=None if part is None else part.name)
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
                                   holder: str | None = None, *,
                                   partitions: PartitionPins | None = None) -> Unavailable:
-        refuse_partition_pins(partitions, "the Apache Fluss client")
-        request = AcquireKvSnapshotLeaseRequest(
-            lease_id=_checked(lease_id), lease_duration_ms=int(duration_ms),
-            snapshots_to_lease=[PbKvSnapshotLeaseForTable(
-                table_id=int(tid), bucket_snapshots=[
-                    PbKvSnapshotLeaseForBucket(bucket_id=int(b), snapshot_id=int(sid))
-                    for b, sid in sorted(pins.items())])
-                for tid, pins in sorted(tables.items())])
-        resp = self.conn.call_coordinator(request)
-        unavailable: dict[int, dict[int, int]] = {}
-        for t in resp.unavailable_snapshots:
-            for s in t.bucket_snapshots:
-                unavailable.setdefault(t.table_id, {})[s.bucket_id] = s.snapshot_id
-        # Fluss 0.9.1 may grant a pin on a snapshot that retention already removed (its answer
-        # does not list it as unavailable), so every granted pin is checked to still exist.
-        for tid, pins in tables.items():
-            for b, sid in pins.items():
-                if int(b) not in unavailable.get(int(tid), {}) and \
-                        not self._snapshot_exists(int(tid), int(b), int(sid)):
-                    unavailable.setdefault(int(tid), {})[int(b)] = int(sid)
-        return Unavailable(unavailable)
-
-    def _snapshot_exists(self, table_id: int, bucket: int, snapshot_id: int) -> bool:
-        try:
-            self._snapshot_metadata(table_id, bucket, snapshot_id)
-        except KvSnapshotNotExist:
-            return False
-        return True
+        return Unavailable(*self.leases.acquire(lease_id, duration_ms, tables, partitions))
 
     def renew_kv_snapshot_lease(self, lease_id: str, duration_ms: int) -> int:
         raise UnsupportedVersion("Apache Fluss 0.9.1 has no call to renew a KV snapshot lease: "
@@ -258,17 +258,22 @@ class ApacheFlussWireCluster:
     def release_kv_snapshot_lease(self, lease_id: str, tables: Mapping[int, Iterable[int]], *,
                                   partitions: Mapping[int, Mapping[int, Iterable[int]]] | None
                                   = None) -> int:
-        refuse_partition_pins(partitions, "the Apache Fluss client")
-        request = ReleaseKvSnapshotLeaseRequest(
-            lease_id=_checked(lease_id), buckets_to_release=[
-                PbTableBucket(table_id=int(tid), bucket_id=int(b))
-                for tid, bs in sorted(tables.items()) for b in sorted(set(bs))])
-        self.conn.call_coordinator(request)
+        # A table's buckets are released in every partition too (the Cluster contract); Fluss
+        # releases a partition's pins only when the request names the partition.
+        checked(lease_id)
+        expanded = {tid: {pid: list(bs) for pid, bs in parts.items()}
+                    for tid, parts in (partitions or {}).items()}
+        for tid, buckets in tables.items():
+            name = self.conn.table_name(int(tid))
+            if name is not None and self.partitions.keys(name):
+                for part in self.partitions.list_partitions(name):
+                    expanded.setdefault(int(tid), {}).setdefault(
+                        part.partition_id, []).extend(buckets)
+        self.leases.release(lease_id, tables, expanded)
         return -1
 
     def drop_kv_snapshot_lease(self, lease_id: str) -> bool:
-        request = DropKvSnapshotLeaseRequest(lease_id=_checked(lease_id))
-        self.conn.call_coordinator(request)
+        self.leases.drop(lease_id)
         return True
 
     def describe_kv_snapshot_lease(self, lease_id: str) -> LeaseInfo:
@@ -278,27 +283,15 @@ class ApacheFlussWireCluster:
     def read_log(self, table: str, bucket: int, start: int, end: int,
                  projection: list[str] | None = None, *,
                  partition: str | None = None) -> Iterator[pa.RecordBatch]:
-        """Exactly the records of offsets ``[start, end)`` of one bucket, as changelog batches.
-
-        A projection is pushed to the server (Fluss sends only those columns); the CRC of
-        such batches is not checked, because Fluss rewrites them without recomputing it."""
-        refuse_partition(partition, table, "the Apache Fluss client")
+        """Exactly the records of offsets ``[start, end)`` of one bucket, as changelog batches
+        (the projection is pushed to the servers; see ``log_reader``)."""
         self._projection(table, projection)
-        return self._read_log(table, int(bucket), int(start), int(end), projection)
-
-    def _unpartitioned(self, table: str) -> TableMetadata:
-        """The table's metadata, if it is not partitioned: its buckets are then per partition,
-        which this client does not read yet."""
-        meta = self.conn.table(table)
-        keys = meta.descriptor.partition_key
-        if keys:
-            raise UnsupportedVersion(f"{table} is partitioned (by {', '.join(keys)}); reading "
-                                     "partitioned Apache Fluss tables is not supported yet")
-        return meta
+        part = self.partitions.resolve(table, partition)
+        return read_log(self.conn, table, int(bucket), int(start), int(end), projection, part)
 
     def _projection(self, table: str, projection: list[str] | None) -> list[str]:
         """The columns to read (all when ``projection`` is None); a bad projection is refused."""
-        names = list(self._unpartitioned(table).descriptor.schema.names)
+        names = list(self.conn.table(table).descriptor.schema.names)
         if projection is None:
             return names
         unknown = [c for c in projection if c not in names]
@@ -307,104 +300,22 @@ class ApacheFlussWireCluster:
                               f"column(s) {unknown}; the table has {', '.join(names)}")
         return list(projection)
 
-    def _read_log(self, table: str, bucket: int, start: int, end: int,
-                  projection: list[str] | None) -> Iterator[pa.RecordBatch]:
-        meta = self.conn.table(table)
-        schema = meta.descriptor.schema
-        cols = projection if projection is not None else list(schema.names)
-        output = pa.schema([schema.field(c) for c in cols] + list(CHANGELOG_FIELDS))
-        indexes = sorted(schema.get_field_index(c) for c in cols)
-        offset, max_bytes = start, 8 << 20
-        deadline = time.monotonic() + self.conn.request_timeout_s
-        wait_ms = 0
-        while offset < end:
-            resp = self._fetch(table, bucket, offset, max_bytes, indexes, projection is not None,
-                               wait_ms)
-            if resp.error_code:
-                raise to_exception(resp.error_code, resp.error_message)
-            records = resp.records or b""
-            if not records and resp.remote_log_fetch_info is not None:
-                raise UnsupportedVersion(f"offset {offset} of {table} bucket {bucket} is only in "
-                                         "remote storage; reading tiered log segments is not "
-                                         "supported yet")
-            progressed = False
-            # One budget per response: its batches together stay within the client's limits.
-            budget = IpcBudget(self.conn.ipc_limits,
-                               f"FETCH_LOG response for {table} bucket {bucket} at offset {offset}")
-            for batch in iter_batches(records, check_crc=projection is None):
-                if batch.next_offset <= offset:
-                    continue
-                progressed = True
-                if batch.record_count:
-                    _, wire = self.conn.schema(meta, batch.schema_id)
-                    if projection is not None:
-                        wire = pa.schema([wire.field(i) for i in indexes])
-                    rows = batch.to_changelog(wire, output, budget)
-                    lo = max(0, offset - batch.base_offset)
-                    hi = min(rows.num_rows, end - batch.base_offset)
-                    if hi > lo:
-                        yield rows.slice(lo, hi - lo)
-                offset = batch.next_offset
-                if offset >= end:
-                    return
-            if progressed:
-                wait_ms = 0
-                continue
-            if records:
-                # Not even one whole batch fits in max_bytes: ask for more.
-                if max_bytes >= 1 << 30:
-                    raise RecordTooLarge(f"a record batch of {table} bucket {bucket} at offset "
-                                         f"{offset} is larger than 1 GiB")
-                max_bytes *= 2
-                continue
-            hw = resp.high_watermark if resp.high_watermark is not None else -1
-            if hw < end and time.monotonic() < deadline:
-                wait_ms = 200     # the range is not all committed yet: long-poll for it
-                continue
-            raise LogOffsetOutOfRange(f"cannot read offsets [{offset}, {end}) of {table} bucket "
-                                      f"{bucket}: the high watermark is {hw}")
-
-    def _fetch(self, table: str, bucket: int, offset: int, max_bytes: int, indexes: list[int],
-               project: bool, wait_ms: int) -> PbFetchLogRespForBucket:
-        def op() -> PbFetchLogRespForBucket:
-            meta, conn = self.conn.leader(table, bucket)
-            resp = conn.call(FetchLogRequest(
-                follower_server_id=CLIENT_FOLLOWER_ID, max_bytes=max_bytes,
-                max_wait_ms=wait_ms, min_bytes=1 if wait_ms else 0,
-                tables_req=[PbFetchLogReqForTable(
-                    table_id=meta.table_id, projection_pushdown_enabled=project,
-                    projected_fields=indexes if project else [],
-                    buckets_req=[PbFetchLogReqForBucket(bucket_id=bucket, fetch_offset=offset,
-                                                        max_fetch_bytes=max_bytes)])]),
-                timeout_s=self.conn.request_timeout_s + wait_ms / 1000)
-            for t in resp.tables_resp:
-                for b in t.buckets_resp:
-                    if b.bucket_id == bucket:
-                        if b.error_code:
-                            err = to_exception(b.error_code, b.error_message)
-                            if err.retriable:
-                                raise err
-                        return b
-            raise UnsupportedVersion(f"FETCH_LOG answer from {conn.address} lacks bucket "
-                                     f"{bucket} of {table}")
-        return self.conn.with_retries(op, table=table)
-
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
                       partition: str | None = None) -> RecordBatchStream:
         """Rows of the snapshot's RocksDB checkpoint, copied from remote storage when the first
         batch is asked for; projection happens after decoding (the files hold whole rows)."""
-        refuse_partition(partition, table, "the Apache Fluss client")
         meta = self._kv_table(table)
-        return CheckpointScan(lambda: self.kv_snapshot_files(table, bucket, snapshot_id),
+        part = self.partitions.resolve(table, partition)
+        return CheckpointScan(lambda: self._snapshot_files(table, bucket, snapshot_id, part),
                               lambda schema_id: self.conn.schema(meta, schema_id)[1],
                               self._output(table, projection), start_row=start_row, limit=limit,
                               batch_size_bytes=batch_size_bytes)
 
     def _kv_table(self, table: str) -> TableMetadata:
         """The metadata of a PK table whose KV rows this client decodes."""
-        meta = self._unpartitioned(table)
+        meta = self.conn.table(table)
         desc = meta.descriptor
         if not desc.primary_key:
             raise NonPrimaryKeyTable(f"{table} has no primary key, hence no KV state to read")
@@ -423,15 +334,26 @@ class ApacheFlussWireCluster:
     def open_live_scan(self, table: str, bucket: int, *,
                        batch_size_bytes: int = 1) -> LiveScanStart:
         self._require_live_scans()
-        return open_live_scan(self.conn, self._kv_table(table), int(bucket), batch_size_bytes)
+        return open_live_scan(self.conn, self._unpartitioned_kv_table(table), int(bucket),
+                              batch_size_bytes)
 
     def read_live_scan(self, table: str, bucket: int, start: LiveScanStart, *,
                        projection: list[str] | None = None,
                        batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES) -> RecordBatchStream:
-        meta = self._kv_table(table)
+        meta = self._unpartitioned_kv_table(table)
         return FlussLiveScan(self.conn, meta, int(bucket), start, self._output(table, projection),
                              lambda schema_id: self.conn.schema(meta, schema_id)[1],
                              batch_size_bytes)
+
+    def _unpartitioned_kv_table(self, table: str) -> TableMetadata:
+        """A PK table a live scan reads: the live scan calls name no partition."""
+        meta = self._kv_table(table)
+        keys = meta.descriptor.partition_key
+        if keys:
+            raise UnsupportedVersion(f"{table} is partitioned (by {', '.join(keys)}); live KV "
+                                     "scans of partitioned Apache Fluss tables are not "
+                                     "supported yet: read its KV snapshots")
+        return meta
 
     def _require_live_scans(self) -> None:
         if not self.capabilities().live_kv_scan:
@@ -449,16 +371,10 @@ class ApacheFlussWireCluster:
         self.close()
 
 
-def _checked(lease_id: str) -> str:
-    """The lease id, if this project's rule allows it: Fluss makes it a znode name unchecked."""
-    if not is_valid_lease_id(lease_id):
-        raise InvalidLeaseId(f"invalid lease id {lease_id!r}: use {LEASE_ID_RULE}")
-    return lease_id
-
-
 #: The type checker holds this implementation to the interfaces: mypy names any method that differs.
 _IMPLEMENTS_CLUSTER: type[Cluster] = ApacheFlussWireCluster
 _IMPLEMENTS_TABLE_ADMIN: type[TableAdmin] = ApacheFlussWireCluster
+_IMPLEMENTS_PARTITION_ADMIN: type[PartitionAdmin] = ApacheFlussWireCluster
 
 
 __all__ = ["ApacheFlussWireCluster"]

@@ -5,21 +5,22 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import pyarrow as pa
 
 from fluss_spark.errors import (ApiError, ConfigError, LeaderNotAvailable, NetworkError,
-                                TableNotExist, UnknownServerError)
+                                PartitionNotExist, TableNotExist, UnknownServerError)
 from fluss_spark.protocol.apache_fluss.framing import MAX_RESPONSE_BYTES
 from fluss_spark.protocol.apache_fluss.messages import (FlussRequest, GetTableInfoRequest,
                                                  GetTableSchemaRequest,
                                                  MetadataRequest, MetadataResponse,
-                                                 PbTablePath, PbServerNode)
+                                                 PbPhysicalTablePath, PbTablePath, PbServerNode)
 from fluss_spark.protocol.apache_fluss.proto import ProtoMessage
 from fluss_spark.protocol.apache_fluss.table_json import (FlussTableDescriptor, parse_schema_json,
                                                    parse_table_json)
 from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
+from fluss_spark.protocol.partitions import spec_text, values_of
 from fluss_spark.retry import retry
 from fluss_spark.transport.apache_fluss import FlussRpcConnection
 
@@ -60,10 +61,20 @@ class TableMetadata:
     leaders: dict[int, int | None] = field(default_factory=dict)
 
 
+@dataclass
+class PartitionMetadata:
+    """What the cluster said about one partition of a table: its id, name and bucket leaders."""
+
+    table: str
+    name: str
+    partition_id: int
+    leaders: dict[int, int | None] = field(default_factory=dict)
+
+
 class FlussWireConnection:
     """Connections to one Apache Fluss cluster: the coordinator, the tablet servers (by id) and
-    a metadata cache (tables by name, bucket -> leader tablet), refreshed on stale-metadata
-    errors. Thread-safe.
+    a metadata cache (tables by name, partitions by table and name, bucket -> leader tablet),
+    refreshed on stale-metadata errors. Thread-safe.
 
     ``ipc_limits``: what the Arrow record batches of one FETCH_LOG response may make this
     client decode (refused with RecordTooLarge from their headers, before decompression);
@@ -90,6 +101,7 @@ class FlussWireConnection:
         self._coordinator: tuple[str, int] | None = None
         self._tablets: dict[int, tuple[str, int]] = {}
         self._tables: dict[str, TableMetadata] = {}
+        self._partitions: dict[tuple[str, str], PartitionMetadata] = {}
         self._schemas: dict[tuple[int, int], tuple[pa.Schema, pa.Schema]] = {}
 
     # -- connections ----------------------------------------------------------------------------
@@ -169,21 +181,70 @@ class FlussWireConnection:
                     leaders={b.bucket_id: b.leader_id for b in t.bucket_metadata})
                 self._schemas[(t.table_id, t.schema_id)] = (descriptor.schema,
                                                             descriptor.wire_schema)
+            names = {meta.table_id: name for name, meta in self._tables.items()}
+            for p in resp.partition_metadata:
+                table = names.get(p.table_id)
+                if table is not None:
+                    self._partitions[(table, p.partition_name)] = PartitionMetadata(
+                        table=table, name=p.partition_name, partition_id=p.partition_id,
+                        leaders={b.bucket_id: b.leader_id for b in p.bucket_metadata})
 
-    def refresh_table(self, name: str) -> TableMetadata:
-        """Ask the cluster about ``name`` again (``TableNotExist`` when it has no such table)."""
-        path = split_table_name(name)
+    def _metadata(self, path: PbTablePath, request: MetadataRequest) -> None:
+        """Ask for metadata of the table ``path`` (and the partitions ``request`` names)."""
         try:
-            self._apply(self._any_server().call(MetadataRequest(table_path=[path])))
+            self._apply(self._any_server().call(request))
         except UnknownServerError:
             # Fluss 0.9.1 answers metadata of a missing table with an unknown server error;
             # GET_TABLE_INFO says TableNotExist for the same table.
             self._any_server().call(GetTableInfoRequest(table_path=path))
             raise
+
+    def refresh_table(self, name: str) -> TableMetadata:
+        """Ask the cluster about ``name`` again (``TableNotExist`` when it has no such table)."""
+        path = split_table_name(name)
+        self._metadata(path, MetadataRequest(table_path=[path]))
         with self._lock:
             meta = self._tables.get(name)
         if meta is None:
             raise TableNotExist(f"table {name} does not exist")
+        return meta
+
+    def refresh_partitions(self, name: str, *, names: Sequence[str] = (),
+                           ids: Sequence[int] = ()) -> list[PartitionMetadata]:
+        """Ask the cluster about partitions of table ``name`` (by ``names`` and by ``ids``)
+        again; ``PartitionNotExist`` when one of them is gone."""
+        path = split_table_name(name)
+        wanted, wanted_ids = set(names), {int(i) for i in ids}
+        try:
+            self._metadata(path, MetadataRequest(
+                table_path=[path], partitions_id=sorted(wanted_ids),
+                partitions_path=[PbPhysicalTablePath(database_name=path.database_name,
+                                                     table_name=path.table_name,
+                                                     partition_name=n) for n in sorted(wanted)]))
+        except PartitionNotExist:
+            raise self._gone(name, names, ids) from None
+        with self._lock:
+            found = [p for (t, _), p in self._partitions.items() if t == name]
+        got = [p for p in found if p.name in wanted or p.partition_id in wanted_ids]
+        if wanted - {p.name for p in got}:
+            raise self._gone(name, names, ids)
+        return got
+
+    def _gone(self, name: str, names: Sequence[str], ids: Sequence[int]) -> PartitionNotExist:
+        """The one-line error of partitions of ``name`` that are gone (or never existed)."""
+        keys = self.table(name).descriptor.partition_key
+        which = ", ".join([spec_text(keys, values_of(n)) for n in names]
+                          + [f"id {i}" for i in ids])
+        return PartitionNotExist(f"partition {which} of table {name} does not exist (never "
+                                 "created, dropped, or expired by auto-partition retention)")
+
+    def partition(self, name: str, partition: str) -> PartitionMetadata:
+        """The metadata of the partition named ``partition`` of table ``name`` (cached)."""
+        with self._lock:
+            meta = self._partitions.get((name, partition))
+        if meta is None:
+            meta = next(p for p in self.refresh_partitions(name, names=[partition])
+                        if p.name == partition)
         return meta
 
     def table(self, name: str) -> TableMetadata:
@@ -191,14 +252,23 @@ class FlussWireConnection:
             meta = self._tables.get(name)
         return meta if meta is not None else self.refresh_table(name)
 
+    def table_name(self, table_id: int) -> str | None:
+        """The name of a table this connection has looked up, by id (None: never looked up)."""
+        with self._lock:
+            return next((n for n, m in self._tables.items() if m.table_id == table_id), None)
+
     def invalidate(self, name: str | None = None) -> None:
-        """Forget cached metadata (of ``name``, or everything and the coordinator's address)."""
+        """Forget cached metadata (of ``name`` and its partitions, or everything and the
+        coordinator's address)."""
         with self._lock:
             if name is None:
                 self._tables.clear()
+                self._partitions.clear()
                 self._coordinator = None
             else:
                 self._tables.pop(name, None)
+                for key in [k for k in self._partitions if k[0] == name]:
+                    del self._partitions[key]
 
     def schema(self, meta: TableMetadata, schema_id: int) -> tuple[pa.Schema, pa.Schema]:
         """(Arrow schema, Arrow wire schema) of schema ``schema_id`` of a table."""
@@ -233,22 +303,26 @@ class FlussWireConnection:
                 raise
         return self.with_retries(op)
 
-    def leader_id(self, name: str, bucket: int) -> int:
-        """The id of the tablet server leading ``bucket`` (``LeaderNotAvailable`` if none)."""
-        meta = self.table(name)
-        if bucket not in meta.leaders:
-            raise ConfigError(f"table {name} has no bucket {bucket} (it has "
-                              f"{len(meta.leaders)})")
-        leader = meta.leaders[bucket]
+    def leader_id(self, name: str, bucket: int, partition: str | None = None) -> int:
+        """The id of the tablet server leading ``bucket`` (of the partition named
+        ``partition``; ``LeaderNotAvailable`` if none)."""
+        where = name if partition is None else f"partition {partition} of {name}"
+        leaders = (self.table(name) if partition is None
+                   else self.partition(name, partition)).leaders
+        if bucket not in leaders:
+            raise ConfigError(f"{where} has no bucket {bucket} (it has {len(leaders)})")
+        leader = leaders[bucket]
         if leader is None:
             self.invalidate(name)
-            raise LeaderNotAvailable(f"bucket {bucket} of {name} has no leader yet")
+            raise LeaderNotAvailable(f"bucket {bucket} of {where} has no leader yet")
         return leader
 
-    def leader(self, name: str, bucket: int) -> tuple[TableMetadata, FlussRpcConnection]:
-        """The table's metadata and the connection to the leader of ``bucket``."""
+    def leader(self, name: str, bucket: int,
+               partition: str | None = None) -> tuple[TableMetadata, FlussRpcConnection]:
+        """The table's metadata and the connection to the leader of ``bucket`` (of the
+        partition named ``partition``)."""
         meta = self.table(name)
-        return meta, self.tablet(self.leader_id(name, bucket))
+        return meta, self.tablet(self.leader_id(name, bucket, partition))
 
     def close(self) -> None:
         with self._lock:
@@ -262,4 +336,5 @@ def _address(node: PbServerNode) -> tuple[str, int]:
     return node.host, node.port
 
 
-__all__ = ["FlussWireConnection", "TableMetadata", "parse_servers", "split_table_name"]
+__all__ = ["FlussWireConnection", "PartitionMetadata", "TableMetadata", "parse_servers",
+           "split_table_name"]

@@ -48,6 +48,8 @@ class KvSnapshotFiles:
     snapshot_id: int
     log_offset: int
     files: tuple[tuple[str, str], ...]
+    #: The partition's name, for a snapshot of a partitioned table's bucket.
+    partition: str | None = None
 
     @property
     def directory(self) -> str:
@@ -55,11 +57,11 @@ class KvSnapshotFiles:
         for remote, local in self.files:
             if local == "CURRENT":
                 return posixpath.dirname(remote)
-        raise CorruptMessage(f"KV snapshot {self.snapshot_id} of {self.table} bucket "
-                             f"{self.bucket} lists no CURRENT file: {self.files}")
+        raise CorruptMessage(f"{self.describe()} lists no CURRENT file: {self.files}")
 
     def describe(self) -> str:
-        return f"KV snapshot {self.snapshot_id} of {self.table} bucket {self.bucket}"
+        where = "" if self.partition is None else f" partition {self.partition}"
+        return f"KV snapshot {self.snapshot_id} of {self.table}{where} bucket {self.bucket}"
 
 
 def filesystem(path: str) -> tuple[pafs.FileSystem, str]:

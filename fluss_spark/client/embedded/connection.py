@@ -58,7 +58,7 @@ class FlussConnection:
                  username: str | None = None, password: str | None = None,
                  ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
                  max_response_bytes: int = MAX_FRAME_BYTES,
-                 tls: TlsClientConfig | None = None, refused_timeout_s: float = 10.0):
+                 tls: TlsClientConfig | None = None, refused_timeout_s: float = 4.0):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.refused_timeout_s = float(refused_timeout_s)
         #: Since when every server asked for metadata refused the connection (None: one answers).

@@ -6,26 +6,15 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fluss_spark.errors import ConfigError, PartitionNotExist, TableNotPartitioned
+from fluss_spark.client import partition_names
+from fluss_spark.errors import ConfigError, PartitionNotExist
 from fluss_spark.protocol.messages import PartitionInfo, TableInfo
-from fluss_spark.protocol.partitions import (SEPARATOR, check_value, parse_spec, partition_name,
-                                             resolve, spec_text, values_of)
+from fluss_spark.protocol.partitions import SEPARATOR, check_value, spec_text, values_of
 
 
 def name_of(info: TableInfo, partition: str) -> str:
     """The partition's name from its name (``2026-11-25``) or its spec (``dt=2026-11-25``)."""
-    if not info.partitioned:
-        raise TableNotPartitioned(f"table {info.name} is not partitioned; drop the partition "
-                                  f"{partition!r}")
-    if "=" in partition:
-        return partition_name(resolve(info.name, info.partition_keys, parse_spec(partition)))
-    values = values_of(partition)
-    if len(values) != len(info.partition_keys):
-        raise ConfigError(f"partition {partition!r} of {info.name}: give key=value for each of "
-                          f"the partition keys ({', '.join(info.partition_keys)})")
-    for key, value in zip(info.partition_keys, values):
-        check_value(value, f"partition value of {key!r}")
-    return partition
+    return partition_names.name_of(info.name, info.partition_keys, partition)
 
 
 def spec_of(info: TableInfo, name: str) -> str:
@@ -44,21 +33,15 @@ def find(conn, info: TableInfo, name: str) -> PartitionInfo | None:
 
 
 def missing(info: TableInfo, name: str) -> PartitionNotExist:
-    spec = spec_of(info, name)
-    return PartitionNotExist(f"partition {spec} of table {info.name} does not exist; create it "
-                             f"with `fluss-spark partition create {info.name} {spec}`")
+    return partition_names.missing(info.name, info.partition_keys, name)
 
 
 def lookup(conn, info: TableInfo, partition: str | None) -> PartitionInfo | None:
     """The partition a read addresses: None for an unpartitioned table (``partition`` None);
     a partitioned table needs one, an unpartitioned one refuses one."""
-    if partition is None:
-        if info.partitioned:
-            raise ConfigError(f"table {info.name} is partitioned (by "
-                              f"{', '.join(info.partition_keys)}): name a partition, e.g. "
-                              f"{info.partition_keys[0]}=VALUE")
+    name = partition_names.required_name(info.name, info.partition_keys, partition)
+    if name is None:
         return None
-    name = name_of(info, partition)
     found = find(conn, info, name)
     if found is None:
         raise missing(info, name)

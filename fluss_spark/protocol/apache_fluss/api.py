@@ -16,6 +16,7 @@ class FlussApiKey(IntEnum):
     DROP_TABLE = 1006
     GET_TABLE_INFO = 1007
     LIST_TABLES = 1008
+    LIST_PARTITION_INFOS = 1009
     GET_TABLE_SCHEMA = 1011
     GET_METADATA = 1012
     FETCH_LOG = 1015
@@ -24,6 +25,8 @@ class FlussApiKey(IntEnum):
     GET_KV_SNAPSHOT_METADATA = 1024
     #: A SASL login on a connection; a SASL listener answers nothing else but API_VERSIONS
     #: before it succeeded.
+    CREATE_PARTITION = 1036
+    DROP_PARTITION = 1037
     AUTHENTICATE = 1038
     ACQUIRE_KV_SNAPSHOT_LEASE = 1056
     RELEASE_KV_SNAPSHOT_LEASE = 1057
@@ -38,6 +41,10 @@ API_VERSION: dict[FlussApiKey, int] = {key: 0 for key in FlussApiKey}
 #: Lease APIs appeared in Fluss 0.9.0; a server without them is older.
 LEASE_APIS = (FlussApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, FlussApiKey.RELEASE_KV_SNAPSHOT_LEASE,
               FlussApiKey.DROP_KV_SNAPSHOT_LEASE)
+
+#: Listing, creating and dropping partitions (a coordinator offers all three).
+PARTITION_APIS = (FlussApiKey.LIST_PARTITION_INFOS, FlussApiKey.CREATE_PARTITION,
+                  FlussApiKey.DROP_PARTITION)
 
 #: ``server_type`` of an API_VERSIONS response.
 SERVER_TYPE_COORDINATOR, SERVER_TYPE_TABLET = 1, 2

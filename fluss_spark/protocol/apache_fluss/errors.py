@@ -47,8 +47,10 @@ MAPPED: dict[int, type[e.ApiError]] = {
     12: e.NotLeaderOrFollower, 13: e.RecordTooLarge, 15: e.InvalidTable,
     19: e.LogOffsetOutOfRange, 20: e.NonPrimaryKeyTable, 21: e.UnknownTableOrBucket,
     25: e.RequestTimeout, 26: e.StorageError, 34: e.InvalidColumnProjection,
-    38: e.InvalidTimestamp, 39: e.InvalidConfig, 41: e.KvSnapshotNotExist,
-    44: e.LeaderNotAvailable, 46: e.AuthenticationFailed, 48: e.AuthorizationFailed,
+    36: e.PartitionNotExist, 37: e.TableNotPartitioned, 38: e.InvalidTimestamp,
+    39: e.InvalidConfig, 41: e.KvSnapshotNotExist, 42: e.PartitionAlreadyExist,
+    43: e.InvalidPartitionSpec, 44: e.LeaderNotAvailable, 46: e.AuthenticationFailed,
+    48: e.AuthorizationFailed,
     66: e.ScannerExpired, 67: e.UnknownScannerId, 68: e.InvalidScanRequest,
     69: e.TooManyScanners,
 }

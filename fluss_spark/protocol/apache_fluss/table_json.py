@@ -138,11 +138,14 @@ def parse_table_json(data: bytes | str) -> FlussTableDescriptor:
 
 def table_json(schema: pa.Schema, *, primary_key: tuple[str, ...] | list[str] = (),
                bucket_key: tuple[str, ...] | list[str] | None = None, buckets: int = 1,
-               properties: dict[str, str] | None = None, comment: str | None = None) -> bytes:
-    """Fluss's table JSON for CREATE_TABLE: the schema (primary-key columns NOT NULL), one
-    bucket key (the primary key by default) and bucket count, and table properties."""
+               properties: dict[str, str] | None = None, comment: str | None = None,
+               partition_keys: tuple[str, ...] | list[str] = ()) -> bytes:
+    """Fluss's table JSON for CREATE_TABLE: the schema (primary-key columns NOT NULL), the
+    partition keys, one bucket key (the primary key by default) and bucket count, and table
+    properties."""
     pk = list(primary_key)
-    unknown = [c for c in pk + list(bucket_key or ()) if c not in schema.names]
+    unknown = [c for c in pk + list(bucket_key or ()) + list(partition_keys)
+               if c not in schema.names]
     if unknown:
         raise ConfigError(f"key column(s) {unknown} are not in the schema {schema.names}")
     columns = [{"name": f.name,
@@ -155,7 +158,7 @@ def table_json(schema: pa.Schema, *, primary_key: tuple[str, ...] | list[str] = 
     node: dict[str, Any] = {"version": 1, "schema": schema_node}
     if comment is not None:
         node["comment"] = comment
-    node["partition_key"] = []
+    node["partition_key"] = list(partition_keys)
     node["bucket_key"] = list(bucket_key) if bucket_key is not None else pk
     node["bucket_count"] = int(buckets)
     node["properties"] = dict(properties or {})

@@ -8,7 +8,7 @@ import pytest
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.client.cluster import Capabilities
 from fluss_spark.errors import InvalidLeaseId, UnsupportedVersion
-from fluss_spark.protocol.apache_fluss.api import LEASE_APIS, FlussApiKey
+from fluss_spark.protocol.apache_fluss.api import LEASE_APIS, PARTITION_APIS, FlussApiKey
 
 
 class Coordinator:
@@ -44,7 +44,8 @@ class Connection:
 def test_leases_only_when_every_lease_api_is_advertised(missing):
     cluster = ApacheFlussWireCluster(Connection(missing))
     assert cluster.capabilities() == Capabilities(leases=not missing, lease_renewal="reacquire",
-                                                  snapshot_read="files", live_kv_scan=False)
+                                                  snapshot_read="files", live_kv_scan=False,
+                                                  partition_admin=True)
 
 
 @pytest.mark.parametrize("tablets, live", [((set(), set()), True), ((set(), {1061}), False),
@@ -69,17 +70,7 @@ def test_a_lease_id_fluss_would_make_a_bad_znode_is_refused_before_sending(bad):
         cluster.release_kv_snapshot_lease(bad, {1: [0]})
 
 
-class Partitioned(Connection):
-    def table(self, name):
-        from types import SimpleNamespace
-        return SimpleNamespace(descriptor=SimpleNamespace(partition_key=("day",)))
-
-
-@pytest.mark.parametrize("read", [
-    lambda c: c.list_offsets("db.t"), lambda c: c.latest_kv_snapshots("db.t"),
-    lambda c: c.read_log("db.t", 0, 0, 10), lambda c: c.read_snapshot("db.t", 0, 1)])
-def test_partitioned_tables_are_refused_by_name(read):
-    cluster = ApacheFlussWireCluster(Partitioned(set()))
-    with pytest.raises(UnsupportedVersion, match="db.t is partitioned .by day.; reading "
-                                                 "partitioned Apache Fluss tables"):
-        read(cluster)
+def test_partition_admin_only_when_the_coordinator_offers_every_partition_api():
+    assert ApacheFlussWireCluster(Connection(set())).capabilities().partition_admin
+    for key in PARTITION_APIS:
+        assert not ApacheFlussWireCluster(Connection({int(key)})).capabilities().partition_admin

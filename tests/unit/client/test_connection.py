@@ -1,8 +1,11 @@
-"""FlussConnection routing, metadata cache and retries against fake servers (no sockets)."""
+"""FlussConnection routing, metadata cache and retries against fake servers (and one dead
+address)."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -294,21 +297,31 @@ def test_a_cluster_where_nothing_listens_fails_in_seconds_not_at_the_request_tim
     with pytest.raises(ClusterUnreachable, match="no Fluss server listens at h:1000") as e:
         conn.call_coordinator(ListTablesRequest())
     assert "the cluster is down or bootstrap.servers is wrong" in str(e.value)
-    assert 10 <= clock.seconds() - start < 13   # the refused timeout, not the request timeout
+    assert 4 <= clock.seconds() - start < 7   # the refused timeout, not the request timeout
 
 
 def test_a_server_that_comes_back_within_the_refused_timeout_is_waited_for(fake, clock):
     fake.handlers[1000] = refuse
     start, sleep = clock.seconds(), clock.sleep
 
-    def back_after_8s(s):
+    def back_after_3s(s):
         sleep(s)
-        if clock.seconds() - start >= 8:
+        if clock.seconds() - start >= 3:
             fake.handlers[1000] = lambda k, b: (fake.metadata(b) if k == ApiKey.GET_METADATA
                                                 else {"tables": []})   # the coordinator is back
     conn = FlussConnection("h:1000", request_timeout_s=60.0, rpc_factory=fake.factory,
-                           clock=clock.seconds, sleep=back_after_8s)
+                           clock=clock.seconds, sleep=back_after_3s)
     assert conn.call_coordinator(ListTablesRequest()) == {"tables": []}
+
+
+def test_a_dead_address_fails_in_under_5_seconds_of_wall_time():
+    with socket.socket() as s:          # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ClusterUnreachable, match=f"no Fluss server listens at 127.0.0.1:{port}"):
+        FlussConnection(f"127.0.0.1:{port}").call_coordinator(ListTablesRequest())
+    assert time.monotonic() - started < 5
 
 
 def test_other_network_errors_are_retried_until_the_request_timeout(fake, clock):

@@ -64,15 +64,7 @@ def test_a_coordinator_that_ignores_partition_pins_is_refused_in_one_line():
     assert Admin(Conn(rpc)).acquire_kv_snapshot_lease("L", 1000, {4: {0: 2}}) == {}
 
 
-def test_clusters_without_partition_leases_refuse_partition_pins_before_sending():
-    from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
-    apache = ApacheFlussWireCluster(Conn(Rpc({})))    # sending anything would fail otherwise
-    with pytest.raises(UnsupportedVersion, match=r"pins of partitions \(table id\(s\) 4\) "
-                                                 "are not supported by the Apache Fluss client "
-                                                 "yet"):
-        apache.acquire_kv_snapshot_lease("L", 1000, {}, partitions={4: {7: {0: 2}}})
-    with pytest.raises(UnsupportedVersion, match="pins of partitions"):
-        apache.release_kv_snapshot_lease("L", {}, partitions={4: {7: [0]}})
+def test_the_fake_cluster_pins_partitions():
     # The fake cluster pins partitions as the coordinator does: one of no table is unavailable.
     fake = FakeCluster()
     missing = fake.acquire_kv_snapshot_lease("L", 1000, {}, partitions={4: {7: {0: 2}}})

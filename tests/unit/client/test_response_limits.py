@@ -215,7 +215,7 @@ class OneFlussTablet(FlussWireConnection):
     def schema(self, meta: TableMetadata, schema_id: int) -> tuple[pa.Schema, pa.Schema]:
         return SCHEMA, SCHEMA
 
-    def leader(self, name: str, bucket: int):
+    def leader(self, name: str, bucket: int, partition: str | None = None):
         return FLUSS_META, self.connection("127.0.0.1", self.port)
 
 

@@ -100,3 +100,59 @@ def test_apache_fluss_sasl_state_and_files(tmp_path):
     c.users_file.write_text('admin:pa"ss\n')
     with pytest.raises(FlussError, match="cannot be written to JAAS"):
         c._write_security()
+
+
+def test_start_reports_each_process_as_it_comes_up(tmp_path):
+    c = EmbeddedProcesses(tmp_path, tablets=2, zookeeper="zk:1")
+    lines: list[str] = []
+    c.report = lines.append
+    for port, s in enumerate(c.servers.values(), start=7000):
+        s.port = port
+    slow = c.servers[("tablet", 0)]
+    polls = {"n": 0}
+
+    def up(s):
+        polls["n"] += 1
+        return s is not slow or polls["n"] > 4    # tablet 0 answers on its second poll
+    c._wait_for(list(c.servers.values()), up, "start", 0.0)
+    assert [ln.split(" (")[0] for ln in lines] == ["coordinator 0 up on 127.0.0.1:7000",
+                                                   "tablet 1 up on 127.0.0.1:7002",
+                                                   "tablet 0 up on 127.0.0.1:7001"]
+    c._ensure_zookeeper()     # an external ZooKeeper is named, not started
+    assert lines[-1] == "zookeeper at zk:1 (not started here)"
+
+
+def test_the_coordinator_port_is_pinned_unless_it_runs_on_another(tmp_path):
+    c = EmbeddedProcesses(tmp_path, tablets=1, zookeeper="zk:1")
+    c.pin_coordinator_port(None)
+    assert c.servers[("coordinator", 0)].port is None     # a free port at start
+    c.pin_coordinator_port(7100)
+    c.pin_coordinator_port(7200)                           # not running: it may move
+    assert c.servers[("coordinator", 0)].port == 7200
+    coord = c.servers[("coordinator", 0)]
+    coord.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    coord.pid = coord.proc.pid
+    try:
+        c.pin_coordinator_port(7200)
+        with pytest.raises(FlussError, match="runs on port 7200; stop the cluster to move it "
+                                             "to port 7300"):
+            c.pin_coordinator_port(7300)
+    finally:
+        coord.proc.kill()
+        coord.proc.wait()
+
+
+def test_a_taken_port_of_a_server_to_start_is_refused_before_anything_starts(tmp_path):
+    import socket
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        c = EmbeddedProcesses(tmp_path / "c", tablets=1, zookeeper="zk:1")
+        c.servers[("tablet", 0)].port = port      # the port it had, as in its state file
+        with pytest.raises(FlussError, match=f"^tablet 0 cannot listen on port {port} of "
+                                             "127.0.0.1: another process listens on it; free "
+                                             "the port, or start the cluster in another "
+                                             "directory$"):
+            c.start()
+    assert not (tmp_path / "c").exists()

@@ -15,9 +15,10 @@ def test_api_keys_and_versions():
     assert {k.name: int(k) for k in FlussApiKey} == {
         "API_VERSIONS": 1000, "CREATE_DATABASE": 1001, "DROP_DATABASE": 1002,
         "LIST_DATABASES": 1003, "CREATE_TABLE": 1005, "DROP_TABLE": 1006,
-        "GET_TABLE_INFO": 1007, "LIST_TABLES": 1008, "GET_TABLE_SCHEMA": 1011,
-        "GET_METADATA": 1012, "FETCH_LOG": 1015, "LIST_OFFSETS": 1021,
-        "GET_LATEST_KV_SNAPSHOTS": 1023, "GET_KV_SNAPSHOT_METADATA": 1024, "AUTHENTICATE": 1038,
+        "GET_TABLE_INFO": 1007, "LIST_TABLES": 1008, "LIST_PARTITION_INFOS": 1009,
+        "GET_TABLE_SCHEMA": 1011, "GET_METADATA": 1012, "FETCH_LOG": 1015, "LIST_OFFSETS": 1021,
+        "GET_LATEST_KV_SNAPSHOTS": 1023, "GET_KV_SNAPSHOT_METADATA": 1024,
+        "CREATE_PARTITION": 1036, "DROP_PARTITION": 1037, "AUTHENTICATE": 1038,
         "ACQUIRE_KV_SNAPSHOT_LEASE": 1056, "RELEASE_KV_SNAPSHOT_LEASE": 1057,
         "DROP_KV_SNAPSHOT_LEASE": 1058, "SCAN_KV": 1061}
     assert set(API_VERSION.values()) == {0}
@@ -67,7 +68,9 @@ def test_error_codes_map_to_this_projects_classes():
     cases = {7: errors.TableNotExist, 12: errors.NotLeaderOrFollower,
              19: errors.LogOffsetOutOfRange, 41: errors.KvSnapshotNotExist,
              44: errors.LeaderNotAvailable, 2: errors.UnsupportedVersion,
-             46: errors.AuthenticationFailed, 48: errors.AuthorizationFailed}
+             46: errors.AuthenticationFailed, 48: errors.AuthorizationFailed,
+             36: errors.PartitionNotExist, 37: errors.TableNotPartitioned,
+             42: errors.PartitionAlreadyExist, 43: errors.InvalidPartitionSpec}
     for code, cls in cases.items():
         err = to_exception(code, "why")
         assert type(err) is cls and err.message.endswith(": why")

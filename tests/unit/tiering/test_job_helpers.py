@@ -176,3 +176,26 @@ def test_the_copy_on_write_option_reaches_the_config_and_bad_values_are_refused(
     with pytest.raises(SystemExit):
         p.parse_args(base + ["--copy-on-write", "executors"])
     assert "invalid choice: 'executors'" in capsys.readouterr().err
+
+
+def test_the_status_of_a_poll_has_each_tables_batch_rows_and_lag(tmp_path):
+    from types import SimpleNamespace
+    from fluss_spark.errors import NetworkError
+    _log_lake(tmp_path, rounds=3)
+    ends = {"db.log": {0: 5}}
+
+    class Cluster:
+        def list_offsets(self, name, spec):
+            if name not in ends:
+                raise NetworkError("cluster down")
+            return ends[name]
+
+    job = TieringJob(None, TieringConfig(lake=tmp_path, bootstrap_servers="x:1",
+                                         table_pattern="db\\..*"), connect=Cluster)
+    job.queries["db.log"] = SimpleNamespace(isActive=True, lastProgress=None)
+    # Rounds 0-2 each tiered a record and ended at offset b + 1; the table ends at 5.
+    assert job.status()["tables"]["db.log"] == {"active": True, "lag": 2, "error": None,
+                                                "restarts": 0, "rows_tiered": 3, "batch_id": 2}
+    ends.clear()     # unreachable: the lake's position is still known, the lag is not
+    assert job.status()["tables"]["db.log"] == {"active": True, "lag": None, "error": None,
+                                                "restarts": 0, "rows_tiered": 3, "batch_id": 2}

@@ -167,8 +167,12 @@ def test_negative_restart_settings_are_refused(tmp_path):
 def test_a_one_shot_run_waits_for_the_restarted_query(tmp_path):
     j, _ = job(tmp_path, [TRANSIENT, "done"], available_now=True, restart_backoff_s=0.0,
                poll_interval_s=0.0)
-    j.run()
+    polls = []
+    j.run(on_poll=polls.append)
     assert j.starts == 2 and not j.errors and not j.restarting
+    # Every poll's status reached on_poll (the round lines): the failure, then the restart.
+    assert [p["tables"]["db.t"]["error"] for p in polls][:1] == [TRANSIENT]
+    assert polls[-1]["tables"]["db.t"] == {"error": None, "restarts": 1}
 
 
 def test_stop_during_a_backoff_starts_nothing(tmp_path):

@@ -1,0 +1,65 @@
+"""The partition a caller names, by name or spec, checked against a table's partition keys; and
+the errors every backend raises for a partition that is not named or does not exist."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from fluss_spark.errors import (ConfigError, InvalidPartitionSpec, PartitionNotExist,
+                                TableNotPartitioned)
+from fluss_spark.protocol.partitions import (check_value, parse_spec, partition_name, resolve,
+                                             spec_text, values_of)
+
+
+def name_of(table: str, keys: Sequence[str], partition: str) -> str:
+    """The partition's name from its name (``2026-11-25``) or its spec (``dt=2026-11-25``)."""
+    if not keys:
+        raise TableNotPartitioned(f"table {table} is not partitioned; drop the partition "
+                                  f"{partition!r}")
+    if "=" in partition:
+        return partition_name(resolve(table, keys, parse_spec(partition)))
+    values = values_of(partition)
+    if len(values) != len(keys):
+        raise ConfigError(f"partition {partition!r} of {table}: give key=value for each of "
+                          f"the partition keys ({', '.join(keys)})")
+    for key, value in zip(keys, values):
+        check_value(value, f"partition value of {key!r}")
+    return partition
+
+
+def required_name(table: str, keys: Sequence[str], partition: str | None) -> str | None:
+    """The name of the partition a read addresses: None for an unpartitioned table
+    (``partition`` None); a partitioned table needs one, an unpartitioned one refuses one."""
+    if partition is None:
+        if keys:
+            raise ConfigError(f"table {table} is partitioned (by {', '.join(keys)}): name a "
+                              f"partition, e.g. {keys[0]}=VALUE")
+        return None
+    return name_of(table, keys, partition)
+
+
+def spec_name(table: str, keys: Sequence[str], spec: Mapping[str, str]) -> str:
+    """The name of the partition ``spec`` (``{key: value}``) of a table to create or drop one
+    in: ``TableNotPartitioned`` or ``InvalidPartitionSpec`` when it cannot be one."""
+    if not keys:
+        raise not_partitioned(table)
+    try:
+        return partition_name(resolve(table, keys, spec))
+    except ConfigError as e:
+        raise InvalidPartitionSpec(str(e)) from None
+
+
+def not_partitioned(table: str) -> TableNotPartitioned:
+    """The error of a partition created, dropped or listed in an unpartitioned table."""
+    return TableNotPartitioned(f"table {table} is not partitioned; it has no partitions to "
+                               "create, drop or list")
+
+
+def missing(table: str, keys: Sequence[str], name: str) -> PartitionNotExist:
+    """The error of a read of the partition ``name`` that does not exist."""
+    spec = spec_text(keys, values_of(name))
+    return PartitionNotExist(f"partition {spec} of table {table} does not exist; create it "
+                             f"with `fluss-spark partition create {table} {spec}`")
+
+
+__all__ = ["missing", "name_of", "not_partitioned", "required_name", "spec_name"]
