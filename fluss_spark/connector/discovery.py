@@ -1,8 +1,9 @@
 """Partitions of a stream's partitioned tables: new ones found, gone ones reported once.
 
-At every micro-batch the driver asks for each partitioned table's fresh metadata (its partitions
-with their ids): a partition the offset reads that is no longer listed has disappeared, and
-every ``scan.partition.discovery.interval`` the ones not read yet are added. Partitions are told
+At most once a second (``GONE_CHECK_MS``), and at once after a read found a partition missing,
+the driver asks for each partitioned table's fresh metadata (its partitions with their ids): a
+partition the offset reads that is no longer listed has disappeared; every
+``scan.partition.discovery.interval`` the ones not read yet are added. Partitions are told
 apart by id, so a partition dropped and created again under the same name is one gone and one
 new partition.
 
@@ -37,6 +38,10 @@ from fluss_spark.errors import PartitionNotExist
 
 log = logging.getLogger(__name__)
 
+#: How often, at most, the partitions are listed to notice gone ones (a read that finds one
+#: gone has them listed at the next micro-batch): Spark may ask for offsets every 10 ms.
+GONE_CHECK_MS = 1000
+
 
 @dataclass(frozen=True)
 class PartitionChange:
@@ -65,6 +70,7 @@ class PartitionTracker:
         self.clock = clock
         self._wall = wall
         self._next_ms = clock() + options.partition_discovery_interval_ms
+        self._next_check_ms = clock()
         self._forced = False
 
     def force(self) -> None:
@@ -97,8 +103,12 @@ class PartitionTracker:
         with records known unread, under ``failOnDataLoss=true``."""
         if not any(t.partitioned for t in start.tables.values()):
             return PartitionChange(start, {}, [])
-        infos = self.infos(start)
         discover = self._discover()
+        if not (discover or self.planner.vanished or self.clock() >= self._next_check_ms):
+            return PartitionChange(start, {}, [])
+        self.planner.vanished = False
+        self._next_check_ms = self.clock() + GONE_CHECK_MS
+        infos = self.infos(start)
         units = start.units()
         gone = [k for k in units if k[1] is not None
                 and k[1] not in {p.partition_id for p in infos[k[0]].partitions}]

@@ -114,7 +114,7 @@ FAIL_ON_DATA_LOSS = boolean("failOnDataLoss", True,
 PARTITION_DISCOVERY_INTERVAL = Option(
     "scan.partition.discovery.interval", _interval_ms, parse_duration_ms("1min"),
     "How often a stream looks for new partitions of its partitioned tables; 0 or a negative "
-    "value turns discovery off (a partition that disappears is noticed at every micro-batch).")
+    "value turns discovery off (a partition that disappears is still noticed within a second).")
 SCAN_BATCH_BYTES = size("scan.batch.bytes", "4mb",
                         "Batch size requested from a scan session per round trip.")
 SPLIT_MAX_ROWS = integer("scan.split.max-rows", 0,

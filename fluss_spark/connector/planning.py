@@ -80,6 +80,8 @@ class OffsetPlanner:
         #: The latest changelog offset last seen per bucket: what a partition that disappears
         #: had, for its report.
         self.known_latest: dict[BucketKey, int] = {}
+        #: A partition was not found since the partitions were last listed.
+        self.vanished = False
 
     def offsets(self, table: str, spec: str, timestamp_ms: int | None = None,
                 partition: str | None = None) -> dict[int, int]:
@@ -215,6 +217,7 @@ class OffsetPlanner:
                 latest = self._cluster().list_offsets(start.table_name(key), spec="latest",
                                                       partition=start.partition_name(key))
             except PartitionNotExist:
+                self.vanished = True
                 continue
             for b in log_buckets:
                 end = latest.get(b, t.log[b])

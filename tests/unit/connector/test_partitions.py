@@ -163,6 +163,7 @@ def test_a_dropped_partition_is_reported_once_and_the_query_goes_on(parts, clock
     loop.batch(max_rows=4)          # one snapshot row of each of the 4 (partition, bucket)s
     gone = pid(parts, DAYS[0])
     parts.remove_partition("db.p", DAYS[0])
+    clock.advance(1000)         # the partitions are listed at most once a second
     with caplog.at_level(logging.WARNING, logger="fluss_spark.connector.discovery"):
         loop.drain(max_rows=4)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -186,6 +187,7 @@ def test_a_partition_dropped_by_hand_with_unread_records_fails_the_query(parts, 
     loop = SparkLoop(parts, clock, table="db.p").run()
     loop.batch(max_rows=4)
     parts.remove_partition("db.p", DAYS[0])
+    clock.advance(1000)
     with pytest.raises(PartitionNotExist, match=rf"table 'db.p' partition dt={DAYS[0]} .* was "
                                                 r"dropped .* set failOnDataLoss=false"):
         loop.batch(max_rows=4)
@@ -202,6 +204,7 @@ def test_a_partition_expired_by_retention_never_fails_the_query(clock, cluster, 
     loop = SparkLoop(cluster, clock, wall=lambda: now_ms, table="db.p").run()
     loop.batch(max_rows=4)
     cluster.remove_partition("db.p", "20261120")
+    clock.advance(1000)
     with caplog.at_level(logging.WARNING, logger="fluss_spark.connector.discovery"):
         loop.drain(max_rows=4)
     assert any("partition dt=20261120" in r.getMessage() and "expired by retention" in
@@ -298,3 +301,19 @@ def test_one_query_reads_a_partitioned_and_an_unpartitioned_table(parts, clock):
     assert [r for r in loop.reads() if r[0] is not None] == expected(
         snapshot_then_log(DAYS[0], 10), snapshot_then_log(DAYS[1], 11))
     assert len({c[1] for c in parts.calls_of("acquire")}) == 1 and parts.leases == {}
+
+
+def test_gone_partitions_are_looked_for_once_a_second_or_when_a_read_misses_one(parts, clock):
+    loop = SparkLoop(parts, clock, table="db.p", **{"scan.startup.mode": "earliest",
+                                                    "scan.partition.discovery.interval": "0"})
+    loop.run().drain()
+    listed = len(parts.calls_of("get_table"))
+    for _ in range(5):
+        loop.plan()                 # Spark polls for new offsets (every 10 ms when idle)
+    assert len(parts.calls_of("get_table")) == listed
+    parts.remove_partition("db.p", DAYS[0])
+    loop.plan()                     # its latest offsets are not found: listed at the next call
+    assert len(parts.calls_of("get_table")) == listed
+    loop.plan()
+    tid = parts.tables["db.p"].info.table_id
+    assert decode(loop.offsets[-1]).tables[tid].gone[0] == 1
