@@ -10,13 +10,15 @@ private event loop, so tests call them like ordinary functions::
 
 ``PyFluss`` keeps one connection for many calls. Table names are ``database.table``; a missing
 database is created. Table ``properties`` set per-table options such as ``table.log.ttl`` or
-``table.log.tiered.local-segments`` (log retention).
+``table.log.tiered.local-segments`` (log retention); ``local_segment_starts`` and
+``remote_segment_files`` show where a local cluster keeps a table's log segments.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
@@ -325,3 +327,18 @@ def lookup(bootstrap: str, name: str, key) -> dict[str, Any] | None:
 def drop_table(bootstrap: str, name: str) -> None:
     with PyFluss(bootstrap) as c:
         c.drop_table(name)
+
+
+def local_segment_starts(local: Any, name: str) -> list[int]:
+    """The start offsets of table ``name``'s log segment files on the tablet servers' disks of
+    the local cluster ``local`` (``ApacheFlussProcesses``), in order."""
+    db, table = split_name(name)
+    return sorted(int(p.stem) for s in local.servers.values() if s.role == "tablet"
+                  for p in (s.data_dir / db).glob(f"{table}-*/log-*/*.log"))
+
+
+def remote_segment_files(local: Any, name: str) -> list[Path]:
+    """Table ``name``'s log segment files in the local cluster's remote storage
+    (``remote.data.dir/log/<db>/<table>-<id>/<bucket>/<segment id>/<start>.log``)."""
+    db, table = split_name(name)
+    return sorted((local.remote_data_dir / "log" / db).glob(f"{table}-*/*/*/*.log"))

@@ -20,9 +20,8 @@ from pyspark.sql import functions as F
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.clock import wall_ms
 from fluss_spark.connector.offsets import decode
-from fluss_spark.errors import LogOffsetOutOfRange, UnsupportedVersion
 from fluss_spark.local.ports import wait_until
-from fluss_spark.testing.apache_fluss import PyFluss
+from fluss_spark.testing.apache_fluss import PyFluss, remote_segment_files
 from fluss_spark.testing.spark_driver import Driver
 from fluss_spark.tiering.config import TieringConfig
 from fluss_spark.tiering.job import TieringJob
@@ -358,17 +357,10 @@ def test_fail_on_data_loss_when_retention_removed_unread_records(spark, apache_f
     wire = ApacheFlussWireCluster.connect(servers, request_timeout_s=30)
     try:
         def retention_done() -> bool:
-            earliest = wire.list_offsets(name, spec="earliest")[0]
-            if earliest <= 10:
-                return False
-            try:
-                # Segments leave remote storage after local disk: until then the earliest
-                # offset is in a remote segment, which this client cannot read yet (or is
-                # removed between the two calls). Once it is local, no more writes, no change.
-                list(wire.read_log(name, 0, earliest, earliest + 1))
-            except (UnsupportedVersion, LogOffsetOutOfRange):
-                return False
-            return True
+            # Segments leave remote storage after local disk: until the last is gone there,
+            # the earliest offset still moves. Once none is left, no more writes, no change.
+            return wire.list_offsets(name, spec="earliest")[0] > 10 and \
+                not remote_segment_files(apache_fluss, name)
         wait_until(retention_done, 120, "retention to remove the records from offset 10 on")
         earliest = wire.list_offsets(name, spec="earliest")[0]
     finally:

@@ -14,7 +14,7 @@ from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnaps
 from fluss_spark.client.apache_fluss.leases import FlussLeases, checked, kv_snapshot_metadata
 from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_scan,
                                                        supports_live_scans)
-from fluss_spark.client.apache_fluss.log_reader import read_log
+from fluss_spark.client.apache_fluss.log_reader import first_offset_at, read_log
 from fluss_spark.client.apache_fluss.partitions import FlussPartitions
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, PartitionAdmin, PartitionPins, Pins,
@@ -194,7 +194,14 @@ class ApacheFlussWireCluster:
                         raise to_exception(r.error_code, r.error_message)
                     out[r.bucket_id] = int(r.offset if r.offset is not None else -1)
             return out
-        return self.conn.with_retries(op, table=table)
+        found = self.conn.with_retries(op, table=table)
+        if spec != "timestamp" or all(o < 0 for o in found.values()):
+            return found
+        assert timestamp_ms is not None
+        latest = self.list_offsets(table, list(found), partition=partition)
+        part = self.partitions.resolve(table, partition)
+        return {b: first_offset_at(self.conn, table, b, o, latest[b], timestamp_ms, part)
+                if 0 <= o < latest[b] else o for b, o in found.items()}
 
     # -- KV snapshots and leases ----------------------------------------------------------------
     def latest_kv_snapshots(self, table: str, *,

@@ -22,10 +22,10 @@ from itertools import islice
 from typing import Any, Callable, Generator
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
-from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
+from fluss_spark.client.apache_fluss.remote_storage import filesystem
+from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist
 from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_values
 
 log = logging.getLogger(__name__)
@@ -62,17 +62,6 @@ class KvSnapshotFiles:
     def describe(self) -> str:
         where = "" if self.partition is None else f" partition {self.partition}"
         return f"KV snapshot {self.snapshot_id} of {self.table}{where} bucket {self.bucket}"
-
-
-def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem of a remote path and the path inside it."""
-    try:
-        return pafs.FileSystem.from_uri(path)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as e:
-        raise UnsupportedVersion(
-            f"cannot open {path!r} (Fluss's remote.data.dir) through pyarrow: {e}. The KV "
-            "snapshot files must be reachable from Spark's driver and executors: local or "
-            "shared disk, s3://, gs://, hdfs:// (with libhdfs), abfs://") from None
 
 
 def read_row_count(files: KvSnapshotFiles) -> int | None:

@@ -7,16 +7,19 @@ import time
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection, PartitionMetadata
-from fluss_spark.errors import LogOffsetOutOfRange, RecordTooLarge, UnsupportedVersion
+from fluss_spark.client.apache_fluss.remote_log import remote_batches
+from fluss_spark.errors import (CorruptMessage, LogOffsetOutOfRange, RecordTooLarge,
+                                 UnsupportedVersion)
 from fluss_spark.protocol.apache_fluss.api import CLIENT_FOLLOWER_ID
 from fluss_spark.protocol.apache_fluss.errors import to_exception
-from fluss_spark.protocol.apache_fluss.log_batch import iter_batches
+from fluss_spark.protocol.apache_fluss.log_batch import LogRecordBatch, iter_batches
 from fluss_spark.protocol.apache_fluss.messages import (FetchLogRequest, PbFetchLogReqForBucket,
                                                         PbFetchLogReqForTable,
                                                         PbFetchLogRespForBucket)
-from fluss_spark.protocol.changelog import CHANGELOG_FIELDS
+from fluss_spark.protocol.changelog import CHANGELOG_FIELDS, COMMIT_TIMESTAMP, LOG_OFFSET
 from fluss_spark.protocol.ipc_limits import IpcBudget
 
 
@@ -26,7 +29,8 @@ def read_log(conn: FlussWireConnection, table: str, bucket: int, start: int, end
     """Exactly the records of offsets ``[start, end)`` of ``bucket`` (of ``partition``).
 
     A projection is pushed to the server (Fluss sends only those columns); the CRC of such
-    batches is not checked, because Fluss rewrites them without recomputing it."""
+    batches is not checked, because Fluss rewrites them without recomputing it. Offsets only in
+    remote storage are read from their segment files there (``remote_log``)."""
     meta = conn.table(table)
     schema = meta.descriptor.schema
     cols = projection if projection is not None else list(schema.names)
@@ -37,6 +41,18 @@ def read_log(conn: FlussWireConnection, table: str, bucket: int, start: int, end
     offset, max_bytes = start, 8 << 20
     deadline = time.monotonic() + conn.request_timeout_s
     wait_ms = 0
+
+    def rows_of(batch: LogRecordBatch, projected: bool, budget: IpcBudget) -> pa.RecordBatch:
+        """The batch's records in ``[offset, end)`` (``projected``: its payload holds only the
+        projected columns)."""
+        _, wire = conn.schema(meta, batch.schema_id)
+        if projected:
+            wire = pa.schema([wire.field(i) for i in indexes])
+        rows = batch.to_changelog(wire, output, budget)
+        lo = max(0, offset - batch.base_offset)
+        hi = min(rows.num_rows, end - batch.base_offset)
+        return rows.slice(lo, max(0, hi - lo))
+
     while offset < end:
         resp = _fetch(conn, table, bucket, partition, offset, max_bytes, indexes,
                       projection is not None, wait_ms)
@@ -44,8 +60,26 @@ def read_log(conn: FlussWireConnection, table: str, bucket: int, start: int, end
             raise to_exception(resp.error_code, resp.error_message)
         records = resp.records or b""
         if not records and resp.remote_log_fetch_info is not None:
-            raise UnsupportedVersion(f"offset {offset} of {where} is only in remote storage; "
-                                     "reading tiered log segments is not supported yet")
+            # Older than the tablet's local log: read the segments in remote storage (whole
+            # batches, so the CRC is checked and the projection applied here), then fetch on.
+            before = offset
+            for batch in remote_batches(resp.remote_log_fetch_info, offset, where):
+                if batch.next_offset <= offset:
+                    continue
+                if batch.record_count:
+                    budget = IpcBudget(conn.ipc_limits, f"remote log batch of {where} at "
+                                                        f"offset {batch.base_offset}")
+                    rows = rows_of(batch, False, budget)
+                    if rows.num_rows:
+                        yield rows
+                offset = batch.next_offset
+                if offset >= end:
+                    return
+            if offset == before:
+                raise CorruptMessage(f"the remote log segments listed for offset {offset} of "
+                                     f"{where} hold no record batch from it on")
+            wait_ms = 0
+            continue
         progressed = False
         # One budget per response: its batches together stay within the client's limits.
         budget = IpcBudget(conn.ipc_limits, f"FETCH_LOG response for {where} at offset {offset}")
@@ -54,14 +88,9 @@ def read_log(conn: FlussWireConnection, table: str, bucket: int, start: int, end
                 continue
             progressed = True
             if batch.record_count:
-                _, wire = conn.schema(meta, batch.schema_id)
-                if projection is not None:
-                    wire = pa.schema([wire.field(i) for i in indexes])
-                rows = batch.to_changelog(wire, output, budget)
-                lo = max(0, offset - batch.base_offset)
-                hi = min(rows.num_rows, end - batch.base_offset)
-                if hi > lo:
-                    yield rows.slice(lo, hi - lo)
+                rows = rows_of(batch, projection is not None, budget)
+                if rows.num_rows:
+                    yield rows
             offset = batch.next_offset
             if offset >= end:
                 return
@@ -81,6 +110,23 @@ def read_log(conn: FlussWireConnection, table: str, bucket: int, start: int, end
             continue
         raise LogOffsetOutOfRange(f"cannot read offsets [{offset}, {end}) of {where}: the high "
                                   f"watermark is {hw}")
+
+
+def first_offset_at(conn: FlussWireConnection, table: str, bucket: int, start: int, end: int,
+                    timestamp_ms: int, partition: PartitionMetadata | None = None) -> int:
+    """The offset of the first record of ``[start, end)`` committed at or after
+    ``timestamp_ms`` (``end`` if none is).
+
+    Fluss answers a timestamp that falls in remote storage with the offset of a time-index entry
+    at or before it (locally: the first batch at or after it); reading on from there makes both
+    answers the same. Only the first column is read."""
+    first = conn.table(table).descriptor.schema.names[:1]
+    for rows in read_log(conn, table, bucket, start, end, first, partition):
+        stamps = rows.column(COMMIT_TIMESTAMP).cast(pa.int64())
+        at = pc.index(pc.greater_equal(stamps, timestamp_ms), True).as_py()
+        if at >= 0:
+            return int(rows.column(LOG_OFFSET)[at].as_py())
+    return end
 
 
 def _fetch(conn: FlussWireConnection, table: str, bucket: int,
@@ -113,4 +159,4 @@ def _fetch(conn: FlussWireConnection, table: str, bucket: int,
     return conn.with_retries(op, table=table)
 
 
-__all__ = ["read_log"]
+__all__ = ["first_offset_at", "read_log"]
