@@ -135,7 +135,7 @@ EXPECT: dict[str, str] = {
 }
 
 #: Fenced-block languages: the shells' are run; the others are not commands.
-LANGUAGES = ("bash", "python", "text", "yaml")
+LANGUAGES = ("bash", "json", "python", "text", "yaml")
 
 
 def _listed(table: dict[str, tuple[str, ...]]) -> dict[str, str]:
