@@ -219,6 +219,15 @@ class ZkSession:
         except NoNodeError:
             return []
 
+    def children_version(self, path: str) -> tuple[list[str], int | None]:
+        """The children of ``path`` and the zxid of the last change to them (its ``pzxid``:
+        creating or deleting a child moves it); ([], None) when ``path`` does not exist."""
+        try:
+            children, stat = self.zk.get_children(path, include_data=True)
+        except NoNodeError:
+            return [], None
+        return children, stat.pzxid
+
     def get(self, path: str, cls):
         """The record of type ``cls`` at ``path``, or None."""
         try:

@@ -131,3 +131,22 @@ def test_bad_partitioned_definitions_are_refused_and_nothing_is_written(tables, 
     with pytest.raises(error, match=message):
         tables.create(body(name="db.p", schema=PARTITIONED, **kw))
     assert store.table("db.p") is None
+
+
+def test_partition_records_are_read_again_only_when_partitions_come_or_go(tables, store):
+    # A tablet's sync pass lists every partitioned table's partitions every 0.5 s: one read per
+    # table while nothing changed, not one per partition.
+    from fluss_spark.server.coordinator.partitions import PartitionManager
+    tables.create(body(name="db.p", schema=PARTITIONED, primary_key=["id", "dt"],
+                       partition_keys=["dt"]))
+    parts = PartitionManager(store, tables)
+    first = [parts.create("db.p", {"dt": d}) for d in ("2026-11-24", "2026-11-25")]
+    reads = []
+    get = store._session.get
+    store._session.get = lambda path, cls: (reads.append(path), get(path, cls))[1]
+    assert store.partitions("db.p") == first and len(reads) == 2
+    assert store.partitions("db.p") == first and len(reads) == 2     # cached
+    parts.drop("db.p", {"dt": "2026-11-24"})
+    again = parts.create("db.p", {"dt": "2026-11-24"})       # same name, another partition
+    assert again.partition_id != first[0].partition_id
+    assert store.partitions("db.p") == [again, first[1]]
