@@ -69,9 +69,18 @@ _TRIM = _malloc_trim()
 
 
 def start_releasing(interval_s: float, stopping: threading.Event) -> threading.Thread | None:
-    """Run ``release_unused`` every ``interval_s`` until ``stopping`` (None: turned off)."""
+    """Run ``release_unused`` every ``interval_s`` until ``stopping`` (None: turned off).
+
+    Called once the server has started: what exists then (modules, the state loaded at start)
+    lives as long as the process, so it is frozen out of the collector's view first. A full
+    collection of a started server walked ~70,000 such objects, 30-80 ms with the GIL held in
+    every round (a scan's pages waited meanwhile); after ``gc.freeze`` it walks only what came
+    later.
+    """
     if interval_s <= 0:
         return None
+    gc.collect()
+    gc.freeze()
 
     def loop() -> None:
         while not stopping.wait(interval_s):
