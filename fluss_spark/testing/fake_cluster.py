@@ -65,6 +65,8 @@ class FakeCluster:
         #: "expires": ms, "created": ms}
         self.leases: dict[str, dict] = {}
         self.calls: list[tuple] = []
+        #: ``(table, op, rows)`` of every call of a ``table_writer`` (op ``flush``: no rows).
+        self.written: list[tuple[str, str, list[dict]]] = []
         #: (``"scan"`` or ``"log"``, the columns asked for) of every read.
         self.projections: list[tuple[str, list | None]] = []
         self.closes = 0
@@ -136,6 +138,12 @@ class FakeCluster:
 
     def close(self) -> None:
         self.closes += 1      # stays usable: tests share one fake between "connections"
+
+    def table_writer(self, table: str, options: Mapping | None = None) -> "FakeWriter":
+        """A writer that records every call in ``written``: ``(table, op, rows as dicts)``."""
+        self.calls.append(("table_writer", table, dict(options or {})))
+        self._table(table)
+        return FakeWriter(self, table)
 
     def get_table(self, name: str) -> TableInfo:
         self.calls.append(("get_table", name))
@@ -387,6 +395,32 @@ class FakeCluster:
                 if not rest:
                     return
         return batches()
+
+
+class FakeWriter:
+    """A ``RowWriter`` of a ``FakeCluster``: calls are recorded in the cluster's ``written``."""
+
+    def __init__(self, cluster: FakeCluster, table: str):
+        self.cluster = cluster
+        self.table = table
+
+    def _record(self, op: str, data: pa.Table) -> None:
+        self.cluster.written.append((self.table, op, data.to_pylist()))
+
+    def append(self, data: pa.Table) -> None:
+        self._record("append", data)
+
+    def upsert(self, data: pa.Table) -> None:
+        self._record("upsert", data)
+
+    def delete(self, data: pa.Table) -> None:
+        self._record("delete", data)
+
+    def flush(self) -> None:
+        self.cluster.written.append((self.table, "flush", []))
+
+    def close(self) -> None:
+        pass
 
 
 def _check_duration(duration_ms) -> int:
