@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+
 from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded,
-                                    connect, connect_cluster, table_admin)
+                                    connect_cluster, embedded_connection, table_admin,
+                                    table_writer)
 from fluss_spark.config import parse_pairs
 from fluss_spark.cli.output import _fmt_ms, _Progress, emit_json, print_table
 from fluss_spark.cli.partitions import row_placer
@@ -138,38 +141,16 @@ def cmd_table_drop(args) -> int:
 
 def cmd_produce(args) -> int:
     from fluss_spark.local.demo_data import DemoData
-    with connect(args) as conn:
-        info = conn.table(args.table)
-        place = row_placer(conn, info, args.partition)
+    with connect_cluster(args) as cluster:
+        info = cluster.get_table(args.table)
+        place = (row_placer(embedded_connection(args, cluster), info, args.partition)
+                 if info.partitioned or args.partition is not None else _unchanged)
         if not info.has_primary_key and (args.updates or args.deletes):
             raise ConfigError(f"{info.name} is a log table: --updates and --deletes need a "
                               "primary-key table")
         gen = DemoData(info.schema, info.primary_key, seed=args.seed)
-        writer = conn.writer(info)
-        total = args.rows + args.updates + min(args.deletes, args.rows)
-        progress = _Progress(f"produce {info.name}", total, enabled=not _json(args))
-        counts = {"inserts" if info.has_primary_key else "appends": 0}
-        if info.has_primary_key:
-            counts.update(updates=0, deletes=0)
-        for start in range(0, args.rows, args.batch_size):
-            batch = place(gen.rows(start, min(start + args.batch_size, args.rows)))
-            (writer.upsert if info.has_primary_key else writer.append)(batch)
-            counts["inserts" if info.has_primary_key else "appends"] += batch.num_rows
-            progress.add(batch.num_rows)
-        if info.has_primary_key and args.rows:
-            for start in range(0, args.updates, args.batch_size):
-                n = min(args.batch_size, args.updates - start)
-                batch = place(gen.updates(n, args.rows))
-                writer.upsert(batch)
-                counts["updates"] += n
-                progress.add(n)
-            deleted = place(gen.deletes(min(args.deletes, args.rows), args.rows))
-            for start in range(0, deleted.num_rows, args.batch_size):
-                part = deleted.slice(start, args.batch_size)
-                writer.delete(part)
-                counts["deletes"] += part.num_rows
-                progress.add(part.num_rows)
-        progress.close()
+        with closing(table_writer(args, cluster, info.name)) as writer:
+            counts = _produce(args, info, gen, place, writer)
     written = sum(counts.values())
     if _json(args):
         emit_json({"table": info.name, "rows": written, **counts})
@@ -177,3 +158,37 @@ def cmd_produce(args) -> int:
         detail = ", ".join(f"{v} {k}" for k, v in counts.items())
         print(f"wrote {written} rows to {info.name} ({detail})")
     return 0
+
+
+def _unchanged(rows):
+    return rows
+
+
+def _produce(args, info, gen, place, writer) -> dict[str, int]:
+    """Write the demo rows, updates and deletes; their counts once every row is acknowledged."""
+    total = args.rows + args.updates + min(args.deletes, args.rows)
+    progress = _Progress(f"produce {info.name}", total, enabled=not _json(args))
+    counts = {"inserts" if info.has_primary_key else "appends": 0}
+    if info.has_primary_key:
+        counts.update(updates=0, deletes=0)
+    for start in range(0, args.rows, args.batch_size):
+        batch = place(gen.rows(start, min(start + args.batch_size, args.rows)))
+        (writer.upsert if info.has_primary_key else writer.append)(batch)
+        counts["inserts" if info.has_primary_key else "appends"] += batch.num_rows
+        progress.add(batch.num_rows)
+    if info.has_primary_key and args.rows:
+        for start in range(0, args.updates, args.batch_size):
+            n = min(args.batch_size, args.updates - start)
+            batch = place(gen.updates(n, args.rows))
+            writer.upsert(batch)
+            counts["updates"] += n
+            progress.add(n)
+        deleted = place(gen.deletes(min(args.deletes, args.rows), args.rows))
+        for start in range(0, deleted.num_rows, args.batch_size):
+            part = deleted.slice(start, args.batch_size)
+            writer.delete(part)
+            counts["deletes"] += part.num_rows
+            progress.add(part.num_rows)
+    writer.flush()
+    progress.close()
+    return counts

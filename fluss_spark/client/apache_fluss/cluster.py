@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -17,6 +17,7 @@ from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, Pins, RecordBatchStream, TableAdmin,
                                         refuse_partition)
+from fluss_spark.client.writes import RowWriter, TableWrites
 from fluss_spark.errors import (ConfigError, InvalidLeaseId, KvSnapshotNotExist, LeaderNotAvailable,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, RecordTooLarge,
                                 UnsupportedVersion)
@@ -433,6 +434,10 @@ class ApacheFlussWireCluster:
                                      "servers do not offer SCAN_KV (API 1061, not in Fluss 0.9.1); "
                                      "read KV snapshots instead")
 
+    def table_writer(self, table: str, options: Mapping[str, Any] | None = None) -> RowWriter:
+        from fluss_spark.client.apache_fluss.pyfluss_writer import open_writer
+        return open_writer(self, table, options)
+
     def close(self) -> None:
         self.conn.close()
 
@@ -453,6 +458,7 @@ def _checked(lease_id: str) -> str:
 #: The type checker holds this implementation to the interfaces: mypy names any method that differs.
 _IMPLEMENTS_CLUSTER: type[Cluster] = ApacheFlussWireCluster
 _IMPLEMENTS_TABLE_ADMIN: type[TableAdmin] = ApacheFlussWireCluster
+_IMPLEMENTS_TABLE_WRITES: type[TableWrites] = ApacheFlussWireCluster
 
 
 __all__ = ["ApacheFlussWireCluster"]
