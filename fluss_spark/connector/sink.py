@@ -110,8 +110,14 @@ def _open(options: SinkOptions, plan: WritePlan) -> tuple[Any, Any]:
 
 
 def _send(writer: Any, staged: list[tuple[str, pa.Table]]) -> None:
-    for op, rows in staged:
-        getattr(writer, op)(rows)
+    """The staged pieces in order, each run of one op as one call: Spark hands over batches of
+    10,000 rows, and fewer, larger calls cost fewer round trips."""
+    run: list[pa.Table] = []
+    for i, (op, rows) in enumerate(staged):
+        run.append(rows)
+        if i + 1 == len(staged) or staged[i + 1][0] != op:
+            getattr(writer, op)(pa.concat_tables(run) if len(run) > 1 else run[0])
+            run = []
 
 
 def _total(messages: list[WriterCommitMessage | None]) -> dict[str, int]:
