@@ -15,7 +15,9 @@ same run and on fresh tables:
   before the clock starts, ``--partitions`` tasks).
 
 Each side is timed to the last acknowledgement; ``sink / client`` is the ratio of rows/s (the
-issue's goal: at least 0.7). Every table's content is checked afterwards (log: rows at the latest
+issue's goal: at least 0.7). ``ceiling`` is the same DataFrame written once to a Python Arrow
+writer that only consumes its batches: what the Data Source API itself costs. Every table's
+content is checked afterwards (log: rows at the latest
 offsets; PK: the rows of a batch read through format("fluss")). The order of the two sides
 alternates between repeats; ``--warmup`` sink writes (not counted) start Spark's Python workers
 first.
@@ -28,10 +30,36 @@ import sys
 import time
 import uuid
 
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
 from common import make_rows, parser  # bench/common.py
 from engines import APACHE, EMBEDDED, Engines  # bench/engines.py
 
 SCHEMA = "id BIGINT NOT NULL, v STRING, amount DOUBLE"
+
+
+class _Done(WriterCommitMessage):
+    pass
+
+
+class _CeilingWriter(DataSourceArrowWriter):
+    """Consumes the Arrow batches Spark hands a Python writer, and nothing else."""
+
+    def write(self, iterator):
+        for _ in iterator:
+            pass
+        return _Done()
+
+
+class CeilingSink(DataSource):
+    """``format("bench_ceiling")``: what a Python Arrow writer costs before it writes anything."""
+
+    @classmethod
+    def name(cls):
+        return "bench_ceiling"
+
+    def writer(self, schema, overwrite):
+        return _CeilingWriter()
 
 
 def main() -> int:
@@ -49,6 +77,13 @@ def main() -> int:
         for _ in range(args.warmup):      # starts the Python workers; not counted
             for engine in args.engines.split(","):
                 run(engines, engine, "log", "sink", data, df, args, quiet=True)
+        spark.dataSource.register(CeilingSink)
+        df.write.format("bench_ceiling").mode("append").save()      # warm-up
+        t0 = time.perf_counter()
+        df.write.format("bench_ceiling").mode("append").save()
+        ceiling = time.perf_counter() - t0
+        print(f"ceiling (a Python Arrow writer that writes nothing): {ceiling:.2f}s "
+              f"{args.rows / ceiling:,.0f} rows/s")
         results: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for rep in range(args.repeat):
             for engine in args.engines.split(","):
