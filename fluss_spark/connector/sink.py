@@ -129,8 +129,8 @@ def _total(messages: list[WriterCommitMessage | None]) -> dict[str, int]:
     return total
 
 
-class FlussBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("fluss")``: every task writes its rows; nothing to commit after."""
+class _TaskWrites:
+    """What the batch and the stream writer share: options and plan, and the task's write."""
 
     def __init__(self, options: SinkOptions, plan: WritePlan):
         self.options = options
@@ -138,6 +138,10 @@ class FlussBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return write_task(self.options, self.plan, iterator)
+
+
+class FlussBatchWriter(_TaskWrites, DataSourceArrowWriter):
+    """``df.write.format("fluss")``: every task writes its rows; nothing to commit after."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info("wrote to %s: %s", self.plan.table, _total(messages))
@@ -148,15 +152,8 @@ class FlussBatchWriter(DataSourceArrowWriter):
                     _total(messages))
 
 
-class FlussStreamWriter(DataSourceStreamArrowWriter):
+class FlussStreamWriter(_TaskWrites, DataSourceStreamArrowWriter):
     """``writeStream.format("fluss")``: each micro-batch written like a batch write."""
-
-    def __init__(self, options: SinkOptions, plan: WritePlan):
-        self.options = options
-        self.plan = plan
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return write_task(self.options, self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.info("micro-batch %d wrote to %s: %s", batchId, self.plan.table, _total(messages))
