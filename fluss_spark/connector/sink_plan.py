@@ -3,9 +3,10 @@ applied to every Arrow batch on the executors (``WritePlan.prepare``).
 
 Columns are matched by name. The source's metadata columns ``_log_offset`` and
 ``_commit_timestamp`` are dropped; ``_change_type``, when present, says what each row does:
-``+I``/``+U`` upsert, ``-D`` deletes by key, ``-U`` is skipped (its ``+U`` follows), and on a log
-table ``+A``/``+I`` append. Anything that cannot be written is refused with one line that names
-the table and the column, before the batch is handed to a writer.
+``+I``/``+U`` upsert, ``-D`` deletes by key, ``-U`` is skipped (its ``+U`` follows), ``+A`` (a
+log table's row) upserts; on a log table ``+A``/``+I`` append. Anything that cannot be written is
+refused with one line that names the table and the column, before the batch is handed to a
+writer.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from fluss_spark.errors import ConfigError
 #: Source columns that carry no table data: dropped from what is written.
 DROPPED = (LOG_OFFSET, COMMIT_TIMESTAMP)
 #: Change types a primary-key table takes, and what each does.
-PK_CHANGES = {INSERT: "upsert", UPDATE_AFTER: "upsert", DELETE: "delete", UPDATE_BEFORE: "skip"}
+PK_CHANGES = {INSERT: "upsert", UPDATE_AFTER: "upsert", DELETE: "delete", UPDATE_BEFORE: "skip",
+              APPEND: "upsert"}
 #: Change types a log table takes (all append).
 LOG_CHANGES = {APPEND: "append", INSERT: "append"}
 

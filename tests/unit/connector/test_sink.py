@@ -102,6 +102,9 @@ def test_change_types_upsert_delete_and_skip_in_order(connected):
     assert ops == {"upsert": [{"id": 1, "v": "a2", "n": 1}, {"id": 3, "v": "c2", "n": 3}],
                    "delete": [{"id": 2, "v": "b", "n": 2}]}
     assert commit.rows == {"upsert": 2, "delete": 1}
+    connected.written.clear()
+    _write(connected, "db.pk", CHANGES, [(7, "x", 7, "+A", 0, None)])   # a log stream's row
+    assert connected.written[0] == ("db.pk", "upsert", [{"id": 7, "v": "x", "n": 7}])
 
 
 @pytest.mark.parametrize("table, schema, rows, error", [
