@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import pyarrow as pa
 
@@ -42,10 +42,12 @@ class TableWrites(Protocol):
     """A cluster that writes tables: both backends' clusters implement it (the Spark sink, the
     CLI's ``produce``)."""
 
-    def table_writer(self, table: str,
-                     options: Mapping[str, Any] | None = None) -> RowWriter:
+    def table_writer(self, table: str, options: Mapping[str, Any] | None = None, *,
+                     columns: Sequence[str] | None = None) -> RowWriter:
         """A writer of ``table`` (``TableNotExist`` when there is none) with client writer
-        options (``fluss_spark.config.CLIENT_WRITER_OPTIONS``, by key)."""
+        options (``fluss_spark.config.CLIENT_WRITER_OPTIONS``, by key). ``columns``: the
+        columns its upserts give (the primary key among them), the others keeping their values
+        (only where ``Capabilities.partial_updates``)."""
         ...
 
 

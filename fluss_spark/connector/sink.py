@@ -50,6 +50,7 @@ def prepare_write(raw_options: dict[str, str], schema: StructType, overwrite: bo
                           "mode 'complete') is not supported; the fluss sink appends to log "
                           "tables and upserts primary-key tables: use mode 'append'")
     with closing(options.connect()) as cluster:
+        partial_updates = cluster.capabilities().partial_updates
         if not isinstance(cluster, TableWrites):
             raise UnsupportedVersion(f"the cluster at {options.bootstrap_servers} cannot be "
                                      "written by this client")
@@ -60,7 +61,7 @@ def prepare_write(raw_options: dict[str, str], schema: StructType, overwrite: bo
                                 f"{options.bootstrap_servers}; create it first (e.g. "
                                 f"`fluss-spark table create {options.table} --schema ...`)"
                                 ) from None
-    return options, plan_write(info, to_arrow_schema(schema, timezone="UTC"))
+    return options, plan_write(info, to_arrow_schema(schema, timezone="UTC"), partial_updates)
 
 
 def write_task(options: SinkOptions, plan: WritePlan,
@@ -103,7 +104,8 @@ def _open(options: SinkOptions, plan: WritePlan) -> tuple[Any, Any]:
     cluster = options.connect()
     try:
         assert isinstance(cluster, TableWrites)   # checked on the driver
-        return cluster, cluster.table_writer(plan.table, options.writer_options())
+        return cluster, cluster.table_writer(plan.table, options.writer_options(),
+                                             columns=plan.partial)
     except BaseException:
         cluster.close()
         raise

@@ -65,6 +65,16 @@ class WritePlan:
     columns: tuple[str, ...]
     #: Whether the input has a ``_change_type`` column.
     change_type: bool
+    #: A partial update of a PK table: the table columns written, in table order (the others
+    #: keep their values); None: every column.
+    partial: tuple[str, ...] | None = None
+
+    @property
+    def output(self) -> pa.Schema:
+        """The schema of every prepared piece: the table's, or the partial update's columns."""
+        if self.partial is None:
+            return self.schema
+        return pa.schema([self.schema.field(c) for c in self.partial])
 
     @property
     def what(self) -> str:
@@ -86,7 +96,7 @@ class WritePlan:
         keep = pc.or_(upsert, delete) if ops is not None else None
         self._check_nulls(rows if keep is None else rows.filter(keep), self.primary_key,
                           "primary-key")
-        required = tuple(f.name for f in self.schema
+        required = tuple(f.name for f in self.output
                          if not f.nullable and f.name not in self.primary_key)
         self._check_nulls(rows if upsert is None else rows.filter(upsert), required, "NOT NULL")
         if ops is None:
@@ -128,7 +138,7 @@ class WritePlan:
     def _conform(self, data: pa.Table) -> pa.Table:
         """The table's columns in its order and types; a missing (nullable) one is null."""
         arrays = []
-        for f in self.schema:
+        for f in self.output:
             if f.name not in self.columns:
                 arrays.append(pa.nulls(data.num_rows, f.type))
                 continue
@@ -138,7 +148,7 @@ class WritePlan:
                 # cast that ``fits`` allows is exact, so an overflow would still be refused.
                 col = col.cast(f.type, safe=not pa.types.is_timestamp(f.type))
             arrays.append(col)
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        return pa.Table.from_arrays(arrays, schema=self.output)
 
     def _check_nulls(self, rows: pa.Table, columns: tuple[str, ...], kind: str) -> None:
         for name in columns:
@@ -160,10 +170,11 @@ def _last_per_key(rows: pa.Table, key: list[str]) -> pa.Table:
     return rows.take(pc.take(ends, pc.sort_indices(ends)))
 
 
-def plan_write(info: TableInfo, given: pa.Schema) -> WritePlan:
+def plan_write(info: TableInfo, given: pa.Schema, partial_updates: bool = False) -> WritePlan:
     """The plan for writing columns ``given`` (the DataFrame's, as Arrow) to table ``info``;
     ConfigError for a column the table does not have, a table column that is missing and may
-    not be, or a type that does not fit."""
+    not be, or a type that does not fit. A PK table's missing nullable columns make a partial
+    update where the cluster has them (``partial_updates``), else are refused."""
     what = f"write to {info.name}"
     names = given.names
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -184,17 +195,20 @@ def plan_write(info: TableInfo, given: pa.Schema) -> WritePlan:
     if must:
         raise ConfigError(f"{what}: missing column(s) {', '.join(must)} (primary key or NOT "
                           f"NULL); the table has {', '.join(table_names)}")
+    partial = None
     if missing and info.has_primary_key:
-        raise ConfigError(f"{what}: missing column(s) {', '.join(f.name for f in missing)}: "
-                          "partial updates of a primary-key table are not supported by this "
-                          "sink; give every column (lit(None) to write nulls)")
+        if not partial_updates:
+            raise ConfigError(f"{what}: missing column(s) {', '.join(f.name for f in missing)}: "
+                              "this cluster has no partial updates of a primary-key table; "
+                              "give every column (lit(None) to write nulls)")
+        partial = tuple(n for n in table_names if n in columns)
     for n in columns:
         source, target = given.field(n).type, info.schema.field(n).type
         if not fits(source, target):
             raise ConfigError(f"{what}: column {n!r} has type {source}, which does not fit the "
                               f"table's {target}; cast it first")
     return WritePlan(info.name, info.schema, tuple(info.primary_key), tuple(columns),
-                     has_change_type)
+                     has_change_type, partial)
 
 
 __all__ = ["WritePlan", "fits", "plan_write"]

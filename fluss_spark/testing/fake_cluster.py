@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Generator, Iterable, Iterator, Literal, Mapping
+from typing import Generator, Iterable, Iterator, Literal, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -55,7 +55,7 @@ class FakeCluster:
     def __init__(self, clock: Clock | None = None, leases: bool = True,
                  lease_renewal: Literal["renew", "reacquire"] = "renew", page_rows: int = 3,
                  snapshot_read: Literal["scan_session", "files"] = "scan_session",
-                 live_kv_scan: bool = True):
+                 live_kv_scan: bool = True, partial_updates: bool = False):
         self.clock: Clock = clock if clock is not None else FakeClock()
         self.leases_supported = leases
         self.lease_renewal: Literal["renew", "reacquire"] = lease_renewal
@@ -73,6 +73,7 @@ class FakeCluster:
         self._next_id = 100
         self.snapshot_read: Literal["scan_session", "files"] = snapshot_read
         self.live_kv_scan = live_kv_scan
+        self.partial_updates = partial_updates
         #: scanner id -> the rows not served yet, of every open live scan.
         self.live_sessions: dict[str, list[dict]] = {}
 
@@ -134,14 +135,17 @@ class FakeCluster:
         return Capabilities(leases=self.leases_supported, lease_renewal=self.lease_renewal,
                             snapshot_read=self.snapshot_read, live_kv_scan=self.live_kv_scan,
                             lease_describe=self.leases_supported, lease_listing=False,
-                            snapshot_trigger=False, scan_sessions=False)
+                            snapshot_trigger=False, scan_sessions=False,
+                            partial_updates=self.partial_updates)
 
     def close(self) -> None:
         self.closes += 1      # stays usable: tests share one fake between "connections"
 
-    def table_writer(self, table: str, options: Mapping | None = None) -> "FakeWriter":
+    def table_writer(self, table: str, options: Mapping | None = None, *,
+                     columns: Sequence[str] | None = None) -> "FakeWriter":
         """A writer that records every call in ``written``: ``(table, op, rows as dicts)``."""
-        self.calls.append(("table_writer", table, dict(options or {})))
+        self.calls.append(("table_writer", table, dict(options or {}),
+                           None if columns is None else list(columns)))
         self._table(table)
         return FakeWriter(self, table)
 

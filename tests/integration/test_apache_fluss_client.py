@@ -74,7 +74,8 @@ def test_api_versions_of_coordinator_and_tablets(apache_fluss, fluss):
         tablet.close()
     assert isinstance(fluss, Cluster)
     assert fluss.capabilities() == Capabilities(leases=True, lease_renewal="reacquire",
-                                                snapshot_read="files", live_kv_scan=False)
+                                                snapshot_read="files", live_kv_scan=False,
+                                                partial_updates=True)
 
 
 def test_databases_tables_and_metadata(fluss, tables):

@@ -2,8 +2,8 @@
 target read back with the official client pyfluss (``fluss_spark/connector/sink.py`` over
 ``fluss_spark/client/apache_fluss/pyfluss_writer.py``).
 
-Kept lean for CI: one test covers batch append, batch upsert and a streamed copy of a PK table
-with deletes (tests/spark/test_sink.py does the same on this project's servers).
+Kept lean for CI: one test covers batch append, batch upsert (full and partial) and a streamed
+copy of a PK table with deletes (tests/spark/test_sink.py does the same on this project's servers).
 """
 
 from __future__ import annotations
@@ -42,6 +42,15 @@ def test_batch_append_upsert_and_a_streamed_copy_with_deletes(spark, apache_flus
         save(spark.range(20, 60).select("id", F.lit("b").alias("v")), src)
         assert {r["id"]: r["v"] for r in fluss.rows(src)} == {
             i: "a" if i < 20 else "b" for i in range(60)}
+
+        # A partial update: the DataFrame lacks a nullable column, which keeps its values.
+        part = f"{db}.part"
+        fluss.create_table(part, "id BIGINT NOT NULL, v STRING, n INT", primary_key=["id"])
+        save(spark.range(0, 4).select("id", F.lit("a").alias("v"), F.col("id").cast("int")
+                                      .alias("n")), part)
+        save(spark.range(0, 2).select(F.lit(7).alias("n"), "id"), part)
+        assert sorted((r["id"], r["v"], r["n"]) for r in fluss.rows(part)) == [
+            (0, "a", 7), (1, "a", 7), (2, "a", 2), (3, "a", 3)]
 
         # Deletes and updates in the source, then the source's changelog (+I, -U/+U, -D;
         # earliest mode: no KV snapshot files to fetch) streamed into another PK table with

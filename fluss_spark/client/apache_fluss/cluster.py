@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -84,7 +84,7 @@ class ApacheFlussWireCluster:
                                               snapshot_read="files", live_kv_scan=live,
                                               lease_describe=False, lease_listing=False,
                                               snapshot_trigger=False, scan_sessions=False,
-                                              acls=False)
+                                              acls=False, partial_updates=True)
         return self._capabilities
 
     # -- databases and tables (admin) -----------------------------------------------------------
@@ -434,9 +434,10 @@ class ApacheFlussWireCluster:
                                      "servers do not offer SCAN_KV (API 1061, not in Fluss 0.9.1); "
                                      "read KV snapshots instead")
 
-    def table_writer(self, table: str, options: Mapping[str, Any] | None = None) -> RowWriter:
+    def table_writer(self, table: str, options: Mapping[str, Any] | None = None, *,
+                     columns: Sequence[str] | None = None) -> RowWriter:
         from fluss_spark.client.apache_fluss.pyfluss_writer import open_writer
-        return open_writer(self, table, options)
+        return open_writer(self, table, options, columns)
 
     def close(self) -> None:
         self.conn.close()

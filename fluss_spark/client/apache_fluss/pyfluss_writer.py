@@ -11,7 +11,7 @@ is used like a blocking one (one per Spark task, never shared between threads).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 
@@ -64,9 +64,18 @@ class PyflussWriter:
 
     def __init__(self, bootstrap_servers: str, table: TableInfo, *,
                  options: Mapping[str, Any] | None = None,
-                 credentials: tuple[str, str] | None = None, request_timeout_s: float = 60.0):
+                 credentials: tuple[str, str] | None = None, request_timeout_s: float = 60.0,
+                 columns: Sequence[str] | None = None):
         import fluss
         self.table = table
+        # A partial update: upserts give these columns only, the others keep their values.
+        self.columns = (None if columns is None or set(columns) == set(table.schema.names)
+                        else [c for c in table.schema.names if c in set(columns)])
+        if self.columns is not None:
+            missing = [c for c in table.primary_key if c not in self.columns]
+            if missing:
+                raise ConfigError(f"a partial update of {table.name} needs the primary key: "
+                                  f"missing {', '.join(missing)}")
         self.timeout_s = request_timeout_s
         props = pyfluss_config(bootstrap_servers, dict(options or {}), credentials)
         self._loop = asyncio.new_event_loop()
@@ -103,8 +112,11 @@ class PyflussWriter:
 
     def _writer_for(self, kind: str) -> Any:
         if self._writer is None:
-            self._writer = (self._table.new_append() if kind == "append"
-                            else self._table.new_upsert()).create_writer()
+            builder: Any = (self._table.new_append() if kind == "append"
+                            else self._table.new_upsert())
+            if kind != "append" and self.columns is not None:
+                builder = builder.partial_update_by_name(self.columns)
+            self._writer = builder.create_writer()
         return self._writer
 
     def append(self, data: pa.Table) -> None:
@@ -163,9 +175,11 @@ class PyflussWriter:
 
     def _rows(self, data: pa.Table, op: str) -> pa.Table:
         what = f"{op} to {self.table.name}"
-        rows = to_arrow(data, self.table.schema, what)
-        required = list(self.table.primary_key) + [
-            f.name for f in self.table.schema if not f.nullable]
+        schema = self.table.schema
+        if self.columns is not None:
+            schema = pa.schema([schema.field(c) for c in self.columns])
+        rows = to_arrow(data, schema, what)
+        required = list(self.table.primary_key) + [f.name for f in schema if not f.nullable]
         check_not_null(rows, list(dict.fromkeys(required)), what)
         return rows
 
@@ -176,12 +190,14 @@ class PyflussWriter:
 
 
 def open_writer(cluster: "ApacheFlussWireCluster", table: str,
-                options: Mapping[str, Any] | None = None) -> PyflussWriter:
-    """A pyfluss writer of ``table`` with ``cluster``'s servers, credentials and timeout."""
+                options: Mapping[str, Any] | None = None,
+                columns: Sequence[str] | None = None) -> PyflussWriter:
+    """A pyfluss writer of ``table`` with ``cluster``'s servers, credentials and timeout
+    (``columns``: a partial update)."""
     info = refuse_partitioned(cluster.get_table(table), "writes to Apache Fluss")
     servers = ",".join(f"{h}:{p}" for h, p in cluster.conn.bootstrap)
     return PyflussWriter(servers, info, options=options, credentials=cluster.conn.credentials,
-                         request_timeout_s=cluster.conn.request_timeout_s)
+                         request_timeout_s=cluster.conn.request_timeout_s, columns=columns)
 
 
 def _translated(e: Exception, table: str) -> FlussError:

@@ -4,7 +4,7 @@ servers."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -95,8 +95,14 @@ class EmbeddedCluster:
         self.conn.admin().drop_table(name, ignore_if_not_exists=ignore_if_not_exists)
 
     # -- writes (TableWrites) --------------------------------------------------------------------
-    def table_writer(self, table: str, options: Mapping[str, Any] | None = None) -> RowWriter:
-        return self.conn.writer(table, options)
+    def table_writer(self, table: str, options: Mapping[str, Any] | None = None, *,
+                     columns: Sequence[str] | None = None) -> RowWriter:
+        info = self.conn.resolve(table)
+        if columns is not None and set(columns) != set(info.schema.names):
+            raise UnsupportedVersion(f"partial updates of {info.name} (columns "
+                                     f"{', '.join(columns)}) are not supported by "
+                                     "fluss_spark's servers: give every column")
+        return self.conn.writer(info, options)
 
     # -- leases -----------------------------------------------------------------------------------
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,

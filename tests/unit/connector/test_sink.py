@@ -113,7 +113,7 @@ def test_change_types_upsert_delete_and_skip_in_order(connected):
     ("db.pk", _schema(("id", StringType()), ("v", StringType()), ("n", IntegerType())), None,
      "column 'id' has type string, which does not fit the table's int64; cast it"),
     ("db.pk", _schema(("id", LongType()), ("v", StringType())), None,
-     "partial updates of a primary-key table are not supported"),
+     "this cluster has no partial updates of a primary-key table; give every column"),
     ("db.log", _schema(("id", LongType()), ("extra", StringType())), None,
      r"column\(s\) extra are not in the table"),
     ("db.pk", PK_INPUT, [(1, "a", 1), (None, "b", 2)],
@@ -129,6 +129,13 @@ def test_bad_input_is_refused_in_one_line_and_nothing_is_written(connected, tabl
         _write(connected, table, schema, rows or [])
     assert "\n" not in str(e.value)
     assert connected.written == []
+
+
+def test_missing_nullable_columns_make_a_partial_update_where_the_cluster_has_them(connected):
+    connected.partial_updates = True
+    _write(connected, "db.pk", _schema(("n", IntegerType()), ("id", LongType())), [(5, 1)])
+    assert connected.calls[-1] == ("table_writer", "db.pk", {}, ["id", "n"])
+    assert connected.written[0] == ("db.pk", "upsert", [{"id": 1, "n": 5}])
 
 
 def test_a_bad_batch_after_good_ones_fails_the_task_before_any_write(connected):
