@@ -126,21 +126,13 @@ class PyflussWriter:
         rows = self._rows(data, "append")
         writer = self._writer_for("append")
         rows = rows.cast(self._arrow_schema) if rows.schema != self._arrow_schema else rows
-
-        def send() -> None:
-            for batch in rows.to_batches():
-                writer.write_arrow_batch(batch)
-        self._call(send)
+        self._call(lambda: _each(writer.write_arrow_batch, rows.to_batches()))
 
     def upsert(self, data: pa.Table) -> None:
         self._require_pk("upsert")
         rows = self._rows(data, "upsert")
         writer = self._writer_for("upsert")
-
-        def send() -> None:
-            for row in rows.to_pylist():
-                writer.upsert(row)
-        self._call(send)
+        self._call(lambda: _each(writer.upsert, rows.to_pylist()))
 
     def delete(self, data: pa.Table) -> None:
         self._require_pk("delete")
@@ -150,11 +142,7 @@ class PyflussWriter:
                         pa.schema([self.table.schema.field(c) for c in pk]), what)
         check_not_null(keys, pk, what)
         writer = self._writer_for("upsert")
-
-        def send() -> None:
-            for key in keys.to_pylist():
-                writer.delete(key)
-        self._call(send)
+        self._call(lambda: _each(writer.delete, keys.to_pylist()))
 
     def flush(self) -> None:
         if self._writer is not None:
@@ -187,6 +175,12 @@ class PyflussWriter:
         if not self.table.has_primary_key:
             raise NonPrimaryKeyTable(f"table {self.table.name} has no primary key: {op} needs a "
                                      "primary-key table; use append")
+
+
+def _each(send: Callable[[Any], Any], items: list[Any]) -> None:
+    """``send`` every item, in order (pyfluss queues each; ``flush`` waits for them)."""
+    for item in items:
+        send(item)
 
 
 def open_writer(cluster: "ApacheFlussWireCluster", table: str,
