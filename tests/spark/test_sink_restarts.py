@@ -92,6 +92,58 @@ def test_a_python_worker_killed_mid_write_gives_what_the_docs_promise(cluster, c
         print(f"log table: {len(ids) - rows} duplicate rows after the retry")
 
 
+def _expected(source: dict[int, dict]) -> dict[int, dict]:
+    """examples/pipeline_pk_to_pk.py's transform of the source's rows, by key."""
+    return {k: {"id": k, "cents": round(r["amount"] * 100),
+                "size": "large" if r["amount"] >= 500 else "small"} for k, r in source.items()}
+
+
+def _churn(upsert, delete, stop: threading.Event) -> None:
+    """Upserts, updates and deletes of the source while the pipeline runs."""
+    i = 0
+    while not stop.is_set() and i < 300:
+        upsert([{"id": k, "amount": 600.0 + i} for k in range(i * 5, i * 5 + 5)])
+        delete([{"id": 1999 - i}])
+        upsert([{"id": 5000 + i, "amount": 1.5}])
+        i += 1
+        time.sleep(0.02)
+
+
+def _kill_and_restart(servers: str, src: str, dst: str, churn, tmp_path: Path) -> None:
+    """The pipeline runs under ``churn(stop)``, is killed with kill -9 (driver JVM, Python
+    driver and workers at once) after two committed micro-batches, and runs again with
+    AvailableNow from its checkpoint; its own check (target == transformed source) must hold."""
+    ckpt = tmp_path / "ckpt"
+    args = ["--bootstrap-servers", servers, "--source", src, "--target", dst,
+            "--checkpoint", ckpt]
+    stop = threading.Event()
+    log1 = open(tmp_path / "run1.log", "w")
+    first = subprocess.Popen(spark_submit_command(PIPELINE, [*args, "--seconds", "300"]),
+                             cwd=tmp_path, env=python_env(), stdout=log1,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    churner = threading.Thread(target=churn, args=(stop,))
+    churner.start()
+    try:
+        wait_until(lambda: (ckpt / "commits" / "1").exists() or first.poll() is not None, 240,
+                   "two committed micro-batches")
+        assert first.poll() is None, (tmp_path / "run1.log").read_text()[-4000:]
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        stop.set()
+        churner.join(60)
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        log1.close()
+    proc = subprocess.run(spark_submit_command(PIPELINE, [*args, "--available-now"]),
+                          cwd=tmp_path, env=python_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, strip_jvm_frames(proc.stdout + proc.stderr)[-8000:]
+    summary = json.loads(next(ln for ln in proc.stdout.splitlines()
+                              if ln.startswith("pipeline "))[9:])
+    assert summary["equal"] and summary["target_rows"] == summary["source_rows"], summary
+
+
 @pytest.mark.extended   # the example pipeline, a driver kill -9 under concurrent source writes
 def test_pipeline_keeps_the_target_equal_to_the_transformed_source_across_a_driver_kill(
         cluster, conn, table_name, tmp_path):
@@ -106,51 +158,8 @@ def test_pipeline_keeps_the_target_equal_to_the_transformed_source_across_a_driv
     writer = conn.writer(src)
     writer.upsert([{"id": i, "amount": float(i)} for i in range(2000)])
     admin.trigger_kv_snapshot(src)
-    ckpt = tmp_path / "ckpt"
-    args = ["--bootstrap-servers", cluster.bootstrap_servers, "--source", src, "--target", dst,
-            "--checkpoint", ckpt]
-    stop = threading.Event()
-
-    def churn():          # upserts, updates and deletes of the source while the pipeline runs
-        i = 0
-        while not stop.is_set() and i < 300:
-            writer.upsert([{"id": k, "amount": 600.0 + i} for k in range(i * 5, i * 5 + 5)])
-            writer.delete([{"id": 1999 - i}])
-            writer.upsert([{"id": 5000 + i, "amount": 1.5}])
-            i += 1
-            time.sleep(0.02)
-
-    log1 = open(tmp_path / "run1.log", "w")
-    first = subprocess.Popen(spark_submit_command(PIPELINE, [*args, "--seconds", "300"]),
-                             cwd=tmp_path, env=python_env(), stdout=log1,
-                             stderr=subprocess.STDOUT, start_new_session=True)
-    churner = threading.Thread(target=churn)
-    churner.start()
-    try:
-        # Killed once a micro-batch has committed and others run (the sink mid-write or not).
-        wait_until(lambda: (ckpt / "commits" / "1").exists() or first.poll() is not None, 240,
-                   "two committed micro-batches")
-        assert first.poll() is None, (tmp_path / "run1.log").read_text()[-4000:]
-        os.killpg(first.pid, signal.SIGKILL)   # driver JVM, Python driver and workers at once
-        first.wait(30)
-    finally:
-        stop.set()
-        churner.join(60)
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-        log1.close()
-
-    proc = subprocess.run(spark_submit_command(PIPELINE, [*args, "--available-now"]),
-                          cwd=tmp_path, env=python_env(), capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, strip_jvm_frames(proc.stdout + proc.stderr)[-8000:]
-    summary = json.loads(next(ln for ln in proc.stdout.splitlines()
-                              if ln.startswith("pipeline "))[9:])
-    assert summary["equal"] and summary["target_rows"] == summary["source_rows"], summary
+    _kill_and_restart(cluster.bootstrap_servers, src, dst,
+                      lambda stop: _churn(writer.upsert, writer.delete, stop), tmp_path)
     # Row for row, read with the client's own scanner: the target is the transformed source.
     source = _state(conn, src)
-    expected = {k: {"id": k, "cents": round(r["amount"] * 100),
-                    "size": "large" if r["amount"] >= 500 else "small"}
-                for k, r in source.items()}
-    assert _state(conn, dst) == expected
-    assert len(source) > 1500
+    assert _state(conn, dst) == _expected(source) and len(source) > 1500
