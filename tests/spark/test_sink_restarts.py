@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ import pytest
 
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing import sink_job
+from fluss_spark.testing.apache_fluss import PyFluss
 from fluss_spark.tiering.restarts import strip_jvm_frames
 from fluss_spark.tiering.submit import python_env, spark_submit_command
 
@@ -98,10 +100,10 @@ def _expected(source: dict[int, dict]) -> dict[int, dict]:
                 "size": "large" if r["amount"] >= 500 else "small"} for k, r in source.items()}
 
 
-def _churn(upsert, delete, stop: threading.Event) -> None:
+def _churn(upsert, delete, stop: threading.Event, rounds: int = 300) -> None:
     """Upserts, updates and deletes of the source while the pipeline runs."""
     i = 0
-    while not stop.is_set() and i < 300:
+    while not stop.is_set() and i < rounds:
         upsert([{"id": k, "amount": 600.0 + i} for k in range(i * 5, i * 5 + 5)])
         delete([{"id": 1999 - i}])
         upsert([{"id": 5000 + i, "amount": 1.5}])
@@ -109,10 +111,12 @@ def _churn(upsert, delete, stop: threading.Event) -> None:
         time.sleep(0.02)
 
 
-def _kill_and_restart(servers: str, src: str, dst: str, churn, tmp_path: Path) -> None:
+def _kill_and_restart(servers: str, src: str, dst: str, churn, tmp_path: Path,
+                      kill_after: int = 2) -> None:
     """The pipeline runs under ``churn(stop)``, is killed with kill -9 (driver JVM, Python
-    driver and workers at once) after two committed micro-batches, and runs again with
-    AvailableNow from its checkpoint; its own check (target == transformed source) must hold."""
+    driver and workers at once) after ``kill_after`` committed micro-batches, and runs again
+    with AvailableNow from its checkpoint; its own check (target == transformed source) must
+    hold."""
     ckpt = tmp_path / "ckpt"
     args = ["--bootstrap-servers", servers, "--source", src, "--target", dst,
             "--checkpoint", ckpt]
@@ -124,8 +128,8 @@ def _kill_and_restart(servers: str, src: str, dst: str, churn, tmp_path: Path) -
     churner = threading.Thread(target=churn, args=(stop,))
     churner.start()
     try:
-        wait_until(lambda: (ckpt / "commits" / "1").exists() or first.poll() is not None, 240,
-                   "two committed micro-batches")
+        wait_until(lambda: (ckpt / "commits" / str(kill_after - 1)).exists()
+                   or first.poll() is not None, 240, f"{kill_after} committed micro-batch(es)")
         assert first.poll() is None, (tmp_path / "run1.log").read_text()[-4000:]
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
@@ -163,3 +167,29 @@ def test_pipeline_keeps_the_target_equal_to_the_transformed_source_across_a_driv
     # Row for row, read with the client's own scanner: the target is the transformed source.
     source = _state(conn, src)
     assert _state(conn, dst) == _expected(source) and len(source) > 1500
+
+
+@pytest.mark.extended   # the same on Apache Fluss, source written and both tables read by pyfluss
+def test_pipeline_on_apache_fluss_across_a_driver_kill(apache_fluss, tmp_path):
+    servers = apache_fluss.bootstrap_servers
+    db = f"pipe_{uuid.uuid4().hex[:8]}"
+    src, dst = f"{db}.src", f"{db}.dst"
+    with PyFluss(servers) as fluss:
+        fluss.create_table(src, "id BIGINT NOT NULL, amount DOUBLE", primary_key=["id"],
+                           buckets=2)
+        fluss.create_table(dst, "id BIGINT NOT NULL, cents BIGINT, size STRING",
+                           primary_key=["id"], buckets=2)
+        fluss.upsert(src, [(i, float(i)) for i in range(2000)])
+
+    def churn(stop: threading.Event) -> None:
+        with PyFluss(servers) as writer:     # its own event loop, in this thread
+            _churn(lambda rows: writer.upsert(src, [(r["id"], r["amount"]) for r in rows]),
+                   lambda keys: writer.delete(src, [(k["id"],) for k in keys]), stop,
+                   rounds=390)
+    # Batch 0 (the snapshot) takes tens of seconds here: killed once it is committed, while
+    # the source is still being written.
+    _kill_and_restart(servers, src, dst, churn, tmp_path, kill_after=1)
+    with PyFluss(servers) as fluss:
+        source = {r["id"]: r for r in fluss.rows(src, timeout_s=120)}
+        target = {r["id"]: r for r in fluss.rows(dst, timeout_s=120)}
+    assert target == _expected(source) and len(source) > 1500
