@@ -360,8 +360,30 @@ WRITER_DYNAMIC_CREATE_PARTITION = boolean(
     "client.writer.dynamic-create-partition.enabled", False,
     "A writer creates the partition a row belongs to when it does not exist yet (off: such a "
     "write is refused with PartitionNotExist and writes nothing).")
-#: Options of a client's writer (``FlussConnection.writer(table, options)``).
-CLIENT_WRITER_OPTIONS = [WRITER_DYNAMIC_CREATE_PARTITION]
+# Fluss's writer option names (its client ConfigOptions), with its defaults.
+WRITER_BATCH_SIZE = size(
+    "client.writer.batch-size", "2mb",
+    "Rows are sent in requests of about this size per bucket (this project's servers: the "
+    "largest Arrow payload of one PRODUCE request).", maximum=1 << 30)
+WRITER_BATCH_TIMEOUT = duration(
+    "client.writer.batch-timeout", "100ms",
+    "How long a writer waits for more rows of a bucket before sending a batch that is not full "
+    "(Apache Fluss's linger; this project's writer sends every call at once).", minimum=0)
+WRITER_ACKS = choice(
+    "client.writer.acks", ("all", "-1", "0", "1"), "all",
+    "Acknowledgements a write waits for on Apache Fluss: all (-1: every in-sync replica), 1 "
+    "(the leader) or 0 (none); this project's servers always answer once the rows are durable.")
+WRITER_RETRIES = integer(
+    "client.writer.retries", 2_147_483_647,
+    "How often a write that failed with a retriable error is sent again (Apache Fluss); this "
+    "project's writer retries until client.request.timeout.", minimum=0)
+WRITER_ENABLE_IDEMPOTENCE = boolean(
+    "client.writer.enable-idempotence", True,
+    "Apache Fluss: the writer registers a writer id and numbers its batches, so a batch resent "
+    "by the same writer is written once (needs acks=all and retries > 0).")
+#: Options of a client's writer (``FlussConnection.writer(table, options)``, the Spark sink).
+CLIENT_WRITER_OPTIONS = [WRITER_BATCH_SIZE, WRITER_BATCH_TIMEOUT, WRITER_ACKS, WRITER_RETRIES,
+                         WRITER_ENABLE_IDEMPOTENCE, WRITER_DYNAMIC_CREATE_PARTITION]
 SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL,
                   AUTO_PARTITION_CHECK_INTERVAL, SCANNER_TTL,
                   SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,

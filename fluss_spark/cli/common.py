@@ -14,6 +14,7 @@ if TYPE_CHECKING:   # the client is imported when a command runs, not to parse a
     from fluss_spark.client import TlsClientConfig
     from fluss_spark.client.cluster import Capabilities, Cluster, TableAdmin
     from fluss_spark.client.embedded import FlussConnection
+    from fluss_spark.client.writes import RowWriter
     from fluss_spark.local.either import AnyLocalCluster
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -116,6 +117,14 @@ def table_admin(args, cluster: "Cluster") -> "TableAdmin":
     if not isinstance(cluster, TableAdmin):
         raise not_available(args, bootstrap_servers(args), "it cannot create or drop tables")
     return cluster
+
+
+def table_writer(args, cluster: "Cluster", table: str) -> "RowWriter":
+    """A writer of ``table`` on ``cluster`` (both backends write), or a one-line refusal."""
+    from fluss_spark.client.writes import TableWrites
+    if not isinstance(cluster, TableWrites):
+        raise not_available(args, bootstrap_servers(args), "it cannot write tables")
+    return cluster.table_writer(table)
 
 
 def connect(args, needs: str | None = None) -> "FlussConnection":

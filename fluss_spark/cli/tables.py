@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+
 from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded,
-                                    connect, connect_cluster, table_admin)
+                                    connect_cluster, embedded_connection, table_admin,
+                                    table_writer)
 from fluss_spark.config import parse_pairs
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
 from fluss_spark.cli.progress import Progress
@@ -139,18 +142,20 @@ def cmd_table_drop(args) -> int:
 
 def cmd_produce(args) -> int:
     from fluss_spark.local.demo_data import DemoData
-    with connect(args) as conn:
-        info = conn.table(args.table)
-        place = row_placer(conn, info, args.partition)
+    with connect_cluster(args) as cluster:
+        info = cluster.get_table(args.table)
+        place = (row_placer(embedded_connection(args, cluster), info, args.partition)
+                 if info.partitioned or args.partition is not None else _unchanged)
         if not info.has_primary_key and (args.updates or args.deletes):
             raise ConfigError(f"{info.name} is a log table: --updates and --deletes need a "
                               "primary-key table")
         gen = DemoData(info.schema, info.primary_key, seed=args.seed)
         total = args.rows + (args.updates + min(args.deletes, args.rows) if args.rows else 0)
         # A bar on a terminal; in a log, a line a second once a write takes that long.
-        with Progress(f"produce {info.name}", total, enabled=not _json(args),
-                      lines=True) as progress:
-            counts = _write_demo_rows(args, info, conn.writer(info), gen, place, progress)
+        with closing(table_writer(args, cluster, info.name)) as writer, \
+                Progress(f"produce {info.name}", total, enabled=not _json(args),
+                         lines=True) as progress:
+            counts = _write_demo_rows(args, info, writer, gen, place, progress)
     written = sum(counts.values())
     if _json(args):
         emit_json({"table": info.name, "rows": written, **counts})
@@ -160,9 +165,14 @@ def cmd_produce(args) -> int:
     return 0
 
 
+def _unchanged(rows):
+    return rows
+
+
 def _write_demo_rows(args, info, writer, gen, place, progress: Progress) -> dict[str, int]:
     """Write ``--rows`` inserts (appends), then ``--updates`` and ``--deletes``, a batch of
-    ``--batch-size`` rows per call; the rows written of each kind."""
+    ``--batch-size`` rows per call; the rows written of each kind, once every row is
+    acknowledged."""
     counts = {"inserts" if info.has_primary_key else "appends": 0}
     if info.has_primary_key:
         counts.update(updates=0, deletes=0)
@@ -183,4 +193,5 @@ def _write_demo_rows(args, info, writer, gen, place, progress: Progress) -> dict
             writer.delete(part)
             counts["deletes"] += part.num_rows
             progress.add(part.num_rows)
+    writer.flush()
     return counts

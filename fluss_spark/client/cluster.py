@@ -90,6 +90,9 @@ class Capabilities:
     #: Partitions of partitioned tables are listed, created and dropped through this client
     #: (``PartitionAdmin``; this project's servers, and Apache Fluss's coordinator).
     partition_admin: bool = False
+    #: A writer updates only some columns of a PK table's rows (``table_writer(...,
+    #: columns=...)``), the others keeping their values: Apache Fluss's partial updates.
+    partial_updates: bool = False
 
 
 def refuse_partitioned(info: TableInfo, path: str) -> TableInfo:

@@ -12,7 +12,7 @@ import difflib
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from fluss_spark.config import (MAX_LEASE_DURATION_MS, Option, boolean, choice, duration, integer,
                                 parse_duration_ms, parse_size_bytes, size)
@@ -216,13 +216,45 @@ class SourceOptions:
 
     def connect(self) -> "Cluster":
         """The cluster at these options' servers, with their timeout and credentials."""
-        from fluss_spark.client import TlsClientConfig
-        from fluss_spark.client.backends import open_cluster
-        tls = (TlsClientConfig(self.ssl_ca_file, self.ssl_verify_hostname) if self.ssl_enabled
-               else None)
-        return open_cluster(self.bootstrap_servers, engine=self.engine,
-                            request_timeout_s=self.request_timeout_s,
-                            username=self.sasl_username, password=self.sasl_password, tls=tls)
+        return connect_with(self)
+
+
+class ConnectionFields(Protocol):
+    """The connection fields that source and sink options share (read-only: both are frozen)."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def request_timeout_ms(self) -> int: ...
+
+    @property
+    def sasl_username(self) -> str | None: ...
+
+    @property
+    def sasl_password(self) -> str | None: ...
+
+    @property
+    def ssl_enabled(self) -> bool: ...
+
+    @property
+    def ssl_ca_file(self) -> str | None: ...
+
+    @property
+    def ssl_verify_hostname(self) -> bool: ...
+
+
+def connect_with(o: ConnectionFields) -> "Cluster":
+    """The cluster at ``o``'s servers, with its engine, timeout, credentials and TLS."""
+    from fluss_spark.client import TlsClientConfig
+    from fluss_spark.client.backends import open_cluster
+    tls = TlsClientConfig(o.ssl_ca_file, o.ssl_verify_hostname) if o.ssl_enabled else None
+    return open_cluster(o.bootstrap_servers, engine=o.engine,
+                        request_timeout_s=o.request_timeout_ms / 1000.0,
+                        username=o.sasl_username, password=o.sasl_password, tls=tls)
 
 
 #: Options of Spark's Kafka source, lower-cased -> what this source takes instead.
@@ -240,40 +272,8 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
 
     Raises ``ConfigError`` naming the option and what to do; unknown keys list the known ones.
     """
-    by_lower = {o.key.lower(): o for o in SOURCE_OPTIONS}
-    values: dict[str, Any] = {}
-    unknown = []
-    for key, value in raw.items():
-        lowered = str(key).lower()
-        if lowered == _PATH:
-            if value not in (None, ""):
-                values.setdefault(TABLE.key, value)
-            continue
-        opt = by_lower.get(lowered)
-        if opt is None:
-            unknown.append(str(key))
-        elif value is not None:
-            values[opt.key] = value
-    if unknown:
-        hints = []
-        for key in sorted(unknown):
-            kafka = _KAFKA_HABITS.get(key.lower())
-            close = difflib.get_close_matches(key.lower(), list(by_lower), n=1)
-            if kafka is not None:
-                hints.append(f"{key!r} is Kafka's; here it is {kafka}")
-            elif close:
-                hints.append(f"{key!r} -> did you mean {by_lower[close[0]].key!r}?")
-        # The complaint and the hints first; the list of known names last (it is long).
-        raise ConfigError(f"unknown option(s) for format('fluss'): "
-                          f"{', '.join(map(repr, sorted(unknown)))}"
-                          + (f" ({'; '.join(hints)})" if hints else "")
-                          + f". Known options: {', '.join(o.key for o in SOURCE_OPTIONS)}")
-
-    servers = BOOTSTRAP_SERVERS.get(values)
-    if servers is None:
-        raise ConfigError("option 'bootstrap.servers' is required, e.g. "
-                          ".option('bootstrap.servers', 'localhost:9123')")
-
+    values = declared_values(raw, SOURCE_OPTIONS, "format('fluss')")
+    connection = connection_fields(values)
     given = [o.key for o in (TABLE, TABLES, TABLE_PATTERN) if o.key in values]
     if len(given) != 1:
         raise ConfigError("set exactly one of 'table', 'tables' or 'table.pattern'"
@@ -312,6 +312,78 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
     if lease_id is not None:
         check_lease_id(lease_id)
 
+    max_rows = MAX_OFFSETS_PER_TRIGGER.get(values)
+    min_rows = MIN_OFFSETS_PER_TRIGGER.get(values)
+    if max_rows is not None and min_rows is not None and min_rows > max_rows:
+        raise ConfigError(f"minOffsetsPerTrigger ({min_rows}) must not exceed "
+                          f"maxOffsetsPerTrigger ({max_rows})")
+
+    return SourceOptions(
+        tables=tables,
+        table_pattern=pattern,
+        multi_table=multi,
+        columns=columns,
+        startup_mode=mode,
+        startup_timestamp_ms=ts,
+        lease_id=lease_id,
+        lease_duration_ms=LEASE_DURATION.get(values),
+        lease_grace_ms=LEASE_GRACE.get(values),
+        max_offsets_per_trigger=max_rows,
+        min_offsets_per_trigger=min_rows,
+        max_trigger_delay_ms=MAX_TRIGGER_DELAY.get(values),
+        fail_on_data_loss=FAIL_ON_DATA_LOSS.get(values),
+        partition_discovery_interval_ms=PARTITION_DISCOVERY_INTERVAL.get(values),
+        scan_batch_bytes=SCAN_BATCH_BYTES.get(values),
+        split_max_rows=SPLIT_MAX_ROWS.get(values),
+        kv_read=KV_READ.get(values),
+        live_max_buckets=LIVE_MAX_BUCKETS.get(values),
+        lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
+        **connection,
+    )
+
+
+def declared_values(raw: Mapping[str, Any], options: list[Option],
+                    what: str) -> dict[str, Any]:
+    """``raw`` options (any case; ``path``, from ``load(name)``, is ``table``) by declared key;
+    unknown keys are refused in one line naming close declared ones (``what`` takes them)."""
+    by_lower = {o.key.lower(): o for o in options}
+    values: dict[str, Any] = {}
+    unknown = []
+    for key, value in raw.items():
+        lowered = str(key).lower()
+        if lowered == _PATH:
+            if value not in (None, ""):
+                values.setdefault(TABLE.key, value)
+            continue
+        opt = by_lower.get(lowered)
+        if opt is None:
+            unknown.append(str(key))
+        elif value is not None:
+            values[opt.key] = value
+    if unknown:
+        hints = []
+        for key in sorted(unknown):
+            kafka = _KAFKA_HABITS.get(key.lower())
+            close = difflib.get_close_matches(key.lower(), list(by_lower), n=1)
+            if kafka is not None:
+                hints.append(f"{key!r} is Kafka's; here it is {kafka}")
+            elif close:
+                hints.append(f"{key!r} -> did you mean {by_lower[close[0]].key!r}?")
+        # The complaint and the hints first; the list of known names last (it is long).
+        raise ConfigError(f"unknown option(s) for {what}: "
+                          f"{', '.join(map(repr, sorted(unknown)))}"
+                          + (f" ({'; '.join(hints)})" if hints else "")
+                          + f". Known options: {', '.join(o.key for o in options)}")
+    return values
+
+
+def connection_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``ConnectionFields`` of checked option ``values`` (by declared key), by field name;
+    ConfigError for a missing bootstrap address or security options that do not fit together."""
+    servers = BOOTSTRAP_SERVERS.get(values)
+    if servers is None:
+        raise ConfigError("option 'bootstrap.servers' is required, e.g. "
+                          ".option('bootstrap.servers', 'localhost:9123')")
     username, password = SASL_USERNAME.get(values), SASL_PASSWORD.get(values)
     if (username is None) != (password is None):
         raise ConfigError("options 'client.security.sasl.username' and "
@@ -331,41 +403,11 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
             raise ConfigError(f"option {opt.key!r} is a TLS setting: set "
                               f"'client.security.ssl.enabled' to true as well, or drop it")
 
-    max_rows = MAX_OFFSETS_PER_TRIGGER.get(values)
-    min_rows = MIN_OFFSETS_PER_TRIGGER.get(values)
-    if max_rows is not None and min_rows is not None and min_rows > max_rows:
-        raise ConfigError(f"minOffsetsPerTrigger ({min_rows}) must not exceed "
-                          f"maxOffsetsPerTrigger ({max_rows})")
-
-    return SourceOptions(
-        bootstrap_servers=servers,
-        tables=tables,
-        table_pattern=pattern,
-        multi_table=multi,
-        columns=columns,
-        startup_mode=mode,
-        startup_timestamp_ms=ts,
-        lease_id=lease_id,
-        lease_duration_ms=LEASE_DURATION.get(values),
-        lease_grace_ms=LEASE_GRACE.get(values),
-        max_offsets_per_trigger=max_rows,
-        min_offsets_per_trigger=min_rows,
-        max_trigger_delay_ms=MAX_TRIGGER_DELAY.get(values),
-        fail_on_data_loss=FAIL_ON_DATA_LOSS.get(values),
-        partition_discovery_interval_ms=PARTITION_DISCOVERY_INTERVAL.get(values),
-        scan_batch_bytes=SCAN_BATCH_BYTES.get(values),
-        split_max_rows=SPLIT_MAX_ROWS.get(values),
-        kv_read=KV_READ.get(values),
-        live_max_buckets=LIVE_MAX_BUCKETS.get(values),
-        request_timeout_ms=REQUEST_TIMEOUT.get(values),
-        engine=ENGINE.get(values),
-        lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
-        sasl_username=username,
-        sasl_password=password,
-        ssl_enabled=ssl_enabled,
-        ssl_ca_file=SSL_CA_FILE.get(values),
-        ssl_verify_hostname=SSL_VERIFY_HOSTNAME.get(values),
-    )
+    return dict(bootstrap_servers=servers, engine=ENGINE.get(values),
+                request_timeout_ms=REQUEST_TIMEOUT.get(values), sasl_username=username,
+                sasl_password=password, ssl_enabled=ssl_enabled,
+                ssl_ca_file=SSL_CA_FILE.get(values),
+                ssl_verify_hostname=SSL_VERIFY_HOSTNAME.get(values))
 
 
 def _columns(values: Mapping[str, Any], multi_table: bool) -> tuple[str, ...]:
@@ -412,10 +454,11 @@ def _show(o: Option) -> str:
     return str(o.default)
 
 
-def options_table_markdown() -> str:
-    """The option table for docs/spark_source.md, generated from the declarations."""
+def options_table_markdown(options: list[Option] | None = None) -> str:
+    """The option table for docs/spark_source.md (or of ``options``: docs/spark_sink.md),
+    generated from the declarations."""
     lines = ["| Option | Default | Description |", "|---|---|---|"]
-    for o in SOURCE_OPTIONS:
+    for o in SOURCE_OPTIONS if options is None else options:
         default = "—" if o.default is None else f"`{_show(o)}`"
         lines.append(f"| `{o.key}` | {default} | {o.doc} |")
     return "\n".join(lines)

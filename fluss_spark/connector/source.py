@@ -1,4 +1,4 @@
-"""The Python data source ``fluss``: schema, streaming reader and batch reader.
+"""The Python data source ``fluss``: schema, streaming and batch readers (writers: ``sink``).
 
 Where each piece runs (docs/spark_source.md, "How the source meets Spark"):
 ``FlussDataSource.schema()`` in a driver-side planner worker; the stream reader's offset methods
@@ -27,6 +27,8 @@ from fluss_spark.connector.options import SourceOptions, parse_options
 from fluss_spark.connector.pruning import PartitionFilter, matching, push
 from fluss_spark.connector.readers import SplitReader
 from fluss_spark.connector.schema import Layout, output_schema, project
+from fluss_spark.connector.sink import (FlussBatchWriter, FlussStreamWriter, batch_writer,
+                                        stream_writer)
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
 from fluss_spark.errors import ConfigError, PartitionNotExist, TableNotExist
 
@@ -104,6 +106,12 @@ class FlussDataSource(DataSource):
         if _spark_pushes_filters():
             return FlussPruningBatchReader(self._options(), schema)
         return FlussBatchReader(self._options(), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> FlussBatchWriter:
+        return batch_writer(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> FlussStreamWriter:
+        return stream_writer(dict(self.options), schema, overwrite)
 
 
 #: The PySpark module that calls ``reader()`` to push filters down (pyspark >= 4.1).

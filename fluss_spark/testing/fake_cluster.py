@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Generator, Iterable, Iterator, Literal, Mapping
+from typing import Generator, Iterable, Iterator, Literal, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -60,7 +60,8 @@ class FakeCluster(FakeLeases):
     def __init__(self, clock: Clock | None = None, leases: bool = True,
                  lease_renewal: Literal["renew", "reacquire"] = "renew", page_rows: int = 3,
                  snapshot_read: Literal["scan_session", "files"] = "scan_session",
-                 live_kv_scan: bool = True, partition_admin: bool = True):
+                 live_kv_scan: bool = True, partition_admin: bool = True,
+                 partial_updates: bool = False):
         self.clock: Clock = clock if clock is not None else FakeClock()
         self.leases_supported = leases
         self.lease_renewal: Literal["renew", "reacquire"] = lease_renewal
@@ -70,6 +71,8 @@ class FakeCluster(FakeLeases):
         #: "expires": ms, "created": ms}
         self.leases: dict[str, dict] = {}
         self.calls: list[tuple] = []
+        #: ``(table, op, rows)`` of every call of a ``table_writer`` (op ``flush``: no rows).
+        self.written: list[tuple[str, str, list[dict]]] = []
         #: (``"scan"`` or ``"log"``, the columns asked for) of every read.
         self.projections: list[tuple[str, list | None]] = []
         self.closes = 0
@@ -78,6 +81,7 @@ class FakeCluster(FakeLeases):
         self.live_kv_scan = live_kv_scan
         #: Whether it lists partitions to the client (a cluster that does not: Apache Fluss).
         self.partition_admin = partition_admin
+        self.partial_updates = partial_updates
         #: scanner id -> the rows not served yet, of every open live scan.
         self.live_sessions: dict[str, list[dict]] = {}
 
@@ -161,10 +165,19 @@ class FakeCluster(FakeLeases):
                             snapshot_read=self.snapshot_read, live_kv_scan=self.live_kv_scan,
                             lease_describe=self.leases_supported, lease_listing=False,
                             snapshot_trigger=False, scan_sessions=False,
-                            partition_admin=self.partition_admin)
+                            partition_admin=self.partition_admin,
+                            partial_updates=self.partial_updates)
 
     def close(self) -> None:
         self.closes += 1      # stays usable: tests share one fake between "connections"
+
+    def table_writer(self, table: str, options: Mapping | None = None, *,
+                     columns: Sequence[str] | None = None) -> "FakeWriter":
+        """A writer that records every call in ``written``: ``(table, op, rows as dicts)``."""
+        self.calls.append(("table_writer", table, dict(options or {}),
+                           None if columns is None else list(columns)))
+        self._table(table)
+        return FakeWriter(self, table)
 
     def get_table(self, name: str) -> TableInfo:
         self.calls.append(("get_table", name))
@@ -346,6 +359,33 @@ def _empty_buckets(buckets: int) -> tuple[dict, dict, dict]:
     """No snapshots, an empty changelog and log start 0 for each of ``buckets`` buckets."""
     return ({b: {} for b in range(buckets)}, {b: [] for b in range(buckets)},
             {b: 0 for b in range(buckets)})
+
+
+class FakeWriter:
+    """A ``RowWriter`` of a ``FakeCluster``: calls are recorded in the cluster's ``written``."""
+
+    def __init__(self, cluster: FakeCluster, table: str):
+        self.cluster = cluster
+        self.table = table
+
+    def _record(self, op: str, data: pa.Table) -> None:
+        self.cluster.written.append((self.table, op, data.to_pylist()))
+
+    def append(self, data: pa.Table) -> None:
+        self._record("append", data)
+
+    def upsert(self, data: pa.Table) -> None:
+        self._record("upsert", data)
+
+    def delete(self, data: pa.Table) -> None:
+        self._record("delete", data)
+
+    def flush(self) -> None:
+        self.cluster.written.append((self.table, "flush", []))
+
+    def close(self) -> None:
+        pass
+
 
 
 #: The type checker holds this implementation to the interface: mypy names any method that differs.

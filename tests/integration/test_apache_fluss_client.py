@@ -75,7 +75,7 @@ def test_api_versions_of_coordinator_and_tablets(apache_fluss, fluss):
     assert isinstance(fluss, Cluster)
     assert fluss.capabilities() == Capabilities(leases=True, lease_renewal="reacquire",
                                                 snapshot_read="files", live_kv_scan=False,
-                                                partition_admin=True)
+                                                partition_admin=True, partial_updates=True)
 
 
 def test_databases_tables_and_metadata(fluss, tables):

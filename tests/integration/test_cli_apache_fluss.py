@@ -33,6 +33,15 @@ def test_tables_and_leases_work_and_the_rest_says_what_is_missing(cli, apache_fl
     assert code == 0, err
     doc = json.loads(out)
     assert doc["primary_key"] == ["id"] and doc["num_buckets"] == 2
+    # produce writes through pyfluss on Apache Fluss; pyfluss reads the result back.
+    code, out, err = cli("produce", name, "--rows", "40", "--updates", "10", "--deletes", "5",
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"table": name, "rows": 55, "inserts": 40, "updates": 10,
+                               "deletes": 5}
+    with PyFluss(apache_fluss.bootstrap_servers) as fluss:
+        ids = sorted(r["id"] for r in fluss.rows(name))
+    assert len(ids) == 35 and set(ids) < set(range(40))
     code, out, err = cli("lease", "release", "cli-lease", name)
     assert code == 0 and f"released {name} from lease cli-lease" in out, err
     code, out, err = cli("lease", "drop", "cli-lease")

@@ -96,6 +96,12 @@ SKIPPED: dict[str, tuple[str, ...]] = {
         ".venv/bin/python -m pytest -q tests/integration/test_apache_fluss_client.py "
         "tests/integration/test_apache_fluss_partitions.py",
     ),
+    "the example pipeline's spark-submit runs, killed and restarted, in "
+    "tests/spark/test_sink_restarts.py (extended: minutes of spark-submit runs)": (
+        "PYSPARK_PYTHON=$(which python) spark-submit --master \"local[2]\" "
+        "examples/pipeline_pk_to_pk.py --source demo.orders --target demo.order_sizes "
+        "--checkpoint /tmp/order-sizes-ckpt --available-now",
+    ),
     "a 4-minute soak under injected faults (bench/soak.py; its figures are in the README)": (
         ".venv/bin/python bench/soak.py --duration 240 --fault-every 12 --seed 7",
         ".venv/bin/python bench/soak.py --duration 240 --fault-every 12 --seed 7 --sasl",
@@ -112,7 +118,7 @@ SKIPPED: dict[str, tuple[str, ...]] = {
         'python -m pip install "$(ls dist/fluss_spark-*-py3-none-any.whl)[tiering]"',
         "pip install --no-deps fluss_spark-<version>-py3-none-any.whl",
         'pip install "pyarrow>=15" "msgpack>=1.0" "pandas>=2,<3" "numpy>=1.24" '
-        '"google-crc32c>=1.5" "rocksdict>=0.3.25" "platformdirs>=3"',
+        '"google-crc32c>=1.5" "rocksdict>=0.3.25" "platformdirs>=3" "pyfluss>=1.0.0"',
     ),
 }
 

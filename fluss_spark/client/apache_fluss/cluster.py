@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -19,6 +19,7 @@ from fluss_spark.client.apache_fluss.partitions import FlussPartitions
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, PartitionAdmin, PartitionPins, Pins,
                                         RecordBatchStream, TableAdmin, Unavailable)
+from fluss_spark.client.writes import RowWriter, TableWrites
 from fluss_spark.errors import (ConfigError, KvSnapshotNotExist, LeaderNotAvailable,
                                 NonPrimaryKeyTable, UnsupportedVersion)
 from fluss_spark.protocol.apache_fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS,
@@ -83,7 +84,8 @@ class ApacheFlussWireCluster:
                                               snapshot_read="files", live_kv_scan=live,
                                               lease_describe=False, lease_listing=False,
                                               snapshot_trigger=False, scan_sessions=False,
-                                              acls=False, partition_admin=partitions)
+                                              acls=False, partition_admin=partitions,
+                                              partial_updates=True)
         return self._capabilities
 
     # -- databases and tables (admin) -----------------------------------------------------------
@@ -368,6 +370,11 @@ class ApacheFlussWireCluster:
                                      "servers do not offer SCAN_KV (API 1061, not in Fluss 0.9.1); "
                                      "read KV snapshots instead")
 
+    def table_writer(self, table: str, options: Mapping[str, Any] | None = None, *,
+                     columns: Sequence[str] | None = None) -> RowWriter:
+        from fluss_spark.client.apache_fluss.pyfluss_writer import open_writer
+        return open_writer(self, table, options, columns)
+
     def close(self) -> None:
         self.conn.close()
 
@@ -382,6 +389,7 @@ class ApacheFlussWireCluster:
 _IMPLEMENTS_CLUSTER: type[Cluster] = ApacheFlussWireCluster
 _IMPLEMENTS_TABLE_ADMIN: type[TableAdmin] = ApacheFlussWireCluster
 _IMPLEMENTS_PARTITION_ADMIN: type[PartitionAdmin] = ApacheFlussWireCluster
+_IMPLEMENTS_TABLE_WRITES: type[TableWrites] = ApacheFlussWireCluster
 
 
 __all__ = ["ApacheFlussWireCluster"]

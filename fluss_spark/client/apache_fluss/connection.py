@@ -104,6 +104,11 @@ class FlussWireConnection:
         self._partitions: dict[tuple[str, str], PartitionMetadata] = {}
         self._schemas: dict[tuple[int, int], tuple[pa.Schema, pa.Schema]] = {}
 
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        """The SASL PLAIN (username, password) every connection logs in with, if any."""
+        return self._credentials
+
     # -- connections ----------------------------------------------------------------------------
     def connection(self, host: str, port: int) -> FlussRpcConnection:
         with self._lock:

@@ -4,7 +4,7 @@ servers."""
 from __future__ import annotations
 
 import threading
-from typing import Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -12,6 +12,7 @@ from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabiliti
                                         LiveScanStart, PartitionAdmin, PartitionPins, Pins,
                                         RecordBatchStream, TableAdmin, Unavailable)
 from fluss_spark.client.embedded.connection import FlussConnection
+from fluss_spark.client.writes import RowWriter, TableWrites
 from fluss_spark.errors import UnsupportedVersion
 from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
 from fluss_spark.transport.tls import TlsClientConfig
@@ -93,6 +94,16 @@ class EmbeddedCluster:
     def drop_table(self, name: str, *, ignore_if_not_exists: bool = True) -> None:
         self.conn.admin().drop_table(name, ignore_if_not_exists=ignore_if_not_exists)
 
+    # -- writes (TableWrites) --------------------------------------------------------------------
+    def table_writer(self, table: str, options: Mapping[str, Any] | None = None, *,
+                     columns: Sequence[str] | None = None) -> RowWriter:
+        info = self.conn.resolve(table)
+        if columns is not None and set(columns) != set(info.schema.names):
+            raise UnsupportedVersion(f"partial updates of {info.name} (columns "
+                                     f"{', '.join(columns)}) are not supported by "
+                                     "fluss_spark's servers: give every column")
+        return self.conn.writer(info, options)
+
     # -- leases -----------------------------------------------------------------------------------
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
                                   holder: str | None = None, *,
@@ -153,6 +164,7 @@ class EmbeddedCluster:
 _IMPLEMENTS_CLUSTER: type[Cluster] = EmbeddedCluster
 _IMPLEMENTS_TABLE_ADMIN: type[TableAdmin] = EmbeddedCluster
 _IMPLEMENTS_PARTITION_ADMIN: type[PartitionAdmin] = EmbeddedCluster
+_IMPLEMENTS_TABLE_WRITES: type[TableWrites] = EmbeddedCluster
 
 
 __all__ = ["EmbeddedCluster"]

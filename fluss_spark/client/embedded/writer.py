@@ -10,8 +10,8 @@ from typing import Any, Mapping, Sequence, TypeAlias
 import pyarrow as pa
 
 from fluss_spark.client.embedded import partitions
-from fluss_spark.config import (CLIENT_WRITER_OPTIONS, WRITER_DYNAMIC_CREATE_PARTITION,
-                                check_known)
+from fluss_spark.config import (CLIENT_WRITER_OPTIONS, WRITER_BATCH_SIZE,
+                                WRITER_DYNAMIC_CREATE_PARTITION, check_known)
 from fluss_spark.errors import ConfigError, NonPrimaryKeyTable
 from fluss_spark.protocol.arrow_ipc import table_to_bytes
 from fluss_spark.protocol.messages import ProduceRequest, TableInfo
@@ -154,7 +154,9 @@ class TableWriter:
         options = dict(options or {})
         check_known(options, CLIENT_WRITER_OPTIONS, "client writer option")
         self.dynamic_create_partition = bool(WRITER_DYNAMIC_CREATE_PARTITION.get(options))
-        self.max_request_bytes = max_request_bytes
+        # client.writer.batch-size, when given, bounds each PRODUCE request's Arrow payload.
+        self.max_request_bytes = (WRITER_BATCH_SIZE.get(options)
+                                  if WRITER_BATCH_SIZE.key in options else max_request_bytes)
         self._names: dict[int, str] = {}          # partition id -> name, as written to
         self._lock = threading.Lock()
         # Sticky bucket for log tables without a bucket key: one bucket per call, rotating.
@@ -193,6 +195,12 @@ class TableWriter:
         rows = to_arrow(data, schema, f"delete from {self.table.name}")
         check_not_null(rows, self.table.primary_key, f"delete from {self.table.name}")
         return self._produce("delete", self._route(rows, self._split))
+
+    def flush(self) -> None:
+        """Nothing to wait for: every call returns once its rows are durable."""
+
+    def close(self) -> None:
+        """Nothing to release: the connection belongs to the caller."""
 
     def _require_pk(self, op: str) -> None:
         if not self.table.has_primary_key:

@@ -45,7 +45,7 @@ def test_leases_only_when_every_lease_api_is_advertised(missing):
     cluster = ApacheFlussWireCluster(Connection(missing))
     assert cluster.capabilities() == Capabilities(leases=not missing, lease_renewal="reacquire",
                                                   snapshot_read="files", live_kv_scan=False,
-                                                  partition_admin=True)
+                                                  partition_admin=True, partial_updates=True)
 
 
 @pytest.mark.parametrize("tablets, live", [((set(), set()), True), ((set(), {1061}), False),
