@@ -98,7 +98,7 @@ _TIER_COLUMNS = ["table", "kind", "rows_tiered", "lake_rows", "lag", "last_round
 
 def cmd_tier_status(args) -> int:
     from fluss_spark.tiering.job import JOB_FILE
-    from fluss_spark.tiering.progress import TIERING_DIR, job_status
+    from fluss_spark.tiering.progress import TIERING_DIR, Latest, job_status, latest_offsets
     lake = args.lake
     job_file = lake / TIERING_DIR / JOB_FILE
     if not lake.is_dir():
@@ -106,7 +106,7 @@ def cmd_tier_status(args) -> int:
     servers = getattr(args, "bootstrap_servers", None) or os.environ.get("FLUSS_BOOTSTRAP_SERVERS")
     if not servers and job_file.exists():
         servers = json.loads(job_file.read_text()).get("bootstrap_servers")
-    latest: dict[str, dict[int, int]] | None = None
+    latest: dict[str, Latest] | None = None
     unknown = None
     if servers:
         # An exact lag needs the tables' latest offsets; without the cluster, the job's last one.
@@ -119,7 +119,7 @@ def cmd_tier_status(args) -> int:
                 for t in list_lake_tables(lake):
                     name = t.name
                     if admin.table_exists(name):
-                        latest[name] = admin.list_offsets(name, spec="latest")
+                        latest[name] = latest_offsets(admin, name)
         except FlussError as e:
             latest = None
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

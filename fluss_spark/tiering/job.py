@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from fluss_spark.client.cluster import Cluster, TableInfo, refuse_partitioned
+from fluss_spark.client.cluster import Cluster, TableInfo
 from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.errors import FlussError, TableNotExist
 from fluss_spark.tiering.config import JOB_FILE, JobRecord, TieringConfig, TieringError
@@ -194,7 +194,6 @@ class TieringJob:
     def _start_query(self, info: TableInfo) -> None:
         if self.record is None:
             raise TieringError("the tiering job starts queries only once started")
-        refuse_partitioned(info, "the tiering job")
         started = start_table_query(self.spark, self.config, self.record.lease_id, info,
                                     LakeTable.open(self.lake_root, info.name),
                                     self.checkpoint(info.name), self.spark_lock)
@@ -308,8 +307,8 @@ class TieringJob:
         return self._lag(name, LakeTable.open(self.lake_root, name).state())
 
     def _lag(self, name: str, state: LakeState) -> int:
-        from fluss_spark.tiering.progress import lag_from_state
-        return lag_from_state(state, self.cluster.list_offsets(name, spec="latest"))
+        from fluss_spark.tiering.progress import lag_from_state, latest_offsets
+        return lag_from_state(state, latest_offsets(self.cluster, name, self.infos.get(name)))
 
     def status(self) -> dict:
         from fluss_spark.connector.progress import table_lag

@@ -18,7 +18,10 @@ replaced by copies without those keys (copy-on-write), and the keys' last rows a
 Table properties (version 1, ``fluss.format-version``): ``fluss.table``, ``fluss.table-id``,
 ``fluss.kind``, ``fluss.primary-key``, ``fluss.bucket-key``, ``fluss.num-buckets`` and
 ``fluss.arrow-schema`` (the Fluss table's Arrow schema, base64 IPC: Iceberg has no 8/16-bit
-integers and stores timestamps in microseconds; reads are cast back to the Fluss types).
+integers and stores timestamps in microseconds; reads are cast back to the Fluss types). A
+partitioned Fluss table's copy has an identity partition spec on its partition keys
+(``fluss_spark/tiering/lake_partitions.py``); its ``fluss.offsets`` hold one such position per
+partition: ``{partitions: {partition_id: {name, log, snapshot}}}`` (summary version 2).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from fluss_spark.tiering.lake_catalog import (CATALOG_NAME, LAKE_FILE, TIERING_D
                                               identifier, open_catalog, table_dir,
                                               write_lake_file)
 from fluss_spark.tiering.lake_files import local_path, referenced_files
+from fluss_spark.tiering.lake_partitions import (check_partitioning, partition_spec,
+                                                 spec_columns, touched_partitions)
 from fluss_spark.tiering.round_files import RoundFiles, RoundWriter
 from fluss_spark.tiering.lake_schema import (to_storage, decode_schema, encode_schema,
                                              iceberg_schema)
@@ -50,6 +55,8 @@ log = logging.getLogger(__name__)
 KIND_PK, KIND_LOG = "primary_key", "log"
 FORMAT_VERSION = "1"
 SUMMARY_VERSION = "1"
+#: Rounds of partitioned tables: offsets per partition.
+PARTITIONED_SUMMARY_VERSION = "2"
 
 P = "fluss."
 (K_QUERY, K_BATCH, K_LEASE, K_OFFSETS, K_DONE, K_ROWS_IN, K_ROWS_TIERED, K_COMMITTED_MS,
@@ -92,6 +99,8 @@ class LakeState:
     primary_key: tuple[str, ...] = ()
     bucket_key: tuple[str, ...] = ()
     num_buckets: int = 1
+    #: The identity partition columns of the lake table (a partitioned Fluss table's keys).
+    partition_keys: tuple[str, ...] = ()
     snapshot_id: int | None = None
     #: Snapshots in the table's history (all of them, rounds and maintenance).
     table_version: int = 0
@@ -131,6 +140,7 @@ def _state(tbl: Any, snapshot: Any = None, where: str = "") -> LakeState:
                 primary_key=tuple(json.loads(props.get(T_PK, "[]"))),
                 bucket_key=tuple(json.loads(props.get(T_BUCKET_KEY, "[]"))),
                 num_buckets=int(props.get(T_NUM_BUCKETS, "1")),
+                partition_keys=spec_columns(tbl.spec(), tbl.schema()),
                 table_version=len(tbl.metadata.snapshots))
     if snap is None:
         return LakeState(**base, snapshot_complete=kind == KIND_LOG)
@@ -252,8 +262,9 @@ class LakeTable:
     # -- writing --------------------------------------------------------------------------------
     def create(self, *, table: str, table_id: int, schema: pa.Schema,
                primary_key: Sequence[str] = (), bucket_key: Sequence[str] = (),
-               num_buckets: int = 1) -> LakeState:
-        """Create the Iceberg table, or check that an existing one copies the same table."""
+               num_buckets: int = 1, partition_keys: Sequence[str] = ()) -> LakeState:
+        """Create the Iceberg table (identity-partitioned on ``partition_keys``), or check that
+        an existing one copies the same table, partitioned alike."""
         from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
         if self.exists():
             st = self.state()
@@ -262,6 +273,7 @@ class LakeTable:
                                 f"{st.table_id}), not {table!r} (id {table_id}): the Fluss table "
                                 f"was dropped and recreated; drop the Iceberg table "
                                 f"{self.name} (or move the lake) to tier the new table")
+            check_partitioning(self.name, st.partition_keys, table, partition_keys)
             return st
         if (self.path / "_manifest").is_dir():
             raise LakeError(f"{self.path} holds a lake table in the old Parquet-manifest format; "
@@ -290,15 +302,15 @@ class LakeTable:
         if str(catalog_properties(self.lake_root).get("warehouse", "")) == \
                 self.lake_root.as_uri():
             location = self.path.as_uri()
+        ice = iceberg_schema(schema, primary_key)
         try:
-            cat.create_table((self.namespace, self.short_name),
-                             schema=iceberg_schema(schema, primary_key), location=location,
-                             properties=props)
+            cat.create_table((self.namespace, self.short_name), schema=ice, location=location,
+                             partition_spec=partition_spec(ice, partition_keys), properties=props)
         except TableAlreadyExistsError:
             pass    # created meanwhile by another process: checked as an existing table
         return self.create(table=table, table_id=table_id, schema=schema,
                            primary_key=primary_key, bucket_key=bucket_key,
-                           num_buckets=num_buckets)
+                           num_buckets=num_buckets, partition_keys=partition_keys)
 
     def already_applied(self, query_id: str, batch_id: int) -> bool:
         """Whether round ``batch_id`` of query ``query_id`` is in the current snapshot."""
@@ -351,11 +363,12 @@ class LakeTable:
                         f"{query_id} now writes it (its checkpoint was replaced, or another job "
                         f"writes this lake). Restore the old checkpoint, or drop the Iceberg "
                         f"table {self.name} to tier {base.table!r} again from scratch")
-            props = {K_SUMMARY_VERSION: SUMMARY_VERSION, K_OPERATION: "round",
+            offsets = fluss_offsets if fluss_offsets is not None else base.fluss_offsets
+            props = {K_SUMMARY_VERSION: PARTITIONED_SUMMARY_VERSION if "partitions" in offsets
+                     else SUMMARY_VERSION, K_OPERATION: "round",
                      K_QUERY: query_id, K_BATCH: str(int(batch_id)),
                      K_LEASE: lease_id or "", K_DONE: "true" if snapshot_complete else "false",
-                     K_OFFSETS: json.dumps(fluss_offsets if fluss_offsets is not None
-                                           else base.fluss_offsets, sort_keys=True),
+                     K_OFFSETS: json.dumps(offsets, sort_keys=True),
                      K_ROWS_IN: str(written.rows_in),
                      K_ROWS_TIERED: str(base.rows_tiered + written.rows_in),
                      K_COMMITTED_MS: str(int(self.clock() * 1000))}
@@ -477,11 +490,17 @@ def _pk_round(tbl: Any, tx: Any, base: LakeState, written: RoundFiles, props: di
     """Stage a PK round in ``tx`` as ONE overwrite snapshot: every data file holding a touched
     key is replaced by a copy without those keys (copy-on-write, one ``KeyRemover`` task per
     data file, run by ``run``), and the round's data files (each touched key's last row, where
-    it was not deleted) are added."""
+    it was not deleted) are added. Of a partitioned table only the data files of the partitions
+    the round touches are read."""
+    from pyiceberg.expressions import AlwaysTrue
     touched = written.touched
     snap = tbl.current_snapshot()
-    tasks = list(tbl.scan(snapshot_id=snap.snapshot_id).plan_files()) \
-        if snap is not None and touched is not None and touched.num_rows and base.rows else []
+    tasks: list[Any] = []
+    if snap is not None and touched is not None and touched.num_rows and base.rows:
+        # A key lives in one partition: only the partitions the round touches are read.
+        where = (key_filter(touched_partitions(touched, base.partition_keys))
+                 if base.partition_keys else AlwaysTrue())
+        tasks = list(tbl.scan(row_filter=where, snapshot_id=snap.snapshot_id).plan_files())
     if any(t.delete_files for t in tasks):
         # Delete files came from another writer: let pyiceberg apply them while deleting.
         tx.delete(key_filter(touched), snapshot_properties={K_OPERATION: "round-delete"})

@@ -42,16 +42,18 @@ def release_finished_snapshots(cluster: Cluster, lease_id: str, lake_root: Path,
         except FlussError as e:
             log.warning("cannot describe lease %s: %s", lease_id, e)
             return []
-        pinned = lambda info: sorted(lease.tables.get(info.table_id, ()))  # noqa: E731
+        pinned = lambda info: sorted(  # noqa: E731 - a partitioned table's pins are per partition
+            {b for pins in [lease.tables.get(info.table_id, {}),
+                            *lease.partitions.get(info.table_id, {}).values()] for b in pins})
     released = []
     for name, info in tables.items():
         pins = pinned(info)
         if not pins or name in failed:
             continue  # a failed query's pins go with the lease's expiry or a restart
         m = LakeTable.open(lake_root, name).state()
-        if (m.commit is not None and m.snapshot_complete and m.fluss_offsets.get("snapshot")
+        if (m.commit is not None and m.snapshot_complete and read_snapshots(m.fluss_offsets)
                 and finished_batch(name) >= m.commit.batch_id):
-            try:
+            try:    # a table's buckets release its pins in every partition too
                 cluster.release_kv_snapshot_lease(lease_id, {info.table_id: pins})
             except LeaseNotFound:
                 pass
@@ -60,4 +62,10 @@ def release_finished_snapshots(cluster: Cluster, lease_id: str, lake_root: Path,
     return released
 
 
-__all__ = ["release_finished_snapshots"]
+def read_snapshots(offsets: dict) -> bool:
+    """Whether a lake position read KV snapshots (of any partition, for a partitioned table)."""
+    return bool(offsets.get("snapshot")) or any(
+        p.get("snapshot") for p in (offsets.get("partitions") or {}).values())
+
+
+__all__ = ["read_snapshots", "release_finished_snapshots"]

@@ -19,16 +19,32 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
+from fluss_spark.errors import PartitionNotExist
 from fluss_spark.tiering.lake import TIERING_DIR, LakeError, LakeState, list_lake_tables
 
 STATUS_FILE = "status.json"
 STATUS_VERSION = 1
 
 
-def lag_from_state(manifest: LakeState, latest: Mapping[int, int]) -> int:
+#: A table's latest changelog offsets: bucket -> offset; of a partitioned table, partition id
+#: -> bucket -> offset, for every partition it has now.
+Latest = Mapping[int, Any]
+
+
+def lag_from_state(manifest: LakeState, latest: Latest) -> int:
     """Snapshot rows not yet tiered plus changelog records between the lake's offsets and
-    ``latest`` (the table's latest offset per bucket)."""
+    ``latest`` (the table's latest offsets, ``Latest``): of a partitioned table, the sum over its
+    partitions (a partition the lake has no position for yet counts from offset 0; one that is
+    gone from the table counts nothing, its rows stay in the lake)."""
     offsets = manifest.fluss_offsets or {}
+    if manifest.partition_keys:
+        parts = offsets.get("partitions") or {}
+        return sum(_unit_lag(parts.get(str(pid)) or {}, ends) for pid, ends in latest.items())
+    return _unit_lag(offsets, latest)
+
+
+def _unit_lag(offsets: Mapping[str, Any], latest: Mapping[int, int]) -> int:
+    """The lag of one read unit (an unpartitioned table, or a partition)."""
     log = {int(b): int(o) for b, o in (offsets.get("log") or {}).items()}
     lag = 0
     for b, entry in (offsets.get("snapshot") or {}).items():
@@ -37,6 +53,23 @@ def lag_from_state(manifest: LakeState, latest: Mapping[int, int]) -> int:
     for b, end in latest.items():
         lag += max(0, int(end) - log.get(int(b), 0))
     return lag
+
+
+def latest_offsets(cluster: Any, table: str, known: Any = None) -> Latest:
+    """``table``'s ``Latest`` offsets from ``cluster`` (a ``Cluster`` or an embedded ``Admin``:
+    both have ``get_table`` and ``list_offsets``). ``known``: the table's ``TableInfo`` as
+    already fetched; an unpartitioned one saves the metadata call (a partitioned one is fetched
+    again for its current partitions)."""
+    info = known if known is not None and not known.partitioned else cluster.get_table(table)
+    if not info.partitioned:
+        return cluster.list_offsets(table, spec="latest")
+    out: dict[int, Any] = {}
+    for p in info.partitions:
+        try:
+            out[p.partition_id] = cluster.list_offsets(table, spec="latest", partition=p.name)
+        except PartitionNotExist:
+            continue        # dropped since it was listed: nothing of it is left to tier
+    return out
 
 
 def write_status(lake_root: str | Path, doc: dict) -> None:
@@ -58,12 +91,12 @@ def read_status(lake_root: str | Path) -> dict:
     return doc if isinstance(doc, dict) and doc.get("version") == STATUS_VERSION else {}
 
 
-def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None,
+def table_progress(lake_root: str | Path, latest: Mapping[str, Latest] | None = None,
                    lag_unknown: str | None = None) -> list[dict]:
     """One row per lake table: ``table, kind, rows_tiered, lake_rows, lag, reported_lag,
     last_round_ms, batch_id, version, snapshot_complete, active, error, restarts``.
 
-    ``latest`` (table name -> bucket -> latest offset, from the cluster) gives an exact lag;
+    ``latest`` (table name -> ``Latest``, from the cluster) gives an exact lag;
     without it the lag is the job's last reported one (None when unknown). ``lag_unknown``: why
     the cluster could not be asked (the lag is then None; ``reported_lag`` keeps the job's).
     """
@@ -97,7 +130,7 @@ def table_progress(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]
     return rows
 
 
-def job_status(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | None = None,
+def job_status(lake_root: str | Path, latest: Mapping[str, Latest] | None = None,
                lag_unknown: str | None = None) -> dict[str, Any]:
     """The whole picture for ``fluss-spark tier status``: the job and its tables."""
     status = read_status(lake_root)
@@ -107,5 +140,5 @@ def job_status(lake_root: str | Path, latest: Mapping[str, Mapping[int, int]] | 
             "tables": table_progress(lake_root, latest, lag_unknown)}
 
 
-__all__ = ["lag_from_state", "write_status", "read_status", "table_progress", "job_status",
-           "TIERING_DIR"]
+__all__ = ["Latest", "lag_from_state", "latest_offsets", "write_status", "read_status",
+           "table_progress", "job_status", "TIERING_DIR"]

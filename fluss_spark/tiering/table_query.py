@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET, TableInfo
-from fluss_spark.connector.offsets import OffsetError, SourceOffset, decode
+from fluss_spark.connector.offsets import OffsetError, SourceOffset, TablePos, decode
 from fluss_spark.connector.startup import await_sources
 from fluss_spark.tiering.config import TieringConfig, TieringError
 from fluss_spark.tiering.lake import LakeError, LakeTable, MapTasks, on_threads
@@ -50,14 +50,27 @@ def batch_end_offset(checkpoint: Path, batch_id: int) -> SourceOffset:
 
 
 def lake_offsets(source_offset: SourceOffset, table: str) -> tuple[dict, bool]:
-    """A table's part of a source offset as stored in the manifest, and whether its snapshot
-    phase is over."""
+    """A table's part of a source offset as stored in the lake's snapshot summary, and whether
+    its snapshot phase is over. A partitioned table's is one position per partition it reads,
+    by partition id (a partition the source reported gone is no longer among them; the lake
+    keeps its rows)."""
     found = source_offset.table_by_name(table)
     if found is None:
         raise TieringError(f"the source offset has no entry for table {table!r}")
     t = found[1]
+    if not t.partitioned:
+        return _position(t), t.snapshot_complete
+    parts = {str(pid): {"name": p.name, **_position(p)} for pid, p in sorted(t.partitions.items())}
+    out: dict = {"partitions": parts}
+    if t.gone != (0, 0):
+        out["gone"] = {"partitions": t.gone[0], "unread": t.gone[1]}
+    return out, t.snapshot_complete
+
+
+def _position(t: TablePos) -> dict:
+    """One read unit's position: changelog offsets and snapshot progress per bucket."""
     snap = {str(b): [s.snapshot_id, s.row_count, s.next_row] for b, s in t.snapshot.items()}
-    return {"log": {str(b): o for b, o in t.log.items()}, "snapshot": snap}, t.snapshot_complete
+    return {"log": {str(b): o for b, o in t.log.items()}, "snapshot": snap}
 
 
 class TableSink:
@@ -183,7 +196,7 @@ def start_table_query(spark: Any, config: TieringConfig, lease_id: str, info: Ta
     SparkSession")."""
     lake.create(table=info.name, table_id=info.table_id, schema=info.schema,
                 primary_key=info.primary_key, bucket_key=info.bucket_key,
-                num_buckets=info.num_buckets)
+                num_buckets=info.num_buckets, partition_keys=info.partition_keys)
     reader = (spark.readStream.format("fluss")
               .option("bootstrap.servers", config.bootstrap_servers)
               .option("table", info.name)

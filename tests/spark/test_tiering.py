@@ -9,6 +9,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -21,6 +22,7 @@ from fluss_spark.tiering.job import TieringJob
 from fluss_spark.tiering.lake import LakeTable
 from fluss_spark.tiering.progress import job_status
 from fluss_spark.tiering.spark_reader import read_lake_table
+from fluss_spark.testing.streams import table_state
 
 pytestmark = pytest.mark.spark
 
@@ -282,3 +284,100 @@ def test_a_second_job_writing_the_same_iceberg_tables_is_refused(spark, cluster,
     first = pa.table({"k": pa.array(range(100), pa.int64()), "msg": ["a"] * 100})
     assert_lake_equals(spark, tmp_path / "lake1", lg, first)
     assert_lake_equals(spark, tmp_path / "lake2", lg, first)   # the same catalog, same table
+
+
+DAYS = ("2026-11-24", "2026-11-25", "2026-11-26")
+
+
+def pyiceberg_rows(lake_root, table: str) -> list[dict]:
+    """The lake table's rows through pyiceberg's own scan (not ``LakeTable.read``)."""
+    return LakeTable.open(lake_root, table).iceberg().scan().to_arrow().to_pylist()
+
+
+def partitioned_log(conn, table: str) -> Counter:
+    """Every record of every partition of a log table, read partition by partition."""
+    admin = conn.admin()
+    out: Counter = Counter()
+    for p in admin.get_table(table).partitions:
+        ends = admin.list_offsets(table, spec="latest", partition=p.name)
+        scanner = conn.log_scanner(table, partition=p.name)
+        for b, end in ends.items():
+            for rb in (scanner.read(b, 0, end) if end else ()):
+                out.update((r["id"], r["dt"], r["v"]) for r in rb.to_pylist())
+    return out
+
+
+def test_partitioned_tables_are_tiered_per_partition_and_a_dropped_partition_stays_in_the_lake(
+        spark, cluster, conn, table_name, tmp_path):
+    admin = conn.admin()
+    pk, lg = f"{table_name}_ppk", f"{table_name}_plog"
+    admin.create_table(pk, "id BIGINT NOT NULL, dt STRING NOT NULL, v STRING",
+                       primary_key=["id", "dt"], num_buckets=2, partition_keys=["dt"])
+    admin.create_table(lg, "id BIGINT, dt STRING, v STRING", num_buckets=2,
+                       partition_keys=["dt"], bucket_key=["id"])
+    pw, lw = conn.writer(pk), conn.writer(lg)
+    for day in DAYS:
+        admin.create_partition(pk, {"dt": day})
+        admin.create_partition(lg, {"dt": day})
+        pw.upsert([{"id": i, "dt": day, "v": "a"} for i in range(300)])
+        admin.trigger_kv_snapshot(pk, partition=day)
+        lw.append([{"id": i, "dt": day, "v": "m"} for i in range(100)])
+    lake_root = tmp_path / "lake"
+    config = TieringConfig(lake=lake_root, bootstrap_servers=cluster.bootstrap_servers,
+                           table_pattern=re.escape(table_name) + "_p(pk|log)",
+                           trigger_interval="300 milliseconds", poll_interval_s=0.3)
+    stop = threading.Event()
+
+    def churn():     # the first day is left alone: it is dropped later with nothing unread
+        for i in range(1, 21):
+            if stop.wait(0.05):
+                return
+            for day in DAYS[1:]:
+                pw.upsert([{"id": k, "dt": day, "v": f"u{i}"} for k in range(i * 10, i * 10 + 15)])
+                pw.delete([{"id": 300 - i, "dt": day}])
+                lw.append([{"id": 1000 + i, "dt": day, "v": f"late{i}"}])
+
+    def caught_up():
+        job.poll()
+        return job.caught_up()
+
+    job = TieringJob(spark, config).start()
+    writer = threading.Thread(target=churn)
+    try:
+        writer.start()
+        writer.join()
+        wait_until(caught_up, 120, "the partitioned lake copies to catch up")
+        lease_id = job.record.lease_id
+        wait_until(lambda: job.poll() and lease_id not in {
+            x.lease_id for x in admin.list_kv_snapshot_leases()}, 30,
+            "the lease to go after every partition's snapshot phase")
+        for t in (pk, lg):
+            spec = LakeTable.open(lake_root, t).iceberg().spec()
+            assert [(f.name, str(f.transform)) for f in spec.fields] == [("dt", "identity")]
+        state = table_state(conn, pk)
+        assert {dt for _, dt in state} == set(DAYS)
+        lake = pyiceberg_rows(lake_root, pk)
+        assert len(lake) == len(state) and {(r["id"], r["dt"]): r["v"] for r in lake} == state
+        assert Counter((r["id"], r["dt"], r["v"]) for r in pyiceberg_rows(lake_root, lg)) == \
+            partitioned_log(conn, lg)
+        # Fluss drops the first day; the lake keeps it (history) while the others go on.
+        dropped_pk = {k: v for k, v in state.items() if k[1] == DAYS[0]}
+        dropped_log = Counter({k: n for k, n in partitioned_log(conn, lg).items()
+                               if k[1] == DAYS[0]})
+        for t in (pk, lg):
+            admin.drop_partition(t, {"dt": DAYS[0]})
+        pw.upsert([{"id": 7, "dt": DAYS[1], "v": "after"}])
+        pw.delete([{"id": 8, "dt": DAYS[2]}])
+        lw.append([{"id": 2000, "dt": DAYS[2], "v": "after"}])
+        wait_until(caught_up, 60, "the lake copies to catch up after the drop")
+        assert not job.errors and all(q.isActive for q in job.queries.values())
+    finally:
+        stop.set()
+        job.stop()
+    lake = pyiceberg_rows(lake_root, pk)
+    assert len(lake) == len(dropped_pk) + len(table_state(conn, pk))
+    assert {(r["id"], r["dt"]): r["v"] for r in lake} == {**dropped_pk, **table_state(conn, pk)}
+    assert Counter((r["id"], r["dt"], r["v"]) for r in pyiceberg_rows(lake_root, lg)) == \
+        dropped_log + partitioned_log(conn, lg)
+    # The lag sums over the partitions the tables have now: nothing left to tier.
+    assert {r["table"]: r["lag"] for r in job_status(lake_root)["tables"]} == {pk: 0, lg: 0}

@@ -185,6 +185,9 @@ def test_the_status_of_a_poll_has_each_tables_batch_rows_and_lag(tmp_path):
     ends = {"db.log": {0: 5}}
 
     class Cluster:
+        def get_table(self, name):
+            return SimpleNamespace(partitioned=False)
+
         def list_offsets(self, name, spec):
             if name not in ends:
                 raise NetworkError("cluster down")
