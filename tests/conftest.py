@@ -103,6 +103,9 @@ APACHE_FLUSS_TEST_OPTIONS = {
     # Expired KV snapshot leases are noticed within a second (default: 10 minutes), so a lease
     # that is not renewed loses its snapshots during a test.
     "kv.snapshot.lease.expiration-check-interval": "1s",
+    # Auto-partitioning drops partitions past their table's retention at this pace (default:
+    # 10 minutes), so an expiry can happen while a test's query reads.
+    "auto-partition.check.interval": "3s",
 }
 
 

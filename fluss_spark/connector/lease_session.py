@@ -164,8 +164,18 @@ class LeaseSession:
         they are gone (also when the lease already is)."""
         lease_id = self._bound_id()
         with self._lock:
+            # A partitioned table's release names the partitions pinned, and only them: a
+            # cluster that expands a table's buckets to the partitions it lists now (Apache
+            # Fluss 0.9.1) would miss one dropped since, keeping the lease, and Fluss 0.9.1
+            # fails a release that names a partition the lease does not pin.
+            held = {pid: buckets for (tid, pid), pins in self._pins.items()
+                    if tid == table_id and pid is not None and pins}
             try:
-                self._cluster().release_kv_snapshot_lease(lease_id, {table_id: buckets})
+                if held:
+                    self._cluster().release_kv_snapshot_lease(lease_id, {},
+                                                              partitions={table_id: held})
+                else:
+                    self._cluster().release_kv_snapshot_lease(lease_id, {table_id: buckets})
             except LeaseNotFound:
                 self._forget(table_id, buckets)
                 return True  # released earlier, expired, or emptied

@@ -8,7 +8,9 @@ client made it.
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 from kazoo.client import KazooClient
 
@@ -38,9 +40,13 @@ class ZooKeeperLeases:
         while not self._stop.is_set():
             try:
                 self.seen |= self.now() - self.before
+                self.look(self.seen)
             except Exception:  # noqa: BLE001 - a lease removed while listing; the next look sees it
                 pass
             self._stop.wait(self.interval_s)
+
+    def look(self, lease_ids: set[str]) -> None:
+        """Called on every poll with the ids seen so far; nothing here."""
 
     def close(self) -> None:
         if self._stop.is_set():
@@ -62,9 +68,30 @@ class FlussLeases(ZooKeeperLeases):
     ``<zookeeper.path.root>/leases/kv_snapshot``."""
 
     def __init__(self, apache_fluss, interval_s: float = 0.05):
+        #: lease id -> the (table id, partition id) whose pins its record held while watched.
+        self.partitions: dict[str, set[tuple[int, int]]] = {}
         root = apache_fluss.options["zookeeper.path.root"].rstrip("/")
         super().__init__(apache_fluss.zookeeper_address, f"{root}/leases/kv_snapshot",
                          interval_s)
+
+    def look(self, lease_ids: set[str]) -> None:
+        for lease_id in lease_ids & self.now():
+            self.partitions.setdefault(lease_id, set()).update(self.pinned_partitions(lease_id))
+
+    def pinned_partitions(self, lease_id: str) -> set[tuple[int, int]]:
+        """The (table id, partition id) the lease pins now. Fluss 0.9.1 keeps a lease's expiry
+        and, per table, the path of a JSON file in ``remote.data.dir`` in the znode (``{version,
+        expiration_time, tables: [{table_id, lease_metadata_path}]}``); the file holds the
+        table's pins (``{version, table_id, bucket_snapshots | partition_snapshots:
+        [{partition_id, bucket_snapshots}]}``)."""
+        data, _ = self.zk.get(f"{self.path}/{lease_id}")
+        found = set()
+        for table in json.loads(data).get("tables", []):
+            path = table["lease_metadata_path"].removeprefix("file:")
+            pins = json.loads(Path(path).read_bytes())
+            found |= {(pins["table_id"], p["partition_id"])
+                      for p in pins.get("partition_snapshots", [])}
+        return found
 
 
 class EmbeddedLeases(ZooKeeperLeases):

@@ -114,18 +114,22 @@ class PyFluss:
 
     def create_table(self, name: str, schema, *, primary_key: Sequence[str] = (),
                      buckets: int = 1, properties: dict[str, str] | None = None,
-                     timeout_s: float = 60.0) -> int:
-        """Create a log table (no ``primary_key``) or a primary-key table; returns its table id
-        once every bucket has a leader that answers (a write sent before may go unanswered)."""
+                     partition_keys: Sequence[str] = (), timeout_s: float = 60.0) -> int:
+        """Create a log table (no ``primary_key``) or a primary-key table, partitioned by
+        ``partition_keys`` if given; returns its table id once every bucket has a leader that
+        answers (a write sent before may go unanswered; a partitioned table has none yet)."""
         f = self._fluss
         db, _ = split_name(name)
         fs = f.Schema(arrow_schema(schema), primary_keys=list(primary_key) or None)
-        desc = f.TableDescriptor(fs, bucket_count=buckets, properties=dict(properties or {}))
+        desc = f.TableDescriptor(fs, bucket_count=buckets, properties=dict(properties or {}),
+                                 partition_keys=list(partition_keys) or None)
 
         async def go() -> int:
             await self.admin.create_database(db, ignore_if_exists=True)
             await self.admin.create_table(self.path(name), desc, False)
             table_id = (await self.admin.get_table_info(self.path(name))).table_id
+            if partition_keys:
+                return table_id
             deadline = time.monotonic() + timeout_s
             while True:
                 try:
@@ -152,13 +156,40 @@ class PyFluss:
             return (await self.admin.get_table_info(self.path(name))).get_primary_keys()
         return self._run(go())
 
-    async def _latest_offsets(self, name: str) -> dict[int, int]:
-        info = await self.admin.get_table_info(self.path(name))
-        return await self.admin.list_offsets(self.path(name), list(range(info.num_buckets)),
-                                             self._fluss.OffsetSpec.latest())
+    def create_partition(self, name: str, spec: dict[str, str],
+                         ignore_if_exists: bool = False) -> None:
+        async def go():
+            await self.admin.create_partition(self.path(name), spec, ignore_if_exists)
+        self._run(go())
 
-    def latest_offsets(self, name: str) -> dict[int, int]:
-        """``{bucket: log end offset}``."""
+    def drop_partition(self, name: str, spec: dict[str, str]) -> None:
+        async def go():
+            await self.admin.drop_partition(self.path(name), spec, False)
+        self._run(go())
+
+    def partitions(self, name: str) -> dict[str, int]:
+        """``{partition name: partition id}`` of a partitioned table."""
+        async def go():
+            return {p.partition_name: p.partition_id
+                    for p in await self.admin.list_partition_infos(self.path(name))}
+        return self._run(go())
+
+    async def _latest_offsets(self, name: str) -> dict:
+        """``{bucket: log end offset}``; ``{(partition id, bucket): ...}`` of every partition
+        of a partitioned table."""
+        info = await self.admin.get_table_info(self.path(name))
+        buckets, latest = list(range(info.num_buckets)), self._fluss.OffsetSpec.latest()
+        if not info.is_partitioned():
+            return await self.admin.list_offsets(self.path(name), buckets, latest)
+        ends = {}
+        for p in await self.admin.list_partition_infos(self.path(name)):
+            for b, o in (await self.admin.list_partition_offsets(
+                    self.path(name), p.partition_name, buckets, latest)).items():
+                ends[(p.partition_id, b)] = o
+        return ends
+
+    def latest_offsets(self, name: str) -> dict:
+        """``{bucket: log end offset}`` (``{(partition id, bucket): ...}`` if partitioned)."""
         return self._run(self._latest_offsets(name))
 
     # -- writes ---------------------------------------------------------------------------------
@@ -219,16 +250,22 @@ class PyFluss:
         ``end`` do not all arrive in time."""
         return self._run(self._read_ranges(name, ranges, timeout_s))
 
-    async def _read_ranges(self, name: str, ranges: dict[int, tuple[int | None, int]],
-                           timeout_s: float) -> dict[int, list[tuple[int, str, dict]]]:
-        got: dict[int, list[tuple[int, str, dict[str, Any]]]] = {b: [] for b in ranges}
+    async def _read_ranges(self, name: str, ranges: dict[Any, tuple[int | None, int]],
+                           timeout_s: float) -> dict[Any, list[tuple[int, str, dict]]]:
+        """As ``read_log_ranges``; keys ``(partition id, bucket)`` read a partitioned table."""
+        got: dict[Any, list[tuple[int, str, dict[str, Any]]]] = {b: [] for b in ranges}
         todo = {b: (s or 0, e) for b, (s, e) in ranges.items() if e > (s or 0)}
         if not todo:
             return got
         table = await self.conn.get_table(self.path(name))
         scanner = await table.new_scan().create_log_scanner()
-        scanner.subscribe_buckets({b: self._fluss.EARLIEST_OFFSET if ranges[b][0] is None
-                                   else ranges[b][0] for b in todo})
+        starts = {b: self._fluss.EARLIEST_OFFSET if ranges[b][0] is None else ranges[b][0]
+                  for b in todo}
+        partitioned = isinstance(next(iter(todo)), tuple)
+        if partitioned:
+            scanner.subscribe_partition_buckets(starts)
+        else:
+            scanner.subscribe_buckets(starts)
         deadline = time.monotonic() + timeout_s
 
         def reached(b: int) -> int:
@@ -240,7 +277,7 @@ class PyFluss:
                                    f"{ {b: e for b, (_, e) in todo.items()} } within "
                                    f"{timeout_s:.0f}s")
             for bucket, records in (await scanner.poll(500)).items():
-                b = bucket.bucket_id
+                b = (bucket.partition_id, bucket.bucket_id) if partitioned else bucket.bucket_id
                 if b not in todo:
                     continue
                 for r in records:

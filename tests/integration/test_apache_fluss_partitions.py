@@ -145,12 +145,14 @@ def test_day_partitioned_pk_and_log_tables(apache_fluss, capsys):
         deadline = time.monotonic() + 30
         while True:
             today = datetime.datetime.now(datetime.timezone.utc).date()
-            days = [(today + datetime.timedelta(days=n)).strftime("%Y%m%d") for n in (0, 1)]
+            days = [(today + datetime.timedelta(days=n)).strftime("%Y%m%d") for n in (-1, 0, 1)]
             made_by_fluss = sorted(p.name for p in fluss.list_partitions(auto))
-            if made_by_fluss == days or time.monotonic() > deadline:
+            if made_by_fluss[-2:] == days[1:] or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert made_by_fluss == days
+        # Today's and tomorrow's; Fluss's periodic check (every 3 s here) may also make
+        # yesterday's, as it pre-creates from a random delay into the day.
+        assert made_by_fluss in (days[1:], days)
         with pytest.raises(PartitionNotExist, match=f"^partition dt={DAYS[0]} of table {log} "
                                                     "does not exist .never created, dropped, or "
                                                     "expired by auto-partition retention.$"):

@@ -103,3 +103,35 @@ def test_thread_renews_and_stops():
     n = len(cluster.calls_of("renew"))
     assert k._thread is not None and not k._thread.is_alive()
     assert len(cluster.calls_of("renew")) == n
+
+
+def test_a_release_names_the_partitions_it_pinned_also_one_dropped_since(clock):
+    """A cluster that releases a table's buckets only in the partitions it lists now (Apache
+    Fluss 0.9.1) must still be told a dropped partition's pins, or the lease would stay; and
+    only the partitions pinned: Fluss 0.9.1 fails a release naming a partition it does not pin
+    (here, one created after the acquire)."""
+    cluster = FakeCluster(clock=clock)
+    cluster.add_table("db.p", schema="id BIGINT NOT NULL, dt STRING NOT NULL, v STRING",
+                      pk=("id", "dt"), buckets=2, partition_keys=("dt",))
+    ids = {day: cluster.create_partition("db.p", {"dt": day}).partition_id
+           for day in ("2026-11-24", "2026-11-25")}
+    tid = cluster.tables["db.p"].info.table_id
+    released = []
+    plain = cluster.release_kv_snapshot_lease
+
+    def release(lease_id, tables, *, partitions=None):
+        released.append((tables, partitions))
+        return plain(lease_id, tables, partitions=partitions)
+    cluster.release_kv_snapshot_lease = release   # type: ignore[method-assign]
+    for day, pid in ids.items():
+        cluster.add_snapshot("db.p", 0, 3, [{"id": 1, "dt": day, "v": "a"}], 1, partition=day)
+    options = parse_options({"bootstrap.servers": "h:1", "table": "db.p"})
+    session = LeaseSession(options, lambda: cluster, lambda: cluster, clock=clock,
+                           renew_in_thread=False)
+    session.bind("L", "q")
+    assert session.acquire({(tid, pid): {0: 3} for pid in ids.values()}, {}) == {}
+    cluster.drop_partition("db.p", {"dt": "2026-11-24"})
+    cluster.create_partition("db.p", {"dt": "2026-11-26"})
+    assert session.release(tid, [0, 1], "db.p")
+    assert released == [({}, {tid: {pid: [0, 1] for pid in ids.values()}})]
+    assert session.held() == {}

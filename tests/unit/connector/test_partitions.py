@@ -92,7 +92,7 @@ def test_full_mode_reads_every_partition_under_one_lease(parts, clock):
     assert loop.reads() == expected(snapshot_then_log(DAYS[0], 10), snapshot_then_log(DAYS[1], 11))
     assert loop.lease_ids_in_offsets() == {lease_id}
     assert parts.leases == {}           # one release of the table covered its partitions
-    assert [c[2] for c in parts.calls_of("release")] == [{tid: [0, 1]}]
+    assert len(parts.calls_of("release")) == 1
     splits = [s for out in loop.output.values() for s in out]
     assert {(s.partition, s.partition_id) for s in splits} == {(d, pid(parts, d))
                                                               for d in DAYS[:2]}
