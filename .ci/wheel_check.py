@@ -78,6 +78,30 @@ def build_wheel(work: Path) -> Path:
     return wheel
 
 
+#: Run in the venv: every file the installed distributions own, one absolute path a line, and
+#: each one's .dist-info directory (whatever lies in it is the distribution's) after a "+".
+_OWNED_FILES = ("import importlib.metadata as m\n"
+                "for d in m.distributions():\n"
+                "    print('+', getattr(d, '_path', ''), sep='')\n"
+                "    for f in d.files or ():\n"
+                "        print(d.locate_file(f).resolve())")
+
+
+def _not_owned(site: Path, listing: str) -> list[str]:
+    """What of ``site`` has "fluss" in its name and belongs to no installed distribution."""
+    lines = [ln for ln in listing.splitlines() if ln.strip("+")]
+    roots = {Path(ln[1:]) for ln in lines if ln.startswith("+")}
+    files = {Path(ln) for ln in lines if not ln.startswith("+")}
+    dirs = {d for f in files for d in f.parents}      # a directory holding an owned file
+    left = []
+    for p in site.rglob("*"):
+        real = p.resolve()
+        if ("fluss" in p.name.lower() and real not in files and real not in dirs
+                and not any(r in real.parents or r == real for r in roots)):
+            left.append(str(p.relative_to(site)))
+    return sorted(left)
+
+
 def main() -> int:
     started = time.monotonic()
     last = [started]
@@ -155,8 +179,8 @@ def main() -> int:
         site = Path(run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                         env, work).strip())
         run([py, "-m", "pip", "uninstall", "-y", "-q", "fluss-spark"], env, work)
-        left = sorted(str(p.relative_to(site)) for p in site.rglob("*")
-                      if "fluss" in p.name.lower() and "pyfluss" not in p.name.lower())
+        # What the other installed distributions own (pyfluss installs the module ``fluss``).
+        left = _not_owned(site, run([py, "-c", _OWNED_FILES], env, work))
         if left:
             raise CheckFailed(f"pip uninstall left these in {site}: {left[:20]}")
         step("pip uninstall left nothing in site-packages")

@@ -121,8 +121,10 @@ class PyFluss:
         f = self._fluss
         db, _ = split_name(name)
         fs = f.Schema(arrow_schema(schema), primary_keys=list(primary_key) or None)
+        # pyfluss takes no partition_keys=None: an unpartitioned table leaves the argument out
+        partitioned = {"partition_keys": list(partition_keys)} if partition_keys else {}
         desc = f.TableDescriptor(fs, bucket_count=buckets, properties=dict(properties or {}),
-                                 partition_keys=list(partition_keys) or None)
+                                 **partitioned)
 
         async def go() -> int:
             await self.admin.create_database(db, ignore_if_exists=True)
@@ -156,10 +158,25 @@ class PyFluss:
             return (await self.admin.get_table_info(self.path(name))).get_primary_keys()
         return self._run(go())
 
-    def create_partition(self, name: str, spec: dict[str, str],
-                         ignore_if_exists: bool = False) -> None:
+    def create_partition(self, name: str, spec: dict[str, str], ignore_if_exists: bool = False,
+                         timeout_s: float = 60.0) -> None:
+        """Create the partition ``spec``; returns once each of its buckets has a leader that
+        answers (as ``create_table``: a write sent before may go unanswered)."""
         async def go():
             await self.admin.create_partition(self.path(name), spec, ignore_if_exists)
+            info = await self.admin.get_table_info(self.path(name))
+            partition = "$".join(spec[k] for k in info.get_partition_keys())
+            buckets = list(range(info.num_buckets))
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    await self.admin.list_partition_offsets(
+                        self.path(name), partition, buckets, self._fluss.OffsetSpec.latest())
+                    return
+                except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
         self._run(go())
 
     def drop_partition(self, name: str, spec: dict[str, str]) -> None:
