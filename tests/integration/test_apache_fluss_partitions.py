@@ -153,9 +153,10 @@ def test_day_partitioned_pk_and_log_tables(apache_fluss, capsys):
         # Today's and tomorrow's; Fluss's periodic check (every 3 s here) may also make
         # yesterday's, as it pre-creates from a random delay into the day.
         assert made_by_fluss in (days[1:], days)
+        # One line naming the partition; what follows depends on whether the client still held
+        # its metadata (the refresh fails: "dropped, or expired") or not ("create it with").
         with pytest.raises(PartitionNotExist, match=f"^partition dt={DAYS[0]} of table {log} "
-                                                    "does not exist .never created, dropped, or "
-                                                    "expired by auto-partition retention.$"):
+                                                    "does not exist[ ;]"):
             list(fluss.read_log(log, 0, 0, 1, partition=DAYS[0]))
     finally:
         fluss.drop_database(db)
