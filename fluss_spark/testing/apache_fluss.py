@@ -59,6 +59,20 @@ def split_name(name: str) -> tuple[str, str]:
     return db, table
 
 
+async def _until_answered(call, timeout_s: float) -> None:
+    """Await ``call()`` until it answers (every bucket it asks has a leader that answers), for
+    up to ``timeout_s``; then its last error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await call()
+            return
+        except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 class PyFluss:
     """One pyfluss connection to ``bootstrap`` (``host:port``) with blocking helper methods.
 
@@ -130,17 +144,9 @@ class PyFluss:
             await self.admin.create_database(db, ignore_if_exists=True)
             await self.admin.create_table(self.path(name), desc, False)
             table_id = (await self.admin.get_table_info(self.path(name))).table_id
-            if partition_keys:
-                return table_id
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    await self._latest_offsets(name)
-                    return table_id
-                except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.1)
+            if not partition_keys:
+                await _until_answered(lambda: self._latest_offsets(name), timeout_s)
+            return table_id
         return self._run(go())
 
     def drop_table(self, name: str) -> None:
@@ -167,16 +173,8 @@ class PyFluss:
             info = await self.admin.get_table_info(self.path(name))
             partition = "$".join(spec[k] for k in info.get_partition_keys())
             buckets = list(range(info.num_buckets))
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    await self.admin.list_partition_offsets(
-                        self.path(name), partition, buckets, self._fluss.OffsetSpec.latest())
-                    return
-                except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.1)
+            await _until_answered(lambda: self.admin.list_partition_offsets(
+                self.path(name), partition, buckets, self._fluss.OffsetSpec.latest()), timeout_s)
         self._run(go())
 
     def drop_partition(self, name: str, spec: dict[str, str]) -> None:
