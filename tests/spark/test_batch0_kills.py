@@ -4,7 +4,8 @@ checkpoint must deliver, for every bucket, exactly the snapshot its ``offsets/0`
 exactly the bucket's changelog from that snapshot's log offset, under the one lease of its
 checkpoint.
 
-Runs on both engines (the embedded cluster and Apache Fluss 0.9.1). Kill points:
+Runs on both engines (the embedded cluster and Apache Fluss 0.9.1); on Apache Fluss also over a
+day-partitioned table (offsets/0 and mid-snapshot). Kill points:
 
 - ``offsets/0``: the moment ``<ckpt>/offsets/0`` exists (polled every 10 ms), repeated
   ``REPEATS_A`` times (env ``FLUSS_SPARK_KILL_REPEATS``, default 1; 5 passed when it was
@@ -34,9 +35,11 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.client.backends import open_cluster
+from fluss_spark.connector.offsets import decode
 from fluss_spark.local.ports import wait_until
 from fluss_spark.metadata.lease_watch import EmbeddedLeases, FlussLeases, ZooKeeperLeases
 from fluss_spark.testing.spark_driver import Driver
+from fluss_spark.testing.streams import fold as fold_changelog
 from fluss_spark.testing.streams import table_state
 
 pytestmark = pytest.mark.spark
@@ -512,3 +515,127 @@ def test_the_checks_name_a_lost_a_duplicated_and_a_foreign_record():
     assert any("another snapshot than offsets/0's" in f for f in other), other
     changed = bucket_failures(1, snapshot, snap + [dict(log[0], v="x")] + log[1:], records, 6)
     assert len(changed) == 1 and "differ from the independent reader's" in changed[0], changed
+
+
+# -- a partitioned table on Apache Fluss ----------------------------------------------------------
+# The embedded engine's version is tests/spark/test_partitions.py's kill test (extended). Here the
+# module's Apache Fluss cluster (a snapshot every second, one retained) serves a day-partitioned
+# PK table: offsets/0 names a snapshot per partition bucket, and the restart must read exactly
+# those, pinned under offsets/0's lease, then each partition's changelog after them.
+DAYS = ("2026-11-24", "2026-11-25", "2026-11-26")
+DAY_ROWS = 2000
+PARTITIONED_OPTIONS = {"maxOffsetsPerTrigger": "1500", "scan.kv.read": "snapshot"}
+
+
+class DayWriter(threading.Thread):
+    """Upserts in the first half of every day's keys and deletes in the second half (each key
+    once: Fluss gives the delete of a missing key an offset without a record, which pyfluss's
+    reader would wait for), a round every 100 ms until stopped."""
+
+    def __init__(self, servers: str, table: str):
+        super().__init__(daemon=True)
+        self.servers, self.table = servers, table
+        self.stop_event = threading.Event()
+        self.rounds = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from fluss_spark.testing.apache_fluss import PyFluss
+        try:
+            with PyFluss(self.servers) as fluss:
+                while not self.stop_event.wait(0.1) and self.rounds < DAY_ROWS // 2:
+                    r = self.rounds
+                    for day in DAYS:
+                        fluss.upsert(self.table, [((r * 31 + k) % (DAY_ROWS // 2), day, f"u{r}")
+                                                  for k in range(30)])
+                        fluss.delete(self.table, [(DAY_ROWS // 2 + r, day)])
+                    self.rounds += 1
+        except BaseException as e:  # noqa: BLE001 - reported by finish()
+            self.error = e
+
+    def finish(self) -> None:
+        self.stop_event.set()
+        self.join(120)
+        assert self.error is None, f"the concurrent writer failed: {self.error!r}"
+        assert self.rounds > 0, "the concurrent writer wrote nothing"
+
+
+@pytest.mark.parametrize("engine", ["apache-fluss"], indirect=True)
+@pytest.mark.parametrize("point", [OFFSETS_0, MID_SNAPSHOT], ids=["offsets0", "mid-snapshot"])
+def test_a_partitioned_table_restarts_exactly_after_a_kill_on_apache_fluss(
+        spark, engine, point, tmp_path):
+    fluss, servers = engine.fluss, engine.servers
+    table = engine.new_table()
+    fluss.create_table(table, "id BIGINT NOT NULL, dt STRING NOT NULL, v STRING",
+                       primary_key=["id", "dt"], buckets=2, partition_keys=["dt"])
+    cluster = open_cluster(servers)
+    try:
+        for day in DAYS:
+            fluss.create_partition(table, {"dt": day})
+            fluss.upsert(table, [(k, day, "0") for k in range(DAY_ROWS)])
+        for day in DAYS:       # every bucket's snapshot covers the load before the query starts
+            loaded = cluster.list_offsets(table, partition=day)
+            wait_until(lambda: all(b in s and s[b].log_offset >= loaded[b] for b in loaded
+                                   for s in [cluster.latest_kv_snapshots(table, partition=day)]),
+                       120, f"KV snapshots of {table} dt={day} covering offsets {loaded}")
+    finally:
+        cluster.close()
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    writer = DayWriter(servers, table)
+    with engine.leases() as leases:
+        writer.start()
+        try:
+            driver = Driver(tmp_path, servers, table, str(out), str(ckpt),
+                            "2" if point == MID_SNAPSHOT else "-1", "0",
+                            options=PARTITIONED_OPTIONS)
+            try:
+                if point == OFFSETS_0:
+                    wait_until(lambda: (ckpt / "offsets" / "0").exists()
+                               or driver.proc.poll() is not None, 240,
+                               "offsets/0 of the first driver", interval_s=0.01)
+                else:
+                    driver.wait_for("IN_BATCH 2", "the first driver inside batch 2", 240)
+            finally:
+                driver.kill()
+            assert (ckpt / "offsets" / "0").exists(), driver.log_tail()
+            first = decode(offsets_of(ckpt)[0])
+            pinned_at_kill = first.lease_id in leases.now()
+            (tid,) = first.tables
+            snapshots = {pos.name: pos.snapshot for pos in first.tables[tid].partitions.values()}
+
+            def sink(df, batch_id):
+                df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
+            reader = (spark.readStream.format("fluss").option("bootstrap.servers", servers)
+                      .option("table", table))
+            for k, v in PARTITIONED_OPTIONS.items():
+                reader = reader.option(k, v)
+            q = (reader.load().writeStream.option("checkpointLocation", str(ckpt))
+                 .foreachBatch(sink).start())
+            try:
+                wait_until(lambda: q.exception() is not None or (
+                    first.lease_id in leases.seen and first.lease_id not in leases.now()), 240,
+                    "the restarted snapshot phase to end and its lease to go")
+                failed(q)
+                writer.finish()
+                q.processAllAvailable()
+                failed(q)
+            finally:
+                q.stop()
+        finally:
+            writer.stop_event.set()
+        assert pinned_at_kill, (f"lease {first.lease_id} was not in ZooKeeper when the driver was "
+                                f"killed with offsets/0 logged")
+        # One lease ever, its pins per partition, none left.
+        assert {o["lease_id"] for o in offsets_of(ckpt).values()} == {first.lease_id}
+        assert leases.seen == {first.lease_id} and not leases.now()
+        assert {pid for t, pid in leases.partitions[first.lease_id] if t == tid} \
+            >= set(first.tables[tid].partitions)
+    result = spark.read.parquet(str(out))
+    snap = result.where("_commit_timestamp IS NULL").select("id", "dt").collect()
+    # offsets/0's snapshots, each row exactly once (a replaced snapshot would differ in count).
+    assert sorted(snapshots) == list(DAYS) and all(len(s) == 2 for s in snapshots.values())
+    assert Counter(r["dt"] for r in snap) == {
+        day: sum(s.row_count for s in snapshots[day].values()) for day in DAYS}
+    assert len(set(snap)) == len(snap)
+    want = {(r["id"], r["dt"]): r["v"] for r in fluss.rows(table, timeout_s=120)}
+    assert fold_changelog(result, key=("id", "dt")) == want
