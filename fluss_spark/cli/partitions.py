@@ -43,14 +43,20 @@ def _some(info, names: list[str]) -> list[str | None]:
     return list(sorted(names))
 
 
-def row_placer(conn, info, partition: str | None):
+def row_placer(cluster, info, partition: str | None):
     """A function that sets the partition key columns of generated rows: to ``partition``, or
     spread over the table's partitions by the rows' bucket key (an update or delete of a key
     then goes where its insert went); unpartitioned tables' rows pass unchanged."""
     import pyarrow as pa
 
+    from fluss_spark.client.partition_names import missing, name_of
     from fluss_spark.protocol.rows import bucket_ids
-    names = partition_names(conn, info, partition)
+    names = cluster_partition_names(cluster, info, None)
+    if partition is not None:
+        name = name_of(info.name, info.partition_keys, partition)
+        if name not in names:
+            raise missing(info.name, info.partition_keys, name, write=True)
+        names = [name]
     if names == [None]:
         return lambda rows: rows
     keys = list(info.bucket_key) or [c for c in info.schema.names

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import closing
 
 from fluss_spark.cli.common import (MAX_BUCKETS, MAX_COUNT, _columns_arg, _json, bounded,
-                                    connect_cluster, embedded_connection, table_admin,
+                                    connect_cluster, table_admin,
                                     table_writer)
 from fluss_spark.config import parse_pairs
 from fluss_spark.cli.output import _fmt_ms, emit_json, print_table
@@ -144,7 +144,7 @@ def cmd_produce(args) -> int:
     from fluss_spark.local.demo_data import DemoData
     with connect_cluster(args) as cluster:
         info = cluster.get_table(args.table)
-        place = (row_placer(embedded_connection(args, cluster), info, args.partition)
+        place = (row_placer(cluster, info, args.partition)
                  if info.partitioned or args.partition is not None else _unchanged)
         if not info.has_primary_key and (args.updates or args.deletes):
             raise ConfigError(f"{info.name} is a log table: --updates and --deletes need a "

@@ -95,16 +95,6 @@ class Capabilities:
     partial_updates: bool = False
 
 
-def refuse_partitioned(info: TableInfo, path: str) -> TableInfo:
-    """``info`` if its table is not partitioned; a partitioned one is refused by ``path`` (a read
-    or write path that does not know partitions yet) with ``UnsupportedVersion``."""
-    if info.partitioned:
-        raise UnsupportedVersion(f"table {info.name} is partitioned (by "
-                                 f"{', '.join(info.partition_keys)}); partitions are not "
-                                 f"supported by {path} yet")
-    return info
-
-
 def refuse_partition(partition: str | None, table: str, path: str) -> None:
     """Nothing when ``partition`` is None; a partition named to ``path`` (a cluster that does
     not read partitions yet) is refused with ``UnsupportedVersion``."""
@@ -341,5 +331,5 @@ __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Cap
            "LeaseInfo", "LiveScanStart", "PartitionAdmin", "PartitionInfo", "PartitionPins",
            "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "expired_by_retention",
            "partition_spec", "partition_values", "refuse_partition", "refuse_partition_pins",
-           "refuse_partitioned", "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE",
+           "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE",
            "Unavailable"]

@@ -1,14 +1,18 @@
-"""The partition a caller names, by name or spec, checked against a table's partition keys; and
-the errors every backend raises for a partition that is not named or does not exist."""
+"""The partition a caller names, by name or spec, checked against a table's partition keys; the
+partition every row of a write goes to; and the errors every backend raises for a partition that
+is not named or does not exist."""
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from fluss_spark.errors import (ConfigError, InvalidPartitionSpec, PartitionNotExist,
                                 TableNotPartitioned)
-from fluss_spark.protocol.partitions import (check_value, parse_spec, partition_name, resolve,
-                                             spec_text, values_of)
+from fluss_spark.protocol.partitions import (SEPARATOR, check_value, parse_spec, partition_name,
+                                             resolve, spec_text, values_of)
 
 
 def name_of(table: str, keys: Sequence[str], partition: str) -> str:
@@ -55,11 +59,40 @@ def not_partitioned(table: str) -> TableNotPartitioned:
                                "create, drop or list")
 
 
-def missing(table: str, keys: Sequence[str], name: str) -> PartitionNotExist:
-    """The error of a read of the partition ``name`` that does not exist."""
+def missing(table: str, keys: Sequence[str], name: str, *, write: bool = False
+            ) -> PartitionNotExist:
+    """The error of a read (or with ``write``, a write) of the partition ``name`` that does not
+    exist."""
     spec = spec_text(keys, values_of(name))
+    also = (" before writing, or let writers create partitions "
+            "(client.writer.dynamic-create-partition.enabled=true)" if write else "")
     return PartitionNotExist(f"partition {spec} of table {table} does not exist; create it "
-                             f"with `fluss-spark partition create {table} {spec}`")
+                             f"with `fluss-spark partition create {table} {spec}`{also}")
 
 
-__all__ = ["missing", "name_of", "not_partitioned", "required_name", "spec_name"]
+def names_of_rows(keys: Sequence[str], rows: pa.Table) -> pa.Array:
+    """The partition name of every row (its partition key values as text, joined by ``$``)."""
+    texts = [pc.cast(rows.column(k), pa.string()) for k in keys]
+    if len(texts) == 1:
+        return texts[0].combine_chunks()
+    return pc.binary_join_element_wise(*texts, SEPARATOR).combine_chunks()
+
+
+def rows_by_partition(table: str, keys: Sequence[str], rows: pa.Table) -> dict[str, pa.Table]:
+    """Rows by partition name, each partition's in their order; ConfigError naming a value that
+    cannot be one (a null, or characters Fluss does not take in a partition value)."""
+    text = names_of_rows(keys, rows)
+    if text.null_count:
+        raise ConfigError(f"{table}: a partition key column ({', '.join(keys)}) holds null; "
+                          "partition values must be set")
+    names = pc.dictionary_encode(text)
+    out: dict[str, pa.Table] = {}
+    for i, name in enumerate(names.dictionary.to_pylist()):
+        for key, value in zip(keys, values_of(name)):
+            check_value(value, f"{table}: partition value of {key!r}")
+        out[name] = rows.filter(pc.equal(names.indices, i))
+    return out
+
+
+__all__ = ["missing", "name_of", "names_of_rows", "not_partitioned", "required_name",
+           "rows_by_partition", "spec_name"]

@@ -20,18 +20,18 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from fluss_spark.client.cluster import refuse_partitioned
+from fluss_spark.client import partition_names
 from fluss_spark.client.writes import TableWrites
 from fluss_spark.connector.sink_options import SinkOptions, parse_sink_options
 from fluss_spark.connector.sink_plan import WritePlan, plan_write
 from fluss_spark.errors import ConfigError, TableNotExist, UnsupportedVersion
+from fluss_spark.protocol.partitions import check_value, values_of
 
 log = logging.getLogger(__name__)
 
 #: How much of a task's prepared rows is held before the first is sent: a task whose bad row
 #: lies within it writes nothing at all.
 STAGE_BYTES = 128 << 20
-SINK = "the Spark sink (format('fluss'))"
 
 
 @dataclass
@@ -50,18 +50,23 @@ def prepare_write(raw_options: dict[str, str], schema: StructType, overwrite: bo
                           "mode 'complete') is not supported; the fluss sink appends to log "
                           "tables and upserts primary-key tables: use mode 'append'")
     with closing(options.connect()) as cluster:
-        partial_updates = cluster.capabilities().partial_updates
+        capabilities = cluster.capabilities()
         if not isinstance(cluster, TableWrites):
             raise UnsupportedVersion(f"the cluster at {options.bootstrap_servers} cannot be "
                                      "written by this client")
         try:
-            info = refuse_partitioned(cluster.get_table(options.table), SINK)
+            info = cluster.get_table(options.table)
         except TableNotExist:
             raise TableNotExist(f"write to {options.table}: the table does not exist on "
                                 f"{options.bootstrap_servers}; create it first (e.g. "
                                 f"`fluss-spark table create {options.table} --schema ...`)"
                                 ) from None
-    return options, plan_write(info, to_arrow_schema(schema, timezone="UTC"), partial_updates)
+        if info.partitioned and not capabilities.partition_admin:
+            raise UnsupportedVersion(f"write to {info.name}: the table is partitioned and the "
+                                     f"cluster at {options.bootstrap_servers} lists no partitions "
+                                     "to this client")
+    return options, plan_write(info, to_arrow_schema(schema, timezone="UTC"),
+                               capabilities.partial_updates)
 
 
 def write_task(options: SinkOptions, plan: WritePlan,
@@ -69,7 +74,7 @@ def write_task(options: SinkOptions, plan: WritePlan,
     """One task's rows: every batch checked and prepared, then written in order and flushed.
 
     Up to ``STAGE_BYTES`` of prepared rows are held before the first write, so a bad row in
-    them fails the task with nothing written."""
+    them (or a row of a partition that does not exist) fails the task with nothing written."""
     counts: dict[str, int] = {}
     staged: list[tuple[str, pa.Table]] = []
     staged_bytes = 0
@@ -83,12 +88,12 @@ def write_task(options: SinkOptions, plan: WritePlan,
                 counts[op] = counts.get(op, 0) + rows.num_rows
             if staged_bytes >= STAGE_BYTES:
                 if writer is None:
-                    cluster, writer = _open(options, plan)
+                    cluster, writer = _open(options, plan, staged)
                 _send(writer, staged)
                 staged, staged_bytes = [], 0
         if staged:
             if writer is None:
-                cluster, writer = _open(options, plan)
+                cluster, writer = _open(options, plan, staged)
             _send(writer, staged)
         if writer is not None:
             writer.flush()
@@ -100,15 +105,34 @@ def write_task(options: SinkOptions, plan: WritePlan,
     return SinkCommit(counts)
 
 
-def _open(options: SinkOptions, plan: WritePlan) -> tuple[Any, Any]:
+def _open(options: SinkOptions, plan: WritePlan, staged: list[tuple[str, pa.Table]]
+          ) -> tuple[Any, Any]:
+    """The task's cluster and writer, once every partition ``staged`` names exists."""
     cluster = options.connect()
     try:
         assert isinstance(cluster, TableWrites)   # checked on the driver
+        if plan.partition_keys and not options.creates_partitions:
+            _check_partitions(cluster, plan, staged)
         return cluster, cluster.table_writer(plan.table, options.writer_options(),
                                              columns=plan.partial)
     except BaseException:
         cluster.close()
         raise
+
+
+def _check_partitions(cluster: Any, plan: WritePlan, staged: list[tuple[str, pa.Table]]) -> None:
+    """``PartitionNotExist`` (or ConfigError for a value no partition can have) before anything
+    is sent: the writer checks each call, but a task sends several."""
+    names: set[str] = set()
+    for _, rows in staged:
+        names.update(partition_names.names_of_rows(plan.partition_keys, rows).unique()
+                     .to_pylist())
+    for name in sorted(names):
+        for key, value in zip(plan.partition_keys, values_of(name)):
+            check_value(value, f"write to {plan.table}: partition value of {key!r}")
+    unknown = sorted(names - {p.name for p in cluster.list_partitions(plan.table)})
+    if unknown:
+        raise partition_names.missing(plan.table, plan.partition_keys, unknown[0], write=True)
 
 
 def _send(writer: Any, staged: list[tuple[str, pa.Table]]) -> None:

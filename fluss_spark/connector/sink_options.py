@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from fluss_spark.config import (WRITER_ACKS, WRITER_BATCH_SIZE, WRITER_BATCH_TIMEOUT,
-                                WRITER_ENABLE_IDEMPOTENCE, WRITER_RETRIES, Option)
+                                WRITER_DYNAMIC_CREATE_PARTITION, WRITER_ENABLE_IDEMPOTENCE,
+                                WRITER_RETRIES, Option)
 from fluss_spark.connector.options import (BOOTSTRAP_SERVERS, ENGINE, REQUEST_TIMEOUT,
                                            SASL_MECHANISM, SASL_PASSWORD, SASL_USERNAME,
                                            SECURITY_PROTOCOL, SSL_CA_FILE, SSL_ENABLED,
@@ -19,11 +20,12 @@ if TYPE_CHECKING:  # the client is imported only where a cluster is opened (driv
     from fluss_spark.client.cluster import Cluster
 
 SINK_TABLE = dataclasses.replace(
-    TABLE, doc="The table to write (db.table): it must exist and not be partitioned; "
-               "load(name)/save(name) may name it instead.")
+    TABLE, doc="The table to write (db.table): it must exist (a partitioned table's rows go to "
+               "the partitions their values name); load(name)/save(name) may name it instead.")
 #: Fluss's client writer options that the sink passes to the cluster's writer.
 WRITER_OPTIONS: list[Option] = [WRITER_BATCH_SIZE, WRITER_BATCH_TIMEOUT, WRITER_ACKS,
-                                WRITER_RETRIES, WRITER_ENABLE_IDEMPOTENCE]
+                                WRITER_RETRIES, WRITER_ENABLE_IDEMPOTENCE,
+                                WRITER_DYNAMIC_CREATE_PARTITION]
 SINK_OPTIONS: list[Option] = [
     BOOTSTRAP_SERVERS, SINK_TABLE, *WRITER_OPTIONS, ENGINE, REQUEST_TIMEOUT, SECURITY_PROTOCOL,
     SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD, SSL_ENABLED, SSL_CA_FILE, SSL_VERIFY_HOSTNAME,
@@ -52,6 +54,11 @@ class SinkOptions:
 
     def writer_options(self) -> dict[str, Any]:
         return dict(self.writer)
+
+    @property
+    def creates_partitions(self) -> bool:
+        """Whether writers create the partitions rows name that do not exist."""
+        return bool(WRITER_DYNAMIC_CREATE_PARTITION.get(self.writer_options()))
 
     def connect(self) -> "Cluster":
         """The cluster at these options' servers, with their timeout and credentials."""

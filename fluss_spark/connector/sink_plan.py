@@ -68,6 +68,8 @@ class WritePlan:
     #: A partial update of a PK table: the table columns written, in table order (the others
     #: keep their values); None: every column.
     partial: tuple[str, ...] | None = None
+    #: The table's partition keys (empty: not partitioned).
+    partition_keys: tuple[str, ...] = ()
 
     @property
     def output(self) -> pa.Schema:
@@ -90,6 +92,7 @@ class WritePlan:
         if not self.primary_key:
             if ops is not None:
                 rows = rows.filter(pc.is_valid(ops))
+            self._check_nulls(rows, self.partition_keys, "partition key")
             return [("append", rows)] if rows.num_rows else []
         upsert = pc.equal(ops, "upsert") if ops is not None else None
         delete = pc.equal(ops, "delete") if ops is not None else None
@@ -208,7 +211,7 @@ def plan_write(info: TableInfo, given: pa.Schema, partial_updates: bool = False)
             raise ConfigError(f"{what}: column {n!r} has type {source}, which does not fit the "
                               f"table's {target}; cast it first")
     return WritePlan(info.name, info.schema, tuple(info.primary_key), tuple(columns),
-                     has_change_type, partial)
+                     has_change_type, partial, tuple(info.partition_keys))
 
 
 __all__ = ["WritePlan", "fits", "plan_write"]

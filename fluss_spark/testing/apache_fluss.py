@@ -23,6 +23,8 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
+from fluss_spark.client.apache_fluss.pyfluss_writer import until_answered
+
 #: SQL type names of the schema strings this module accepts, as Arrow types (pyfluss maps Arrow
 #: types to Fluss types).
 SQL_TYPES: dict[str, pa.DataType] = {
@@ -57,20 +59,6 @@ def split_name(name: str) -> tuple[str, str]:
     if not sep or not db or not table or "." in table:
         raise ValueError(f"table name {name!r} is not database.table")
     return db, table
-
-
-async def _until_answered(call, timeout_s: float) -> None:
-    """Await ``call()`` until it answers (every bucket it asks has a leader that answers), for
-    up to ``timeout_s``; then its last error."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            await call()
-            return
-        except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
 
 
 class PyFluss:
@@ -145,7 +133,7 @@ class PyFluss:
             await self.admin.create_table(self.path(name), desc, False)
             table_id = (await self.admin.get_table_info(self.path(name))).table_id
             if not partition_keys:
-                await _until_answered(lambda: self._latest_offsets(name), timeout_s)
+                await until_answered(lambda: self._latest_offsets(name), timeout_s)
             return table_id
         return self._run(go())
 
@@ -173,7 +161,7 @@ class PyFluss:
             info = await self.admin.get_table_info(self.path(name))
             partition = "$".join(spec[k] for k in info.get_partition_keys())
             buckets = list(range(info.num_buckets))
-            await _until_answered(lambda: self.admin.list_partition_offsets(
+            await until_answered(lambda: self.admin.list_partition_offsets(
                 self.path(name), partition, buckets, self._fluss.OffsetSpec.latest()), timeout_s)
         self._run(go())
 

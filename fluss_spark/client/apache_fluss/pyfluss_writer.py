@@ -6,16 +6,22 @@ writer ids and batch sequences (idempotence), SASL and partitions; pyfluss has a
 maintained with Fluss (docs/spark_sink.md, "Writes on Apache Fluss", has the measurements).
 pyfluss is asynchronous: every call here runs on the writer's private event loop, so the writer
 is used like a blocking one (one per Spark task, never shared between threads).
+
+Partitioned tables: pyfluss routes each row to its partition but neither creates partitions nor
+takes an Arrow batch of several, so the writer splits rows by partition, checks each partition
+exists before any row of the call is queued, and creates missing ones itself where
+``client.writer.dynamic-create-partition.enabled`` asks for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 
-from fluss_spark.client.cluster import refuse_partitioned
+from fluss_spark.client import partition_names
 from fluss_spark.client.embedded.writer import check_not_null, to_arrow
 from fluss_spark.config import (WRITER_ACKS, WRITER_BATCH_SIZE, WRITER_BATCH_TIMEOUT,
                                 WRITER_DYNAMIC_CREATE_PARTITION, WRITER_ENABLE_IDEMPOTENCE,
@@ -23,6 +29,7 @@ from fluss_spark.config import (WRITER_ACKS, WRITER_BATCH_SIZE, WRITER_BATCH_TIM
 from fluss_spark.errors import ConfigError, FlussError, NonPrimaryKeyTable, RequestTimeout
 from fluss_spark.protocol.apache_fluss.errors import to_exception
 from fluss_spark.protocol.messages import TableInfo
+from fluss_spark.protocol.partitions import values_of
 
 if TYPE_CHECKING:
     from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
@@ -35,9 +42,6 @@ def pyfluss_config(bootstrap_servers: str, options: Mapping[str, Any],
     """pyfluss's properties for Fluss's client writer ``options`` (parsed or text, by key):
     pyfluss names them without the ``client.`` prefix and takes durations in ms."""
     check_known(options, CLIENT_WRITER_OPTIONS, "client writer option")
-    if WRITER_DYNAMIC_CREATE_PARTITION.get(options):
-        raise ConfigError("client.writer.dynamic-create-partition.enabled: partitioned Apache "
-                          "Fluss tables are not written by this client yet; drop the option")
     acks, retries = WRITER_ACKS.get(options), WRITER_RETRIES.get(options)
     # As in Fluss: idempotence is on by default unless acks or retries rule it out.
     idempotent = (WRITER_ENABLE_IDEMPOTENCE.get(options)
@@ -67,6 +71,7 @@ class PyflussWriter:
                  credentials: tuple[str, str] | None = None, request_timeout_s: float = 60.0,
                  columns: Sequence[str] | None = None):
         import fluss
+        self._fluss = fluss
         self.table = table
         # A partial update: upserts give these columns only, the others keep their values.
         self.columns = (None if columns is None or set(columns) == set(table.schema.names)
@@ -78,11 +83,14 @@ class PyflussWriter:
                                   f"missing {', '.join(missing)}")
         self.timeout_s = request_timeout_s
         props = pyfluss_config(bootstrap_servers, dict(options or {}), credentials)
+        self.dynamic_partitions = bool(WRITER_DYNAMIC_CREATE_PARTITION.get(dict(options or {})))
+        self._partitions: set[str] = set()          # names known to exist
         self._loop = asyncio.new_event_loop()
         try:
             self._conn = self._run(lambda: fluss.FlussConnection.create(fluss.Config(props)))
             db, _, name = table.name.partition(".")
-            self._table = self._run(lambda: self._conn.get_table(fluss.TablePath(db, name)))
+            self._path = fluss.TablePath(db, name)
+            self._table = self._run(lambda: self._conn.get_table(self._path))
         except BaseException:
             self._loop.close()
             raise
@@ -126,11 +134,15 @@ class PyflussWriter:
         rows = self._rows(data, "append")
         writer = self._writer_for("append")
         rows = rows.cast(self._arrow_schema) if rows.schema != self._arrow_schema else rows
-        self._call(lambda: _each(writer.write_arrow_batch, rows.to_batches()))
+        # One partition per batch: pyfluss takes a batch's partition from its first row.
+        parts = [rows] if not self.table.partition_keys else list(self._by_partition(rows))
+        self._call(lambda: _each(writer.write_arrow_batch,
+                                 [b for part in parts for b in part.to_batches()]))
 
     def upsert(self, data: pa.Table) -> None:
         self._require_pk("upsert")
         rows = self._rows(data, "upsert")
+        self._by_partition(rows)
         writer = self._writer_for("upsert")
         self._call(lambda: _each(writer.upsert, rows.to_pylist()))
 
@@ -141,6 +153,7 @@ class PyflussWriter:
         keys = to_arrow(data.select(pk) if isinstance(data, pa.Table) else data,
                         pa.schema([self.table.schema.field(c) for c in pk]), what)
         check_not_null(keys, pk, what)
+        self._by_partition(keys)
         writer = self._writer_for("upsert")
         self._call(lambda: _each(writer.delete, keys.to_pylist()))
 
@@ -171,10 +184,52 @@ class PyflussWriter:
         check_not_null(rows, list(dict.fromkeys(required)), what)
         return rows
 
+    def _by_partition(self, rows: pa.Table) -> list[pa.Table]:
+        """The rows of each partition (none for an unpartitioned table), once every partition
+        they name exists: created here when the options allow, else ``PartitionNotExist``."""
+        keys = self.table.partition_keys
+        if not keys:
+            return []
+        by_name = partition_names.rows_by_partition(self.table.name, keys, rows)
+        if set(by_name) - self._partitions:
+            self._partitions = set(self._run(self._partition_names))
+        for name in sorted(set(by_name) - self._partitions):
+            if not self.dynamic_partitions:
+                raise partition_names.missing(self.table.name, keys, name, write=True)
+            spec = dict(zip(keys, values_of(name)))
+            self._run(lambda: self._admin.create_partition(self._path, spec, True))
+            # Rows sent before the new buckets have answering leaders may go unanswered.
+            self._run(lambda: until_answered(lambda: self._admin.list_partition_offsets(
+                self._path, name, list(range(self.table.num_buckets)),
+                self._fluss.OffsetSpec.latest()), self.timeout_s))
+            self._partitions.add(name)
+        return list(by_name.values())
+
+    async def _partition_names(self) -> list[str]:
+        return [p.partition_name for p in await self._admin.list_partition_infos(self._path)]
+
+    @property
+    def _admin(self) -> Any:
+        return self._conn.get_admin()
+
     def _require_pk(self, op: str) -> None:
         if not self.table.has_primary_key:
             raise NonPrimaryKeyTable(f"table {self.table.name} has no primary key: {op} needs a "
                                      "primary-key table; use append")
+
+
+async def until_answered(call: Callable[[], Awaitable[Any]], timeout_s: float) -> None:
+    """Await ``call()`` until it answers (every bucket it asks has a leader that answers), for
+    up to ``timeout_s``; then its last error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await call()
+            return
+        except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 def _each(send: Callable[[Any], Any], items: list[Any]) -> None:
@@ -188,7 +243,7 @@ def open_writer(cluster: "ApacheFlussWireCluster", table: str,
                 columns: Sequence[str] | None = None) -> PyflussWriter:
     """A pyfluss writer of ``table`` with ``cluster``'s servers, credentials and timeout
     (``columns``: a partial update)."""
-    info = refuse_partitioned(cluster.get_table(table), "writes to Apache Fluss")
+    info = cluster.get_table(table)
     servers = ",".join(f"{h}:{p}" for h, p in cluster.conn.bootstrap)
     return PyflussWriter(servers, info, options=options, credentials=cluster.conn.credentials,
                          request_timeout_s=cluster.conn.request_timeout_s, columns=columns)
@@ -203,4 +258,4 @@ def _translated(e: Exception, table: str) -> FlussError:
     return FlussError(message)
 
 
-__all__ = ["PyflussWriter", "open_writer", "pyfluss_config"]
+__all__ = ["PyflussWriter", "open_writer", "pyfluss_config", "until_answered"]

@@ -3,13 +3,10 @@ resolved to the partitions the cluster's metadata lists."""
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from fluss_spark.client import partition_names
-from fluss_spark.errors import ConfigError, PartitionNotExist
+from fluss_spark.errors import PartitionNotExist
 from fluss_spark.protocol.messages import PartitionInfo, TableInfo
-from fluss_spark.protocol.partitions import SEPARATOR, check_value, spec_text, values_of
+from fluss_spark.protocol.partitions import spec_text, values_of
 
 
 def name_of(info: TableInfo, partition: str) -> str:
@@ -48,28 +45,4 @@ def lookup(conn, info: TableInfo, partition: str | None) -> PartitionInfo | None
     return found
 
 
-def names_of_rows(info: TableInfo, rows: pa.Table) -> pa.Array:
-    """The partition name of every row (its partition key values as text, joined by ``$``)."""
-    texts = [pc.cast(rows.column(k), pa.string()) for k in info.partition_keys]
-    if len(texts) == 1:
-        return texts[0].combine_chunks()
-    return pc.binary_join_element_wise(*texts, SEPARATOR).combine_chunks()
-
-
-def split_by_partition(info: TableInfo, rows: pa.Table) -> dict[str, pa.Table]:
-    """Rows by partition name, in their order; ConfigError naming a value that cannot be one."""
-    text = names_of_rows(info, rows)
-    if text.null_count:
-        raise ConfigError(f"{info.name}: a partition key column ({', '.join(info.partition_keys)})"
-                          " holds null; partition values must be set")
-    names = pc.dictionary_encode(text)
-    out: dict[str, pa.Table] = {}
-    for i, name in enumerate(names.dictionary.to_pylist()):
-        for key, value in zip(info.partition_keys, values_of(name)):
-            check_value(value, f"{info.name}: partition value of {key!r}")
-        out[name] = rows.filter(pc.equal(names.indices, i))
-    return out
-
-
-__all__ = ["find", "lookup", "missing", "name_of", "names_of_rows", "spec_of",
-           "split_by_partition"]
+__all__ = ["find", "lookup", "missing", "name_of", "spec_of"]

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence, TypeAlias
 
 import pyarrow as pa
 
+from fluss_spark.client import partition_names
 from fluss_spark.client.embedded import partitions
 from fluss_spark.config import (CLIENT_WRITER_OPTIONS, WRITER_BATCH_SIZE,
                                 WRITER_DYNAMIC_CREATE_PARTITION, check_known)
@@ -232,7 +233,8 @@ class TableWriter:
         partition is found (or created) before anything is written."""
         if not self.table.partitioned:
             return split(rows)
-        by_name = partitions.split_by_partition(self.table, rows)
+        by_name = partition_names.rows_by_partition(self.table.name, self.table.partition_keys,
+                                                    rows)
         ids = {name: self._partition_id(name) for name in by_name}
         return {(ids[name], b): part for name, part_rows in by_name.items()
                 for b, part in split(part_rows).items()}
@@ -241,7 +243,8 @@ class TableWriter:
         found = partitions.find(self._conn, self.table, name)
         if found is None:
             if not self.dynamic_create_partition:
-                raise partitions.missing(self.table, name)
+                raise partition_names.missing(self.table.name, self.table.partition_keys, name,
+                                              write=True)
             self._conn.admin().create_partition(
                 self.table.name, partitions.spec_of(self.table, name), ignore_if_exists=True)
             found = partitions.find(self._conn, self._conn.refresh_table(self.table.name), name)

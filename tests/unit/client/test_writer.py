@@ -256,7 +256,9 @@ def test_a_row_of_an_unknown_partition_fails_the_call_and_writes_nothing():
     conn = PartitionedConn(["a"])
     with pytest.raises(PartitionNotExist, match=r"^partition name=zz of table db.t does not "
                                                 r"exist; create it with `fluss-spark partition "
-                                                r"create db.t name=zz`$"):
+                                                r"create db.t name=zz` before writing, or let "
+                                                r"writers create partitions \(client.writer."
+                                                r"dynamic-create-partition.enabled=true\)$"):
         TableWriter(conn, conn.info()).upsert([(1, "a", 1.0), (2, "zz", 2.0)])
     assert conn.calls == [] and conn.created == []
     with pytest.raises(ConfigError, match="partition value of 'name' 'a/b' is invalid"):

@@ -14,7 +14,7 @@ from fluss_spark.connector import sink
 from fluss_spark.connector.options import options_table_markdown
 from fluss_spark.connector.sink_options import SINK_OPTIONS, SinkOptions, parse_sink_options
 from fluss_spark.connector.sink_plan import fits
-from fluss_spark.errors import ConfigError, TableNotExist
+from fluss_spark.errors import ConfigError, PartitionNotExist, TableNotExist
 
 OPTS = {"bootstrap.servers": "h:1", "table": "db.t"}
 
@@ -144,13 +144,41 @@ def test_a_bad_batch_after_good_ones_fails_the_task_before_any_write(connected):
     assert connected.written == []
 
 
-def test_unknown_table_overwrite_and_partitioned_are_refused_on_the_driver(connected):
+def test_unknown_table_and_overwrite_are_refused_on_the_driver(connected):
     with pytest.raises(TableNotExist, match="write to db.nope: the table does not exist on h:1;"
                                             " create it first"):
         sink.batch_writer({**OPTS, "table": "db.nope"}, PK_INPUT, False)
     with pytest.raises(ConfigError, match="overwrite .* is not supported.*use mode 'append'"):
         sink.stream_writer({**OPTS, "table": "db.pk"}, PK_INPUT, True)
-    connected.add_table("db.parts", "id BIGINT NOT NULL, dt STRING", pk=("id", "dt"),
+
+
+DAY_INPUT = _schema(("id", LongType()), ("dt", StringType()), ("v", StringType()))
+
+
+def test_a_partitioned_table_is_written_once_every_partition_its_rows_name_exists(connected):
+    connected.add_table("db.days", "id BIGINT, dt STRING, v STRING", pk=(),
                         partition_keys=("dt",))
-    with pytest.raises(Exception, match="partitioned"):
-        sink.batch_writer({**OPTS, "table": "db.parts"}, PK_INPUT, False)
+    connected.add_partition("db.days", "2026-11-25")
+    rows = [(1, "2026-11-25", "a"), (2, "2026-11-25", "b")]
+    assert _write(connected, "db.days", DAY_INPUT, rows).rows == {"append": 2}
+    assert [(op, [r["dt"] for r in got]) for _, op, got in connected.written] == [
+        ("append", ["2026-11-25", "2026-11-25"]), ("flush", [])]
+    connected.written.clear()
+    # A row of a partition that does not exist, after good batches: nothing is written.
+    with pytest.raises(PartitionNotExist, match="partition dt=2026-11-26 of table db.days does "
+                                                "not exist.*dynamic-create-partition"):
+        _write(connected, "db.days", DAY_INPUT, rows, [(3, "2026-11-26", "c")])
+    # A null partition value, or one no partition can have.
+    with pytest.raises(ConfigError, match="partition key column 'dt' is null in 1 row"):
+        _write(connected, "db.days", DAY_INPUT, rows, [(3, None, "c")])
+    with pytest.raises(ConfigError, match="partition value of 'dt'"):
+        _write(connected, "db.days", DAY_INPUT, [(3, "2026/11/26", "c")])
+    assert connected.written == []
+    # With dynamic creation on, the check is the writer's (which creates the partition).
+    writer = sink.batch_writer({**OPTS, "table": "db.days",
+                                "client.writer.dynamic-create-partition.enabled": "true"},
+                               DAY_INPUT, False)
+    assert writer.write(iter([_batch(DAY_INPUT, [(3, "2026-11-26", "c")])])).rows == {
+        "append": 1}
+    assert ("table_writer", "db.days", {"client.writer.dynamic-create-partition.enabled": True},
+            None) in connected.calls
