@@ -4,7 +4,7 @@ is not named or does not exist."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -86,13 +86,17 @@ def rows_by_partition(table: str, keys: Sequence[str], rows: pa.Table) -> dict[s
         raise ConfigError(f"{table}: a partition key column ({', '.join(keys)}) holds null; "
                           "partition values must be set")
     names = pc.dictionary_encode(text)
-    out: dict[str, pa.Table] = {}
-    for i, name in enumerate(names.dictionary.to_pylist()):
+    check_names(table, keys, names.dictionary.to_pylist())
+    return {name: rows.filter(pc.equal(names.indices, i))
+            for i, name in enumerate(names.dictionary.to_pylist())}
+
+
+def check_names(table: str, keys: Sequence[str], names: Iterable[str]) -> None:
+    """ConfigError naming a value of ``names`` that no partition of ``table`` can have."""
+    for name in names:
         for key, value in zip(keys, values_of(name)):
             check_value(value, f"{table}: partition value of {key!r}")
-        out[name] = rows.filter(pc.equal(names.indices, i))
-    return out
 
 
-__all__ = ["missing", "name_of", "names_of_rows", "not_partitioned", "required_name",
+__all__ = ["check_names", "missing", "name_of", "names_of_rows", "not_partitioned", "required_name",
            "rows_by_partition", "spec_name"]

@@ -25,7 +25,6 @@ from fluss_spark.client.writes import TableWrites
 from fluss_spark.connector.sink_options import SinkOptions, parse_sink_options
 from fluss_spark.connector.sink_plan import WritePlan, plan_write
 from fluss_spark.errors import ConfigError, TableNotExist, UnsupportedVersion
-from fluss_spark.protocol.partitions import check_value, values_of
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +126,7 @@ def _check_partitions(cluster: Any, plan: WritePlan, staged: list[tuple[str, pa.
     for _, rows in staged:
         names.update(partition_names.names_of_rows(plan.partition_keys, rows).unique()
                      .to_pylist())
-    for name in sorted(names):
-        for key, value in zip(plan.partition_keys, values_of(name)):
-            check_value(value, f"write to {plan.table}: partition value of {key!r}")
+    partition_names.check_names(plan.table, plan.partition_keys, sorted(names))
     unknown = sorted(names - {p.name for p in cluster.list_partitions(plan.table)})
     if unknown:
         raise partition_names.missing(plan.table, plan.partition_keys, unknown[0], write=True)

@@ -7,6 +7,7 @@ import datetime
 import json
 import time
 import uuid
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -142,6 +143,21 @@ def test_day_partitioned_pk_and_log_tables(apache_fluss, capsys):
         cli("partition", "create", log, "dt=2026-11-26")
         cli("partition", "drop", log, f"dt={DAYS[0]}")
         assert [p.name for p in fluss.list_partitions(log)] == [DAYS[1], "2026-11-26"]
+        # produce writes a partitioned table through pyfluss: into one partition, or spread over
+        # all of them; a partition that does not exist fails in one line, with nothing written.
+        with PyFluss(boot) as reader:
+            def days() -> Counter:
+                return Counter(r["dt"] for _, r in reader.read_log(log, 60))
+            before = days()
+            cli("produce", log, "--rows", "30", "--partition", "dt=2026-11-26")
+            cli("produce", log, "--rows", "20")
+            assert main(["--bootstrap-servers", boot, "produce", log, "--rows", "5",
+                         "--partition", "dt=2030-01-01"]) != 0
+            out, err = capsys.readouterr()
+            assert out == "" and err.count("\n") == 1 and "dt=2030-01-01" in err, err
+            added = days() - before
+            assert sum(added.values()) == 50 and added["2026-11-26"] >= 30 and \
+                set(added) == {DAYS[1], "2026-11-26"}, added
         deadline = time.monotonic() + 30
         while True:
             today = datetime.datetime.now(datetime.timezone.utc).date()
