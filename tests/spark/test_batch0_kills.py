@@ -15,6 +15,10 @@ day-partitioned table (offsets/0 and mid-snapshot). Kill points:
 - ``before the first read``: batch 0's sink blocks before touching its DataFrame.
 - ``mid-snapshot``: batch 2's sink blocks after writing (3,000 rows per batch: the snapshot phase
   spans about seven batches).
+- On Apache Fluss also the other restart points (tests/spark/test_restart_points.py has them on
+  the embedded engine): ``before the first offset`` (the coordinator stopped while the source
+  plans its first offset: no offset, no lease left behind) and ``after the snapshot phase`` (a
+  changelog batch committed, the lease released).
 
 The first driver is a process of its own (``fluss_spark.testing.spark_driver``); the restart runs in
 the test's SparkSession. Every check compares the output with an independent reader of each
@@ -26,6 +30,7 @@ changelog holds it.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import uuid
 from collections import Counter
@@ -55,6 +60,8 @@ SNAPSHOTS = {"kv.snapshot.interval": "1s", "kv.snapshot.num-retained": "1"}
 SCHEMA = "id BIGINT NOT NULL, v STRING"
 
 OFFSETS_0, BEFORE_READ, MID_SNAPSHOT = "offsets/0", "before the first read", "mid-snapshot"
+#: The other restart points (tests/spark/test_restart_points.py has them on the embedded engine).
+BEFORE_OFFSET, AFTER_SNAPSHOT = "before the first offset", "after the snapshot phase"
 POINTS = ([pytest.param(OFFSETS_0, id=f"offsets0-{i + 1}") for i in range(REPEATS_A)]
           + [pytest.param(BEFORE_READ, id="before-read", marks=pytest.mark.extended),
              pytest.param(MID_SNAPSHOT, id="mid-snapshot")])
@@ -103,6 +110,9 @@ class Embedded:
 
     def leases(self) -> ZooKeeperLeases:
         return EmbeddedLeases(self.cluster)
+
+    def coordinator_pid(self) -> int:
+        return next(p["pid"] for p in self.cluster.processes() if p["role"] == "coordinator")
 
 
 class EmbeddedWriter:
@@ -156,6 +166,11 @@ class ApacheFluss:
 
     def leases(self) -> ZooKeeperLeases:
         return FlussLeases(self.local)
+
+    def coordinator_pid(self) -> int:
+        pid = self.local.servers[("coordinator", 0)].pid
+        assert pid is not None
+        return pid
 
 
 class ApacheWriter:
@@ -262,11 +277,32 @@ def failed(q) -> None:
 def kill_first_driver(engine, table: str, out: Path, ckpt: Path, point: str, tmp_path: Path,
                       leases: ZooKeeperLeases) -> dict:
     """Run the query in a driver process of its own and kill -9 it at ``point``."""
-    block_at = {OFFSETS_0: -1, BEFORE_READ: 0, MID_SNAPSHOT: 2}[point]
-    driver = Driver(tmp_path, engine.servers, table, str(out), str(ckpt), str(block_at), "0",
+    block_at = {BEFORE_READ: 0, MID_SNAPSHOT: 2}.get(point, -1)
+    driver = Driver(tmp_path, engine.servers, table, str(out), str(ckpt), str(block_at),
+                    "1" if point == BEFORE_OFFSET else "0",
                     options=OPTIONS, before_read=point == BEFORE_READ)
     try:
-        if point == OFFSETS_0:
+        if point == BEFORE_OFFSET:
+            # With the coordinator stopped, the source hangs planning its first offset.
+            driver.wait_for("LOADED", "the query's schema")
+            coordinator = engine.coordinator_pid()
+            os.kill(coordinator, signal.SIGSTOP)
+            try:
+                driver.go()
+                wait_until(driver.has_source_runner, 120, "the query's source process")
+                driver.kill()
+            finally:
+                os.kill(coordinator, signal.SIGCONT)
+        elif point == AFTER_SNAPSHOT:
+            driver.wait_for("TRIGGERED", "the query's first trigger")
+            wait_until(lambda: snapshot_phase_committed(ckpt)
+                       and offsets_of(ckpt)[0]["lease_id"] not in leases.now(), 240,
+                       "the first driver to finish the snapshot phase and release its lease")
+            n = len(batch_files(ckpt / "commits"))
+            wait_until(lambda: len(batch_files(ckpt / "commits")) > n, 60,
+                       "a changelog batch of the first driver")
+            driver.kill()
+        elif point == OFFSETS_0:
             first = ckpt / "offsets" / "0"
             wait_until(lambda: first.exists() or driver.proc.poll() is not None, 240,
                        "the first driver to write offsets/0", interval_s=0.01)
@@ -280,13 +316,23 @@ def kill_first_driver(engine, table: str, out: Path, ckpt: Path, point: str, tmp
     finally:
         driver.kill()
     offsets, commits = batch_files(ckpt / "offsets"), batch_files(ckpt / "commits")
-    want = (3, 2) if point == MID_SNAPSHOT else (1, 0)
-    assert (len(offsets), len(commits)) == want, (
+    if point == BEFORE_OFFSET:
+        assert not offsets and not leases.seen, (
+            f"killed before its first offset, the query left {len(offsets)} offset files and "
+            f"lease(s) {sorted(leases.seen)}")
+        return {"lease": None, "lease in ZooKeeper at the kill": None}
+    want = {MID_SNAPSHOT: [(3, 2)], AFTER_SNAPSHOT: [(len(commits), len(commits)),
+                                                     (len(commits) + 1, len(commits))]
+            }.get(point, [(1, 0)])
+    assert (len(offsets), len(commits)) in want, (
         f"killed at {point}: the checkpoint has {len(offsets)} offset and {len(commits)} commit "
         f"files, expected {want}")
     first = offsets_of(ckpt)[0]
     lease = first["lease_id"]
-    return {"lease": lease, "lease in ZooKeeper at the kill": lease in leases.now(),
+    # After the snapshot phase the lease is released: only earlier points must find it.
+    return {"lease": lease,
+            "lease in ZooKeeper at the kill": (None if point == AFTER_SNAPSHOT
+                                               else lease in leases.now()),
             "offsets/0 snapshots": only_table(first)["snapshot"]}
 
 
@@ -305,8 +351,11 @@ def run_to_end(spark, engine, table: str, out: Path, ckpt: Path, writer: Writer,
         df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
     q = (reader.load().writeStream.option("checkpointLocation", str(ckpt)).foreachBatch(sink)
          .start())
-    lease = offsets_of(ckpt)[0]["lease_id"]
     try:
+        wait_until(lambda: q.exception() is not None or (ckpt / "offsets" / "0").exists(), 120,
+                   "the restarted query's first offset")
+        failed(q)
+        lease = offsets_of(ckpt)[0]["lease_id"]
         wait_until(lambda: q.exception() is not None or
                    (snapshot_phase_committed(ckpt) and lease not in leases.now()), 240,
                    "the restarted query to finish its snapshot phase and release its lease")
@@ -457,6 +506,20 @@ def check_per_bucket(spark, engine, table: str, out: Path, ckpt: Path,
 # -- the test -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("point", POINTS)
 def test_driver_killed_in_batch0_restarts_exactly(spark, engine, point, tmp_path):
+    kill_restart_and_check(spark, engine, point, tmp_path)
+
+
+@pytest.mark.parametrize("engine", ["apache-fluss"], indirect=True)
+@pytest.mark.parametrize("point", [BEFORE_OFFSET, AFTER_SNAPSHOT],
+                         ids=["before-first-offset", "after-snapshot-phase"])
+def test_apache_fluss_restarts_exactly_from_the_other_restart_points(spark, engine, point,
+                                                                     tmp_path):
+    kill_restart_and_check(spark, engine, point, tmp_path)
+
+
+def kill_restart_and_check(spark, engine, point: str, tmp_path: Path) -> None:
+    """A fresh table under a concurrent writer, its query's driver killed at ``point`` and
+    restarted, the output checked bucket by bucket."""
     table = engine.new_table()
     engine.create(table)
     # Every bucket has a snapshot covering the load before the query lists them.
@@ -476,10 +539,10 @@ def test_driver_killed_in_batch0_restarts_exactly(spark, engine, point, tmp_path
         try:
             facts = kill_first_driver(engine, table, out, ckpt, point, tmp_path, leases)
             run_to_end(spark, engine, table, out, ckpt, writer, leases)
-            lease = facts["lease"]
+            lease = offsets_of(ckpt)[0]["lease_id"]
             wait_until(lambda: lease not in leases.now(), 60, f"lease {lease} to go")
             failures = check_per_bucket(spark, engine, table, out, ckpt, leases)
-            if not facts["lease in ZooKeeper at the kill"]:
+            if facts["lease in ZooKeeper at the kill"] is False:
                 failures.append(f"lease {lease} was not in ZooKeeper when the driver was killed "
                                 f"with offsets/0 logged: offsets/0 named snapshots no lease "
                                 f"pinned")
