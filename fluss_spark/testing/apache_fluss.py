@@ -246,15 +246,19 @@ class PyFluss:
         return [(kind, row) for b in sorted(got) for _, kind, row in got[b]]
 
     def read_log_ranges(self, name: str, ranges: dict[int, tuple[int | None, int]],
-                        timeout_s: float = 60.0) -> dict[int, list[tuple[int, str, dict]]]:
+                        timeout_s: float = 60.0, quiet_s: float | None = None
+                        ) -> dict[int, list[tuple[int, str, dict]]]:
         """The changes of offsets ``[start, end)`` of each bucket of ``ranges`` (``{bucket:
         (start, end)}``; start None: the earliest retained offset), as ``{bucket: [(offset,
         change type, row), ...]}`` in offset order; TimeoutError when a bucket's records up to
-        ``end`` do not all arrive in time."""
-        return self._run(self._read_ranges(name, ranges, timeout_s))
+        ``end`` do not all arrive in time. ``quiet_s``: for a log whose last offsets hold no
+        record (a merge engine that ignored a write), return once nothing more arrives for that
+        long."""
+        return self._run(self._read_ranges(name, ranges, timeout_s, quiet_s))
 
     async def _read_ranges(self, name: str, ranges: dict[Any, tuple[int | None, int]],
-                           timeout_s: float) -> dict[Any, list[tuple[int, str, dict]]]:
+                           timeout_s: float, quiet_s: float | None = None
+                           ) -> dict[Any, list[tuple[int, str, dict]]]:
         """As ``read_log_ranges``; keys ``(partition id, bucket)`` read a partitioned table."""
         got: dict[Any, list[tuple[int, str, dict[str, Any]]]] = {b: [] for b in ranges}
         todo = {b: (s or 0, e) for b, (s, e) in ranges.items() if e > (s or 0)}
@@ -270,10 +274,13 @@ class PyFluss:
         else:
             scanner.subscribe_buckets(starts)
         deadline = time.monotonic() + timeout_s
+        last_record = time.monotonic()
 
         def reached(b: int) -> int:
             return got[b][-1][0] + 1 if got[b] else todo[b][0]
         while any(reached(b) < e for b, (_, e) in todo.items()):
+            if quiet_s is not None and time.monotonic() - last_record > quiet_s:
+                break
             if time.monotonic() > deadline:
                 have = {b: reached(b) for b in todo}
                 raise TimeoutError(f"reading {name}: reached offsets {have} of "
@@ -286,6 +293,7 @@ class PyFluss:
                 for r in records:
                     if todo[b][0] <= r.offset < todo[b][1]:
                         got[b].append((r.offset, r.change_type.short_string(), r.row))
+                        last_record = time.monotonic()
         return got
 
     def rows(self, name: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
