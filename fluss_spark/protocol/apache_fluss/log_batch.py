@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from fluss_spark.errors import CorruptMessage
+from fluss_spark.protocol.arrow_arrays import fixed_width, strings
 from fluss_spark.protocol.changelog import (APPEND, CHANGELOG_FIELDS, DELETE, INSERT,
                                             UPDATE_AFTER, UPDATE_BEFORE)
 from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcBudget, read_batch_message
@@ -42,7 +43,7 @@ except ImportError:  # pragma: no cover - google-crc32c is a declared dependency
 
 #: Change-type byte -> this project's change type (Fluss's ``ChangeType`` byte values).
 CHANGE_TYPES = (APPEND, INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE)
-_CHANGE_TYPE_LABELS = pa.array(CHANGE_TYPES, pa.string())
+_CHANGE_TYPE_LABELS = strings(CHANGE_TYPES)
 
 MAGIC_V0, MAGIC_V1 = 0, 1
 APPEND_ONLY_FLAG = 0x01
@@ -173,10 +174,10 @@ class LogRecordBatch:
             bad = sorted(set(int(c) for c in codes if not 0 <= c < len(CHANGE_TYPES)))
             raise CorruptMessage(f"record batch at offset {self.base_offset} has unknown change "
                                  f"type byte(s) {bad}")
-        columns.append(_CHANGE_TYPE_LABELS.take(pa.array(codes, pa.int8())))
-        columns.append(pa.array(np.arange(self.base_offset, self.base_offset + n,
-                                          dtype=np.int64)))
-        columns.append(pa.array(np.full(n, self.commit_timestamp, dtype=np.int64)).cast(_TS))
+        columns.append(_CHANGE_TYPE_LABELS.take(fixed_width(codes, pa.int8())))
+        columns.append(fixed_width(np.arange(self.base_offset, self.base_offset + n,
+                                             dtype=np.int64), pa.int64()))
+        columns.append(fixed_width(np.full(n, self.commit_timestamp, dtype=np.int64), _TS))
         return pa.RecordBatch.from_arrays(columns, schema=output)
 
 

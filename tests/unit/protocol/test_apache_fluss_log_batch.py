@@ -143,3 +143,27 @@ def test_table_json_round_trip_and_types():
         pa.timestamp("ms", tz="UTC")
     assert arrow_type({"type": "BINARY", "length": 4}) == pa.binary(4)
     assert arrow_type({"type": "TIME_WITHOUT_TIME_ZONE", "precision": 6}) == pa.time64("us")
+
+
+def test_importing_the_client_and_decoding_a_batch_leave_pandas_unimported(tmp_path):
+    """pyarrow imports pandas on its first ``pa.array`` (0.35 s in a fresh process): the Apache
+    Fluss client's import and a log batch's decoding build their arrays from buffers instead."""
+    import subprocess
+    import sys
+    (tmp_path / "batch").write_bytes(make_batch(100, ROWS, b"\x01\x02\x04"))
+    (tmp_path / "schema").write_bytes(WIRE.serialize().to_pybytes())
+    code = f"""
+import sys, pyarrow as pa
+import fluss_spark.client.apache_fluss
+from fluss_spark.protocol.apache_fluss.log_batch import iter_batches
+from fluss_spark.protocol.changelog import CHANGELOG_FIELDS
+wire = pa.ipc.read_schema(pa.py_buffer(open({str(tmp_path / "schema")!r}, "rb").read()))
+(batch,) = iter_batches(open({str(tmp_path / "batch")!r}, "rb").read())
+out = batch.to_changelog(wire, pa.schema(list(wire) + list(CHANGELOG_FIELDS)))
+assert out.num_rows == 3 and out.column("_log_offset").to_pylist() == [100, 101, 102]
+print("pandas" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
