@@ -108,6 +108,17 @@ class Driver:
                 continue
         return False
 
+    def kill_planning_first_offset(self, coordinator_pid: int) -> None:
+        """Start the query held at ``LOADED`` with the coordinator stopped (SIGSTOP), so that its
+        source hangs planning its first offset, and kill -9 the driver there."""
+        os.kill(coordinator_pid, signal.SIGSTOP)
+        try:
+            self.go()
+            wait_until(self.has_source_runner, 120, "the query's source process")
+            self.kill()
+        finally:
+            os.kill(coordinator_pid, signal.SIGCONT)
+
     def kill(self) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)

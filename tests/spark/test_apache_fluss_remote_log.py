@@ -104,8 +104,9 @@ def test_full_mode_reads_a_changelog_that_starts_in_remote_storage(spark, apache
                                                                    tmp_path):
     """A one-bucket PK table read in full mode: batch 0 pins its KV snapshot and holds (its sink
     blocks) while 8,000 new keys (~300 bytes each) fill segments that Fluss moves to remote
-    storage, so the changelog after the snapshot starts there. The output: the snapshot's rows once, then every
-    changelog record from the snapshot's offset once, folding to the table's rows."""
+    storage, so the changelog after the snapshot starts there. The output: the snapshot's rows
+    once, then every changelog record from the snapshot's offset once, folding to the table's
+    rows."""
     import threading
 
     from fluss_spark.connector.offsets import decode

@@ -30,7 +30,6 @@ changelog holds it.
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import uuid
 from collections import Counter
@@ -285,14 +284,7 @@ def kill_first_driver(engine, table: str, out: Path, ckpt: Path, point: str, tmp
         if point == BEFORE_OFFSET:
             # With the coordinator stopped, the source hangs planning its first offset.
             driver.wait_for("LOADED", "the query's schema")
-            coordinator = engine.coordinator_pid()
-            os.kill(coordinator, signal.SIGSTOP)
-            try:
-                driver.go()
-                wait_until(driver.has_source_runner, 120, "the query's source process")
-                driver.kill()
-            finally:
-                os.kill(coordinator, signal.SIGCONT)
+            driver.kill_planning_first_offset(engine.coordinator_pid())
         elif point == AFTER_SNAPSHOT:
             driver.wait_for("TRIGGERED", "the query's first trigger")
             wait_until(lambda: snapshot_phase_committed(ckpt)
@@ -590,22 +582,15 @@ DAY_ROWS = 2000
 PARTITIONED_OPTIONS = {"maxOffsetsPerTrigger": "1500", "scan.kv.read": "snapshot"}
 
 
-class DayWriter(threading.Thread):
+class DayWriter(Writer):
     """Upserts in the first half of every day's keys and deletes in the second half (each key
     once: Fluss gives the delete of a missing key an offset without a record, which pyfluss's
     reader would wait for), a round every 100 ms until stopped."""
 
-    def __init__(self, servers: str, table: str):
-        super().__init__(daemon=True)
-        self.servers, self.table = servers, table
-        self.stop_event = threading.Event()
-        self.rounds = 0
-        self.error: BaseException | None = None
-
     def run(self) -> None:
         from fluss_spark.testing.apache_fluss import PyFluss
         try:
-            with PyFluss(self.servers) as fluss:
+            with PyFluss(self.engine.servers) as fluss:
                 while not self.stop_event.wait(0.1) and self.rounds < DAY_ROWS // 2:
                     r = self.rounds
                     for day in DAYS:
@@ -615,12 +600,6 @@ class DayWriter(threading.Thread):
                     self.rounds += 1
         except BaseException as e:  # noqa: BLE001 - reported by finish()
             self.error = e
-
-    def finish(self) -> None:
-        self.stop_event.set()
-        self.join(120)
-        assert self.error is None, f"the concurrent writer failed: {self.error!r}"
-        assert self.rounds > 0, "the concurrent writer wrote nothing"
 
 
 @pytest.mark.parametrize("engine", ["apache-fluss"], indirect=True)
@@ -644,7 +623,7 @@ def test_a_partitioned_table_restarts_exactly_after_a_kill_on_apache_fluss(
     finally:
         cluster.close()
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    writer = DayWriter(servers, table)
+    writer = DayWriter(engine, table)
     with engine.leases() as leases:
         writer.start()
         try:

@@ -11,9 +11,7 @@ engines, under harsher conditions (snapshot retention of one, a concurrent write
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
@@ -91,15 +89,8 @@ def test_driver_killed_at_each_restart_point(spark, cluster, conn, table_name, t
             elif hold == "1":
                 # With the coordinator stopped, the source hangs planning its first offset.
                 driver.wait_for("LOADED", "the query's schema")
-                coordinator = next(p["pid"] for p in cluster.processes()
-                                   if p["role"] == "coordinator")
-                os.kill(coordinator, signal.SIGSTOP)
-                try:
-                    driver.go()
-                    wait_until(driver.has_source_runner, 120, "the query's source process")
-                    driver.kill()
-                finally:
-                    os.kill(coordinator, signal.SIGCONT)
+                driver.kill_planning_first_offset(next(
+                    p["pid"] for p in cluster.processes() if p["role"] == "coordinator"))
             else:
                 driver.wait_for("TRIGGERED", "the query's first trigger")
                 wait_until(lambda: count_files(ckpt / "commits") >= 10
