@@ -103,19 +103,27 @@ def _offsets(counts: np.ndarray, labels: np.ndarray, column: str) -> pa.Array:
     return arrow_array(offsets.astype(np.int32), pa.int32(), None, 0)
 
 
+def _leading_int32(buffer: np.ndarray, start: np.ndarray, lengths: np.ndarray,
+                   labels: np.ndarray, column: str, what: str, first: str
+                   ) -> tuple[Rows, np.ndarray]:
+    """The values at ``[start, start + lengths)`` as rows for errors, and the int32 each starts
+    with (``first``, named in the error when a value is too short to hold it)."""
+    rows = Rows(buffer, start, start + lengths, labels)
+    rows.column = column
+    short = lengths < 4
+    if short.any():
+        rows.fail(np.flatnonzero(short), None, f"{what} of {lengths[short][0]} bytes is shorter "
+                                               f"than {first}")
+    return rows, rows.words(start, None, 4, "<i4").astype(np.int64)
+
+
 def _array(buffer: np.ndarray, t: pa.DataType, start: np.ndarray, lengths: np.ndarray,
            labels: np.ndarray, column: str, decode_row: RowDecoder
            ) -> tuple[np.ndarray, pa.Array]:
     """The element counts of the binary arrays at ``[start, start + lengths)`` and all their
     elements (of type ``t``) as one Arrow array."""
     ends = start + lengths
-    rows = Rows(buffer, start, ends, labels)
-    rows.column = column
-    short = lengths < 4
-    if short.any():
-        rows.fail(np.flatnonzero(short), None, f"an array of {lengths[short][0]} bytes is "
-                                               "shorter than its size")
-    size = rows.words(start, None, 4, "<i4").astype(np.int64)
+    rows, size = _leading_int32(buffer, start, lengths, labels, column, "an array", "its size")
     if (size < 0).any():
         rows.fail(np.flatnonzero(size < 0), None, f"array size {size[size < 0][0]}")
     width = _slot_width(t)
@@ -200,13 +208,8 @@ def _elements(rows: Rows, t: pa.DataType, base: np.ndarray, sel: np.ndarray | No
 def _map(buffer: np.ndarray, t: pa.MapType, start: np.ndarray, lengths: np.ndarray,
          labels: np.ndarray, column: str, decode_row: RowDecoder) -> pa.Array:
     """The binary maps at ``[start, start + lengths)`` as a map array of type ``t``."""
-    rows = Rows(buffer, start, start + lengths, labels)
-    rows.column = column
-    short = lengths < 4
-    if short.any():
-        rows.fail(np.flatnonzero(short), None, f"a map of {lengths[short][0]} bytes is shorter "
-                                               "than its key array's size")
-    key_bytes = rows.words(start, None, 4, "<i4").astype(np.int64)
+    rows, key_bytes = _leading_int32(buffer, start, lengths, labels, column, "a map",
+                                     "its key array's size")
     bad = (key_bytes < 0) | (key_bytes > lengths - 4)
     if bad.any():
         rows.fail(np.flatnonzero(bad), None, f"a key array of {key_bytes[bad][0]} bytes in a map "
