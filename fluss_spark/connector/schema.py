@@ -22,10 +22,10 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType,
-                               DoubleType, FloatType, IntegerType, LongType, ShortType,
-                               StringType, StructField, StructType, TimestampNTZType,
-                               TimestampType)
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType,
+                               DecimalType, DoubleType, FloatType, IntegerType, LongType,
+                               MapType, ShortType, StringType, StructField, StructType,
+                               TimestampNTZType, TimestampType, TimeType)
 
 from fluss_spark.client.cluster import (CHANGE_TYPE, CHANGELOG_FIELDS, COMMIT_TIMESTAMP, INSERT,
                                         LOG_OFFSET)
@@ -58,13 +58,24 @@ def spark_type(t: pa.DataType, column: str = "?") -> DataType:
             return cls()
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return StringType()
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return BinaryType()
-    if pa.types.is_decimal(t):
+    if pa.types.is_decimal128(t):
         return DecimalType(t.precision, t.scale)
     if pa.types.is_timestamp(t):
         # A zone-aware timestamp is an instant (Spark TIMESTAMP); a naive one is wall-clock time.
+        # Spark keeps microseconds: nanoseconds are floored to them (see to_spark_arrow).
         return TimestampType() if t.tz else TimestampNTZType()
+    if pa.types.is_time(t):
+        return TimeType()
+    if pa.types.is_list(t):
+        return ArrayType(spark_type(t.value_type, f"{column}[]"), True)
+    if pa.types.is_map(t):
+        return MapType(spark_type(t.key_type, f"{column} key"),
+                       spark_type(t.item_type, f"{column} value"), True)
+    if pa.types.is_struct(t):
+        return StructType([StructField(f.name, spark_type(f.type, f"{column}.{f.name}"), True)
+                           for f in t])
     raise ConfigError(f"column {column!r} has type {t}, which the Spark source cannot read")
 
 
@@ -152,7 +163,40 @@ def _column(batch: pa.RecordBatch, name: str, t: pa.DataType) -> pa.Array:
         raise ConfigError(f"column {name!r} is not in the table any more (columns: "
                           f"{', '.join(batch.schema.names)}); restart the query with a new schema")
     col = batch.column(idx)
-    return col if col.type == t else col.cast(t)
+    return col if col.type == t else to_spark_arrow(col, t)
+
+
+def _has_nanos(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return t.unit == "ns"
+    return any(_has_nanos(t.field(i).type) for i in range(t.num_fields))
+
+
+def to_spark_arrow(col: pa.Array, t: pa.DataType) -> pa.Array:
+    """``col`` cast to ``t``; nanosecond timestamps, at any depth, floored to microseconds (a
+    plain cast truncates toward zero, moving an instant before 1970 forward in time)."""
+    if not _has_nanos(col.type):
+        return col.cast(t)
+    if col.offset and pa.types.is_nested(col.type):
+        # A slice's children are not sliced: a copy starts them at its first row.
+        col = col.take(pa.Array.from_buffers(pa.int64(), len(col), [None, pa.py_buffer(
+            np.arange(len(col), dtype=np.int64))]))
+    mask = col.is_null() if col.null_count else None
+    if pa.types.is_timestamp(col.type):
+        nanos = col.cast(pa.int64()).fill_null(0).to_numpy()
+        valid = col.is_valid().buffers()[1] if col.null_count else None
+        return pa.Array.from_buffers(t, len(col), [valid, pa.py_buffer(nanos // 1000)],
+                                     null_count=col.null_count)
+    if pa.types.is_struct(col.type):
+        children = [to_spark_arrow(col.field(i), t.field(i).type) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+    if pa.types.is_map(col.type):
+        return pa.MapArray.from_arrays(col.offsets, to_spark_arrow(col.keys, t.key_type),
+                                       to_spark_arrow(col.items, t.item_type), type=t, mask=mask)
+    if pa.types.is_list(col.type):
+        return pa.ListArray.from_arrays(col.offsets, to_spark_arrow(col.values, t.value_type),
+                                        type=t, mask=mask)
+    return col.cast(t)
 
 
 def _constant(value: str, n: int) -> pa.Array:

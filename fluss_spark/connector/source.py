@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType
 
 from fluss_spark.client.cluster import Cluster, TableInfo
+from fluss_spark.client.table_formats import check_readable
 from fluss_spark.connector.enumerator import Enumerator, check_partitions
 from fluss_spark.connector.options import SourceOptions, parse_options
 from fluss_spark.connector.pruning import PartitionFilter, matching, push
@@ -74,8 +75,10 @@ def check_columns_option(options: SourceOptions, layout: Layout) -> None:
                           f"({', '.join(given)}) name different table columns; give one of them")
 
 
-def check_read_columns(info: TableInfo, layout: Layout) -> None:
-    """Refuse, before any task runs, a query schema naming columns the table does not have."""
+def check_read_columns(info: TableInfo, layout: Layout, reads_kv: bool = True) -> None:
+    """Refuse, before any task runs, a query schema naming columns the table does not have, or
+    a table stored in a format the readers cannot decode (its KV rows only if ``reads_kv``)."""
+    check_readable(info, reads_kv=reads_kv)
     project(info.name, info.schema, layout.table_columns(info.name), "the query's schema")
 
 
@@ -155,7 +158,8 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._enumerator is None:
             self._enumerator = Enumerator(self.options, table_names(self.options, self.layout),
                                           lambda: _connect(self.options),
-                                          check_table=lambda i: check_read_columns(i, self.layout))
+                                          check_table=lambda i: check_read_columns(
+                                              i, self.layout, self.options.startup_mode == "full"))
         return self._enumerator
 
     def initialOffset(self) -> dict[str, Any]:

@@ -6,8 +6,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (ByteType, DecimalType, StringType, StructType, TimestampNTZType,
-                               TimestampType)
+from pyspark.sql.types import (ArrayType, BinaryType, ByteType, DecimalType, IntegerType,
+                               LongType, MapType, StringType, StructField, StructType,
+                               TimestampNTZType, TimestampType, TimeType)
 
 from fluss_spark.connector.schema import (Layout, output_schema, spark_type,
                                           with_snapshot_metadata)
@@ -26,8 +27,47 @@ def test_type_mapping():
     assert types["l"] == TimestampNTZType()
     assert types["m"] == TimestampType()
     assert s.fieldNames()[-3:] == ["_change_type", "_log_offset", "_commit_timestamp"]
-    with pytest.raises(ConfigError, match="column 'x'"):
-        spark_type(pa.list_(pa.int32()), "x")
+    with pytest.raises(ConfigError, match=r"column 'x\[\]'.*duration"):
+        spark_type(pa.list_(pa.duration("s")), "x")
+
+
+def test_nested_and_other_apache_fluss_types_map_to_spark_types():
+    point = pa.struct([pa.field("x", pa.int32(), nullable=False), ("tags", pa.list_(pa.string()))])
+    assert spark_type(pa.list_(point)) == ArrayType(StructType([
+        StructField("x", IntegerType(), True), StructField("tags", ArrayType(StringType()), True)]))
+    assert spark_type(pa.map_(pa.string(), pa.list_(pa.int64()))) == MapType(
+        StringType(), ArrayType(LongType()), True)
+    assert spark_type(pa.binary(16)) == BinaryType()
+    assert spark_type(pa.decimal128(38, 38)) == DecimalType(38, 38)
+    for t in (pa.time32("s"), pa.time32("ms"), pa.time64("us"), pa.time64("ns")):
+        assert spark_type(t) == TimeType()
+    for unit in ("s", "ms", "us", "ns"):
+        assert spark_type(pa.timestamp(unit)) == TimestampNTZType()
+        assert spark_type(pa.timestamp(unit, "UTC")) == TimestampType()
+
+
+def test_shape_casts_nested_columns_and_floors_nanoseconds_at_any_depth():
+    ns = pa.timestamp("ns", "UTC")
+    schema = pa.schema([("l", pa.list_(pa.struct([("t", ns), ("m", pa.map_(pa.int32(), ns))]))),
+                        ("b", pa.binary(2)), ("tm", pa.time32("ms")), ("t", pa.timestamp("ns"))])
+    layout = Layout(output_schema([("t", schema)], False), False)
+    rows = [dict(l=[{"t": -999, "m": [(1, -1001)]}, None], b=b"ab", tm=1, t=-1,
+                 _change_type="+I", _log_offset=0, _commit_timestamp=None),
+            dict(l=None, b=None, tm=None, t=1999, _change_type="+I", _log_offset=1,
+                 _commit_timestamp=None)]
+    batch = _changelog_batch(schema, rows)
+    for part in (batch, batch.slice(1)):
+        out = layout.shape("t", part)
+        assert out.schema.equals(to_arrow_schema(layout.schema, timezone="UTC"))
+        out.validate(full=True)
+    out = layout.shape("t", batch)
+    # 1969-12-31 23:59:59.999999001 is floored to ...999999, not truncated to 1970.
+    micros = out.column("l").cast(pa.list_(pa.struct([("t", pa.int64()),
+                                                      ("m", pa.map_(pa.int32(), pa.int64()))])))
+    assert micros.to_pylist() == [[{"t": -1, "m": [(1, -2)]}, None], None]
+    assert out.column("t").cast(pa.int64()).to_pylist() == [-1, 1]
+    assert out.column("b").to_pylist() == [b"ab", None]
+    assert out.column("tm").cast(pa.int64()).to_pylist() == [1_000_000, None]
 
 
 def _changelog_batch(schema, rows):

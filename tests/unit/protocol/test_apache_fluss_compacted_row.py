@@ -73,12 +73,9 @@ def encode_field(t: pa.DataType, v: Any) -> bytes:
     if pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t):
         return length_prefixed(v)
     if pa.types.is_decimal(t):
-        unscaled = int(v.scaleb(t.scale, context=Context(prec=80)))
         if t.precision <= 18:
-            return varint(unscaled, 64)
-        # Minimal big-endian two's complement, as Java's BigInteger.toByteArray.
-        size = (unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1
-        return length_prefixed(unscaled.to_bytes(size, "big", signed=True))
+            return varint(unscaled_of(t, v), 64)
+        return length_prefixed(big_endian(unscaled_of(t, v)))
     if pa.types.is_time(t):
         millis = v * 1000 if t.unit == "s" else v // {"ms": 1, "us": 1000, "ns": 10**6}[t.unit]
         return varint(millis, 32)
@@ -90,7 +87,97 @@ def encode_field(t: pa.DataType, v: Any) -> bytes:
             return varint(v, 64)
         millis, rest = divmod(v, per_milli[t.unit])
         return varint(millis, 64) + varint(rest * (10**6 // per_milli[t.unit]), 32)
+    if pa.types.is_list(t):
+        return length_prefixed(encode_array(t.value_type, v))
+    if pa.types.is_map(t):
+        return length_prefixed(encode_map(t, v))
+    if pa.types.is_struct(t):
+        return length_prefixed(encode_row(pa.schema(list(t)), [v[f.name] for f in t]))
     raise AssertionError(f"no reference encoding for {t}")
+
+
+def unscaled_of(t: pa.Decimal128Type, v: Decimal) -> int:
+    return int(v.scaleb(t.scale, context=Context(prec=80)))
+
+
+def big_endian(unscaled: int) -> bytes:
+    """Minimal big-endian two's complement, as Java's BigInteger.toByteArray."""
+    size = (unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1
+    return unscaled.to_bytes(size, "big", signed=True)
+
+
+def padded(data: bytes) -> bytes:
+    return data + bytes(-len(data) % 8)
+
+
+_SLOT_FORMATS = {pa.bool_(): "<?", pa.int8(): "<b", pa.int16(): "<h", pa.int32(): "<i",
+                 pa.date32(): "<i", pa.float32(): "<f", pa.int64(): "<q", pa.float64(): "<d"}
+
+
+def encode_array(t: pa.DataType, values: list[Any]) -> bytes:
+    """A binary array, as Fluss's array writer lays it out (a null decimal or timestamp of the
+    long forms still takes its room in the variable part and points at it, as there)."""
+    n = len(values)
+    header = 4 + (n + 31) // 32 * 4
+    width = struct.calcsize(_SLOT_FORMATS[t]) if t in _SLOT_FORMATS else \
+        4 if pa.types.is_time(t) else 8
+    fixed = bytearray(padded(bytes(header + width * n)))
+    struct.pack_into("<i", fixed, 0, n)
+    var = b""
+
+    def point(data: bytes, low: int, room: int | None = None) -> int:
+        nonlocal var
+        offset = len(fixed) + len(var)
+        var += data + bytes((room or len(padded(data))) - len(data))
+        return offset << 32 | low
+
+    for k, v in enumerate(values):
+        slot = header + k * width
+        long_ts = pa.types.is_timestamp(t) and t.unit in ("us", "ns")
+        big_dec = pa.types.is_decimal(t) and t.precision > 18
+        if v is None:
+            fixed[4 + k // 8] |= 1 << (k % 8)
+            if long_ts or big_dec:
+                struct.pack_into("<q", fixed, slot, point(b"", 0, 8 if long_ts else 16))
+            continue
+        if t in _SLOT_FORMATS:
+            struct.pack_into(_SLOT_FORMATS[t], fixed, slot, v)
+        elif pa.types.is_time(t):
+            millis = v * 1000 if t.unit == "s" else v // {"ms": 1, "us": 1000, "ns": 10**6}[t.unit]
+            struct.pack_into("<i", fixed, slot, millis)
+        elif long_ts:
+            millis, rest = divmod(v, {"us": 1000, "ns": 10**6}[t.unit])
+            nanos = rest * (10**6 // {"us": 1000, "ns": 10**6}[t.unit])
+            struct.pack_into("<q", fixed, slot, point(struct.pack("<q", millis), nanos))
+        elif pa.types.is_timestamp(t):
+            struct.pack_into("<q", fixed, slot, v * 1000 if t.unit == "s" else v)
+        elif pa.types.is_decimal(t) and not big_dec:
+            struct.pack_into("<q", fixed, slot, unscaled_of(t, v))
+        elif big_dec:
+            data = big_endian(unscaled_of(t, v))
+            struct.pack_into("<q", fixed, slot, point(data, len(data), 16))
+        else:
+            if pa.types.is_string(t):
+                data = v.encode("utf-8")
+            elif pa.types.is_list(t):
+                data = encode_array(t.value_type, v)
+            elif pa.types.is_map(t):
+                data = encode_map(t, v)
+            elif pa.types.is_struct(t):
+                data = encode_row(pa.schema(list(t)), [v[f.name] for f in t])
+            else:
+                data = v
+            if len(data) <= 7 and not (pa.types.is_list(t) or pa.types.is_map(t)
+                                       or pa.types.is_struct(t)):
+                fixed[slot:slot + 8] = data + bytes(7 - len(data)) + bytes([0x80 | len(data)])
+            else:
+                struct.pack_into("<q", fixed, slot, point(data, len(data)))
+    return bytes(fixed) + var
+
+
+def encode_map(t: pa.MapType, items: list[tuple[Any, Any]]) -> bytes:
+    keys = encode_array(t.key_type, [k for k, _ in items])
+    return struct.pack("<i", len(keys)) + keys + encode_array(t.item_type, [v for _, v in items])
 
 
 def encode_row(schema: pa.Schema, row: list[Any]) -> bytes:
@@ -184,6 +271,16 @@ def random_value(rng: random.Random, t: pa.DataType) -> Any:
         if t.unit == "s":
             return random_int(rng, -(2**63 // 1000), (2**63 - 1) // 1000)
         return random_int(rng, *I64)
+    if pa.types.is_list(t):
+        return [None if rng.random() < 0.2 else random_value(rng, t.value_type)
+                for _ in range(rng.choice((0, 1, 2, 5, 40)))]
+    if pa.types.is_map(t):
+        keys = {random_value(rng, t.key_type) for _ in range(rng.choice((0, 1, 3, 9)))}
+        return [(k, None if rng.random() < 0.2 else random_value(rng, t.item_type))
+                for k in keys]
+    if pa.types.is_struct(t):
+        return {f.name: None if f.nullable and rng.random() < 0.2 else random_value(rng, f.type)
+                for f in t}
     raise AssertionError(t)
 
 
@@ -213,7 +310,10 @@ def plain(array: pa.Array) -> list[Any]:
 
 def assert_column(got: pa.Array, want: pa.Array, name: str) -> None:
     assert got.type == want.type, name
-    assert plain(got) == plain(want), name
+    if pa.types.is_nested(got.type):
+        # Python values of nested temporal types may not exist (dates past year 9999).
+        assert got.equals(want), (name, got.diff(want))
+    assert pa.types.is_nested(got.type) or plain(got) == plain(want), name
     assert got.equals(want), name
     got.validate(full=True)
 
@@ -455,19 +555,19 @@ def test_malformed_fields_are_corrupt(schema, body, what):
     assert f"row 1, column '{schema.field(0).name}'" in str(info.value)
 
 
-def test_nested_types_are_unsupported_but_can_be_walked_past():
+def test_nested_values_are_walked_past_unread_and_checked_when_read():
     schema = pa.schema([("id", pa.int32()), ("tags", pa.list_(pa.string())),
                         ("attrs", pa.struct([("k", pa.int32())])), ("name", pa.string())])
-    # Their bytes are length-prefixed; what is inside does not matter to a reader skipping them.
+    # Their bytes are length-prefixed: a reader skipping them does not look inside.
     body = b"\x00" + varint(5, 32) + length_prefixed(b"\x01\x02\x03") + \
         length_prefixed(b"") + length_prefixed(b"x")
     buffer = np.frombuffer(body, dtype=np.uint8)
     ids, names = decode_compacted_rows(buffer, np.array([0]), schema, columns=[0, 3])
     assert ids.to_pylist() == [5] and names.to_pylist() == ["x"]
-    with pytest.raises(UnsupportedVersion, match="'tags'"):
+    with pytest.raises(CorruptMessage, match="'tags'.*shorter than its size"):
         decode_compacted_rows(buffer, np.array([0]), schema, columns=[1])
     attrs = pa.schema([schema.field("attrs")])
-    with pytest.raises(UnsupportedVersion, match="'attrs'"):
+    with pytest.raises(CorruptMessage, match="'attrs'.*truncated"):
         decode_kv_values([b"\x01\x00" + body], lambda _: schema, attrs)
 
 

@@ -167,3 +167,46 @@ print("pandas" in sys.modules)
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_every_fluss_type_node_has_the_arrow_type_fluss_writes_in_log_batches():
+    ltz9 = {"type": "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "precision": 9}
+    node = {"type": "ROW", "fields": [
+        {"name": "c", "field_type": {"type": "CHAR", "length": 3}},
+        {"name": "m", "field_type": {"type": "MAP", "key_type": {"type": "STRING",
+                                                                  "nullable": False},
+                                     "value_type": {"type": "ARRAY", "element_type": ltz9}}}]}
+    shown, wire = arrow_type(node), arrow_type(node, wire=True)
+    assert shown == pa.struct([("c", pa.string()), ("m", pa.map_(
+        pa.field("key", pa.string(), nullable=False),
+        pa.list_(pa.field("element", pa.timestamp("ns", tz="UTC")))))])
+    assert wire.field("m").type.item_type == pa.list_(pa.timestamp("ns"))
+    for precision, t in [(0, pa.time32("s")), (3, pa.time32("ms")), (4, pa.time64("us")),
+                         (9, pa.time64("ns"))]:
+        assert arrow_type({"type": "TIME_WITHOUT_TIME_ZONE", "precision": precision}) == t
+    for precision, unit in [(0, "s"), (1, "ms"), (3, "ms"), (5, "us"), (6, "us"), (7, "ns")]:
+        assert arrow_type({"type": "TIMESTAMP_WITHOUT_TIME_ZONE",
+                           "precision": precision}) == pa.timestamp(unit)
+    assert arrow_type({"type": "DECIMAL", "precision": 38, "scale": 38}) == \
+        pa.decimal128(38, 38)
+
+
+def test_nested_columns_of_a_log_batch_decode_and_take_the_shown_time_zone():
+    inner = pa.struct([("at", pa.timestamp("ns")), ("tags", pa.map_(pa.string(), pa.int32()))])
+    wire = pa.schema([("id", pa.int64()), ("rows", pa.list_(inner)), ("b", pa.binary(2)),
+                      ("t", pa.time32("ms"))])
+    shown_inner = pa.struct([("at", pa.timestamp("ns", "UTC")),
+                             ("tags", pa.map_(pa.string(), pa.int32()))])
+    shown = pa.schema([("id", pa.int64()), ("rows", pa.list_(shown_inner)),
+                       ("b", pa.binary(2)), ("t", pa.time32("ms"))])
+    values = [[{"at": -1, "tags": [("k", 1)]}, None], [], None]
+    rows = pa.record_batch([pa.array([1, 2, 3], pa.int64()), pa.array(values, pa.list_(inner)),
+                            pa.array([b"ab", None, b"\x00\x00"], pa.binary(2)),
+                            pa.array([0, 86_399_999, None], pa.time32("ms"))], schema=wire)
+    (batch,) = iter_batches(make_batch(0, rows, None))
+    out = batch.to_changelog(wire, pa.schema(list(shown) + list(CHANGELOG_FIELDS)))
+    assert out.column("rows").type == shown.field("rows").type
+    assert out.column("rows").cast(pa.list_(pa.struct([
+        ("at", pa.int64()), ("tags", pa.map_(pa.string(), pa.int32()))]))).to_pylist() == values
+    assert out.column("b").to_pylist() == [b"ab", None, b"\x00\x00"]
+    assert out.column("t").cast(pa.int32()).to_pylist() == [0, 86_399_999, None]
