@@ -12,13 +12,12 @@ import numpy as np
 import pyarrow as pa
 
 
-def fixed_width(values: np.ndarray, type_: pa.DataType) -> pa.Array:
-    """``values`` (a contiguous numpy array of ``type_``'s width, no nulls) as an Arrow array of
-    ``type_``, sharing its memory."""
-    values = np.ascontiguousarray(values)
-    if values.itemsize * 8 != type_.bit_width:
-        raise ValueError(f"{values.dtype} values cannot be a {type_} array")
-    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+def fixed_width(values: np.ndarray, type_: pa.DataType, validity: pa.Buffer | None = None,
+                null_count: int = 0) -> pa.Array:
+    """``values`` (a contiguous numpy array laid out as ``type_``'s values) as an Arrow array of
+    ``type_`` sharing its memory, with ``validity`` bits when some are null."""
+    return pa.Array.from_buffers(type_, len(values), [validity, pa.py_buffer(values)],
+                                 null_count=null_count)
 
 
 def strings(values: Sequence[str]) -> pa.Array:

@@ -73,7 +73,7 @@ def _decode(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
     last = max(columns, default=-1)
     decoded: dict[int, pa.Array] = {}
     if n == 0 or last < 0:
-        return [pa.array([], type=schema.field(i).type) for i in columns]
+        return [pa.nulls(0, schema.field(i).type) for i in columns]
     rows = Rows(buffer, starts, ends, row_ids)
     header_size = (len(schema) + 7) // 8
     rows.column = f"{prefix}(null bits)"
@@ -248,7 +248,7 @@ def decode_value_batch(records: bytes | memoryview, schema_of: Callable[[int], p
 
 
 def _empty(output: pa.Schema) -> pa.RecordBatch:
-    return pa.record_batch([pa.array([], type=f.type) for f in output], schema=output)
+    return pa.record_batch([pa.nulls(0, f.type) for f in output], schema=output)
 
 
 def _decode_values(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from fluss_spark.errors import CorruptMessage
+from fluss_spark.protocol.arrow_arrays import fixed_width as arrow_array
 
 _sliding = np.lib.stride_tricks.sliding_window_view
 
@@ -18,13 +19,6 @@ NANOS_PER_MILLI = 1_000_000
 # Units of a time or timestamp per millisecond (a second has its own branch).
 PER_MILLI = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 _INT32_MAX = 2**31 - 1
-
-
-def arrow_array(values: np.ndarray, type_: pa.DataType, validity: pa.Buffer | None,
-           null_count: int) -> pa.Array:
-    """A fixed-width Arrow array over ``values``; not pa.array(ndarray), which imports pandas."""
-    return pa.Array.from_buffers(type_, len(values), [validity, pa.py_buffer(values)],
-                                 null_count=null_count)
 
 
 class Rows:
