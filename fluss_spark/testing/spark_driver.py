@@ -19,11 +19,14 @@ from fluss_spark.local.ports import wait_until
 
 DRIVER = """
 import json, os, sys, time
-os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from pyspark.sql import SparkSession
 servers, table, out, ckpt, block_at, hold, options, before_read = sys.argv[1:9]
-spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+builder = (SparkSession.builder.master(os.environ.get("DRIVER_MASTER", "local[2]"))
+           .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2"))
+for key, value in json.loads(os.environ.get("DRIVER_CONF", "{}")).items():
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
 
 def sink(df, batch_id):
     if batch_id == int(block_at) and before_read == "1":
@@ -60,10 +63,12 @@ class Driver:
     returns (-1: none), and "1" to wait for a line on stdin before starting the query;
     ``options``: more source options (e.g. maxOffsetsPerTrigger); ``before_read``: that batch's
     sink prints ``BEFORE_READ <id>`` and blocks before reading the batch (else it writes the batch,
-    prints ``IN_BATCH <id>`` and blocks)."""
+    prints ``IN_BATCH <id>`` and blocks); ``env``: more environment, e.g. ``DRIVER_MASTER`` (a
+    master URL instead of ``local[2]``), ``DRIVER_CONF`` (JSON of Spark settings) and
+    ``PYSPARK_PYTHON``."""
 
     def __init__(self, tmp_path: Path, *args: str, options: dict[str, str] | None = None,
-                 before_read: bool = False):
+                 before_read: bool = False, env: dict[str, str] | None = None):
         script = tmp_path / "driver.py"
         script.write_text(DRIVER)
         self.log_path = tmp_path / "driver.log"
@@ -71,7 +76,8 @@ class Driver:
                                       json.dumps(options or {}), "1" if before_read else "0"],
                                      start_new_session=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log_path.open("w"), text=True)
+                                     stderr=self.log_path.open("w"), text=True,
+                                     env={**os.environ, **(env or {})})
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 

@@ -1,0 +1,141 @@
+"""A Spark standalone cluster on loopback for tests: a master and workers, each a JVM of its own
+started from the installed pyspark, each worker with its own working directory and its own
+Python (the first ``python3`` on the PATH it is given), so executors run apart from the driver.
+
+Python environments for workers: ``python_env`` makes a virtualenv that sees the packages of
+this interpreter's site-packages (a ``.pth`` file) but not this project's editable install, and
+optionally installs a wheel into it; an executor on such a worker gets ``fluss_spark`` only from
+that wheel, or from the ``--py-files`` zip of ``fluss-spark package``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import venv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fluss_spark.local.ports import free_port, wait_until
+
+
+def spark_home() -> str:
+    import pyspark
+    return os.path.dirname(pyspark.__file__)
+
+
+def python_env(path: Path, wheel: Path | None = None,
+               hide: tuple[str, ...] = ("fluss_spark",)) -> Path:
+    """A virtualenv at ``path`` over this interpreter's site-packages (nothing copied), without
+    this project unless ``wheel`` is installed into it; ``hide``: top-level packages its Python
+    must not find (a node that lacks them). Returns its ``bin`` directory."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(path)
+    site = Path(sysconfig.get_paths(vars={"base": str(path), "platbase": str(path)})["purelib"])
+    # A .pth names a directory; the .pth files inside it (the editable install's) are not read.
+    (site / "host_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    blocked = [h for h in hide if h != "fluss_spark"]
+    if blocked:
+        # A meta-path finder that fails these imports as a missing package would.
+        (site / "zz_hide.pth").write_text(
+            "import sys; exec(" + repr(_HIDE.format(names=tuple(blocked))) + ")\n")
+    if wheel is not None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                        "--target", str(site), str(wheel)], check=True)
+    return path / "bin"
+
+
+_HIDE = """
+class _Hide:
+    names = {names!r}
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, _Hide())
+"""
+
+
+@dataclass
+class Worker:
+    """One worker process: its directory and the ``bin`` directory its executors' Python is in."""
+
+    directory: Path
+    python_bin: Path
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+
+class StandaloneSpark:
+    """A master and ``workers`` (one core each) on 127.0.0.1, logs and work dirs under ``base``."""
+
+    def __init__(self, base: Path, python_bins: list[Path], memory: str = "1g"):
+        self.base = base
+        self.port = free_port()
+        self.memory = memory
+        self.master: subprocess.Popen | None = None
+        self.workers = [Worker(base / f"worker-{i}", b) for i, b in enumerate(python_bins)]
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _env(self, python_bin: Path | None = None) -> dict[str, str]:
+        env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_NO_DAEMONIZE": "1"}
+        env.pop("PYTHONPATH", None)
+        if python_bin is not None:
+            env["PATH"] = f"{python_bin}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+        log = (self.base / f"{name}.log").open("w")
+        return subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), *args],
+                                env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def master_log(self) -> str:
+        return (self.base / "master.log").read_text(errors="replace")
+
+    def start(self, timeout_s: float = 120) -> "StandaloneSpark":
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.master = self._spawn("master", [
+            "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+            str(self.port), "--webui-port", "0"], self._env())
+        wait_until(lambda: "ALIVE" in self.master_log(), timeout_s, "the Spark master")
+        for i in range(len(self.workers)):
+            self.start_worker(i)
+        wait_until(lambda: self.master_log().count("Registering worker") >= len(self.workers),
+                   timeout_s, f"{len(self.workers)} Spark workers to register")
+        return self
+
+    def start_worker(self, i: int) -> None:
+        w = self.workers[i]
+        w.directory.mkdir(parents=True, exist_ok=True)
+        w.proc = self._spawn(f"worker-{i}", [
+            "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+            "--cores", "1", "--memory", self.memory, "--work-dir", str(w.directory),
+            "--webui-port", "0"], self._env(w.python_bin))
+
+    def kill_worker(self, i: int) -> None:
+        """kill -9 worker ``i`` and the executors it started (its process group)."""
+        proc = self.workers[i].proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(30)
+
+    def stop(self) -> None:
+        for i in range(len(self.workers)):
+            self.kill_worker(i)
+        if self.master is not None:
+            try:
+                os.killpg(self.master.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.master.wait(30)
+
+
+__all__ = ["StandaloneSpark", "Worker", "python_env", "spark_home"]

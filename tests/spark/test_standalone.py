@@ -1,0 +1,105 @@
+"""The Spark source on a Spark standalone cluster: a master and two workers, each a process of its
+own with its own working directory and Python (fluss_spark.testing.standalone), executors apart
+from the driver.
+
+- worker 0's Python has the project's wheel installed; worker 1's has only the dependencies, and
+  its executors get ``fluss_spark`` from the ``--py-files`` zip of ``fluss-spark package``;
+- a PK table streamed in full mode on the embedded engine, worker 0 killed -9 mid-snapshot-phase
+  (Spark reruns its tasks on worker 1): exact output, one lease id;
+- a node whose Python lacks a dependency fails the query with an error naming the package.
+
+Marked ``standalone`` (``-m "not standalone"`` skips it in a quick local run).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fluss_spark.local.ports import wait_until
+from fluss_spark.testing.spark_driver import Driver
+from fluss_spark.testing.standalone import StandaloneSpark, python_env
+from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on,
+                                         source_offsets, table_state)
+
+pytestmark = [pytest.mark.spark, pytest.mark.standalone]
+
+ROWS, MAX_ROWS = 20_000, 1_000
+
+
+def build_wheel(out: Path) -> Path:
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
+                    str(root)], check=True, capture_output=True)
+    (wheel,) = out.glob("fluss_spark-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
+    base = tmp_path_factory.mktemp("standalone")
+    t0 = time.monotonic()
+    with_wheel = python_env(base / "py-wheel", wheel=build_wheel(base / "dist"))
+    deps_only = python_env(base / "py-deps")
+    cluster = StandaloneSpark(base, [with_wheel, deps_only]).start()
+    subprocess.run([sys.executable, "-m", "fluss_spark.cli", "package", "--out",
+                    str(base / "fluss_spark.zip")], check=True, capture_output=True)
+    print(f"standalone cluster with two workers ready in {time.monotonic() - t0:.1f}s")
+    yield cluster, base / "fluss_spark.zip"
+    cluster.stop()
+
+
+def driver_env(cluster: StandaloneSpark, zip_path: Path, **conf: str) -> dict[str, str]:
+    """The test driver on the standalone master: executors run ``python3`` from their worker's
+    PATH (each worker has its own), the driver's own Python workers this interpreter."""
+    return {"DRIVER_MASTER": cluster.url, "PYSPARK_PYTHON": "python3",
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "DRIVER_CONF": json.dumps({"spark.submit.pyFiles": str(zip_path),
+                                       "spark.executor.cores": "1",
+                                       "spark.cores.max": "2", **conf})}
+
+
+def test_full_mode_on_two_workers_survives_a_killed_worker(spark, cluster, conn, table_name,
+                                                           standalone, tmp_path):
+    spark_cluster, zip_path = standalone
+    writer, snaps = create_pk(conn, table_name, ROWS, buckets=2)
+    admin = conn.admin()
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    with LeaseWatcher(admin, cluster.zookeeper_address) as watcher:
+        driver = Driver(tmp_path, cluster.bootstrap_servers, table_name, str(out), str(ckpt),
+                        "-1", "0", options={"maxOffsetsPerTrigger": str(MAX_ROWS)},
+                        env=driver_env(spark_cluster, zip_path))
+        try:
+            driver.wait_for("TRIGGERED", "the query's first trigger", 240)
+            wait_until(lambda: len(list((ckpt / "commits").glob("[0-9]*"))) >= 2, 240,
+                       "two committed batches")
+            assert leases_on(admin, table_name), "the snapshot phase ended before the kill"
+            spark_cluster.kill_worker(0)        # a node dies mid-snapshot-phase
+            writer.upsert([{"id": 1, "v": "after-the-kill"}])
+            writer.delete([{"id": 2}])
+            want = table_state(conn, table_name)
+
+            def caught_up() -> bool:
+                return (driver.proc.poll() is not None or not leases_on(admin, table_name)
+                        and out.exists() and fold(spark.read.parquet(str(out))) == want)
+            wait_until(caught_up, 300, "the query to read the whole table on one worker",
+                       interval_s=2)
+            assert driver.proc.poll() is None, driver.log_tail()
+        finally:
+            driver.kill()
+            spark_cluster.start_worker(0)
+    result = spark.read.parquet(str(out))
+    snap_rows = result.where("_commit_timestamp IS NULL")
+    assert snap_rows.count() == sum(s.row_count for s in snaps.values())
+    assert snap_rows.select("id").distinct().count() == snap_rows.count()   # every row once
+    assert fold(result) == table_state(conn, table_name)
+    lease_ids = {o["lease_id"] for o in source_offsets(ckpt)}
+    assert len(lease_ids) == 1 and watcher.ids(admin.get_table(table_name).table_id) <= lease_ids
+    # Both workers ran tasks: the one fed by --py-files too.
+    logs = [p.read_text(errors="replace") for p in spark_cluster.base.glob("worker-*/*/*/stderr")]
+    assert len([t for t in logs if "Running task" in t]) >= 2
