@@ -27,6 +27,10 @@ builder = (SparkSession.builder.master(os.environ.get("DRIVER_MASTER", "local[2]
 for key, value in json.loads(os.environ.get("DRIVER_CONF", "{}")).items():
     builder = builder.config(key, value)
 spark = builder.getOrCreate()
+if os.environ.get("DRIVER_REGISTER") == "1":
+    # Registered here, the source's executors run PYSPARK_PYTHON (their node's Python).
+    from fluss_spark.connector.source import FlussDataSource
+    spark.dataSource.register(FlussDataSource)
 
 def sink(df, batch_id):
     if batch_id == int(block_at) and before_read == "1":
@@ -64,8 +68,8 @@ class Driver:
     ``options``: more source options (e.g. maxOffsetsPerTrigger); ``before_read``: that batch's
     sink prints ``BEFORE_READ <id>`` and blocks before reading the batch (else it writes the batch,
     prints ``IN_BATCH <id>`` and blocks); ``env``: more environment, e.g. ``DRIVER_MASTER`` (a
-    master URL instead of ``local[2]``), ``DRIVER_CONF`` (JSON of Spark settings) and
-    ``PYSPARK_PYTHON``."""
+    master URL instead of ``local[2]``), ``DRIVER_CONF`` (JSON of Spark settings),
+    ``DRIVER_REGISTER=1`` (register the source in the session) and ``PYSPARK_PYTHON``."""
 
     def __init__(self, tmp_path: Path, *args: str, options: dict[str, str] | None = None,
                  before_read: bool = False, env: dict[str, str] | None = None):

@@ -2,9 +2,9 @@
 started from the installed pyspark, each worker with its own working directory and its own
 Python (the first ``python3`` on the PATH it is given), so executors run apart from the driver.
 
-Python environments for workers: ``python_env`` makes a virtualenv that sees the packages of
-this interpreter's site-packages (a ``.pth`` file) but not this project's editable install, and
-optionally installs a wheel into it; an executor on such a worker gets ``fluss_spark`` only from
+Python environments for workers: ``python_env`` makes a virtualenv with the packages of this
+interpreter's site-packages (symlinks) but not this project's editable install, and optionally
+installs a wheel into it; an executor on such a worker gets ``fluss_spark`` only from
 that wheel, or from the ``--py-files`` zip of ``fluss-spark package``.
 """
 
@@ -27,34 +27,22 @@ def spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
-def python_env(path: Path, wheel: Path | None = None,
-               hide: tuple[str, ...] = ("fluss_spark",)) -> Path:
-    """A virtualenv at ``path`` over this interpreter's site-packages (nothing copied), without
-    this project unless ``wheel`` is installed into it; ``hide``: top-level packages its Python
-    must not find (a node that lacks them). Returns its ``bin`` directory."""
+def python_env(path: Path, wheel: Path | None = None, lacks: tuple[str, ...] = ()) -> Path:
+    """A virtualenv at ``path`` over this interpreter's installed packages (symlinked, nothing
+    copied) but not this project's editable install, nor the distributions ``lacks`` names (a
+    node that lacks them); ``wheel``: installed into it. Returns its ``bin`` directory."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(path)
     site = Path(sysconfig.get_paths(vars={"base": str(path), "platbase": str(path)})["purelib"])
-    # A .pth names a directory; the .pth files inside it (the editable install's) are not read.
-    (site / "host_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    blocked = [h for h in hide if h != "fluss_spark"]
-    if blocked:
-        # A meta-path finder that fails these imports as a missing package would.
-        (site / "zz_hide.pth").write_text(
-            "import sys; exec(" + repr(_HIDE.format(names=tuple(blocked))) + ")\n")
+    skip = {"fluss_spark", *(n.replace("-", "_").lower() for n in lacks)}
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        top = entry.name.split("-")[0].split(".")[0].lower()
+        if top in skip or entry.name.startswith("__editable__") or (site / entry.name).exists():
+            continue
+        (site / entry.name).symlink_to(entry)
     if wheel is not None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                         "--target", str(site), str(wheel)], check=True)
     return path / "bin"
-
-
-_HIDE = """
-class _Hide:
-    names = {names!r}
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in self.names:
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-sys.meta_path.insert(0, _Hide())
-"""
 
 
 @dataclass
@@ -116,6 +104,17 @@ class StandaloneSpark:
             "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
             "--cores", "1", "--memory", self.memory, "--work-dir", str(w.directory),
             "--webui-port", "0"], self._env(w.python_bin))
+
+    def restart_worker(self, i: int, python_bin: Path | None = None,
+                       timeout_s: float = 120) -> None:
+        """kill -9 worker ``i`` and start it again (with another Python if ``python_bin``)."""
+        self.kill_worker(i)
+        if python_bin is not None:
+            self.workers[i].python_bin = python_bin
+        registered = self.master_log().count("Registering worker")
+        self.start_worker(i)
+        wait_until(lambda: self.master_log().count("Registering worker") > registered,
+                   timeout_s, f"Spark worker {i} to register again")
 
     def kill_worker(self, i: int) -> None:
         """kill -9 worker ``i`` and the executors it started (its process group)."""

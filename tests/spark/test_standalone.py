@@ -14,6 +14,7 @@ Marked ``standalone`` (``-m "not standalone"`` skips it in a quick local run).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -46,6 +47,7 @@ def standalone(tmp_path_factory):
     t0 = time.monotonic()
     with_wheel = python_env(base / "py-wheel", wheel=build_wheel(base / "dist"))
     deps_only = python_env(base / "py-deps")
+    python_env(base / "py-no-msgpack", lacks=("msgpack",))
     cluster = StandaloneSpark(base, [with_wheel, deps_only]).start()
     subprocess.run([sys.executable, "-m", "fluss_spark.cli", "package", "--out",
                     str(base / "fluss_spark.zip")], check=True, capture_output=True)
@@ -55,10 +57,11 @@ def standalone(tmp_path_factory):
 
 
 def driver_env(cluster: StandaloneSpark, zip_path: Path, **conf: str) -> dict[str, str]:
-    """The test driver on the standalone master: executors run ``python3`` from their worker's
-    PATH (each worker has its own), the driver's own Python workers this interpreter."""
-    return {"DRIVER_MASTER": cluster.url, "PYSPARK_PYTHON": "python3",
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
+    """The test driver on the standalone master: every Python worker runs ``python3`` from its
+    process's PATH: the driver's (this interpreter's first), or the worker's (each has its own
+    Python environment)."""
+    return {"DRIVER_MASTER": cluster.url, "PYSPARK_PYTHON": "python3", "DRIVER_REGISTER": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
             "DRIVER_CONF": json.dumps({"spark.submit.pyFiles": str(zip_path),
                                        "spark.executor.cores": "1",
                                        "spark.cores.max": "2", **conf})}
@@ -102,4 +105,37 @@ def test_full_mode_on_two_workers_survives_a_killed_worker(spark, cluster, conn,
     assert len(lease_ids) == 1 and watcher.ids(admin.get_table(table_name).table_id) <= lease_ids
     # Both workers ran tasks: the one fed by --py-files too.
     logs = [p.read_text(errors="replace") for p in spark_cluster.base.glob("worker-*/*/*/stderr")]
-    assert len([t for t in logs if "Running task" in t]) >= 2
+    assert len([t for t in logs if "Starting Python task execution" in t]) >= 2
+
+
+BATCH_READ = """
+import os, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master(sys.argv[1]).config("spark.ui.enabled", "false")
+         .config("spark.submit.pyFiles", sys.argv[4]).getOrCreate())
+from fluss_spark.connector.source import FlussDataSource
+spark.dataSource.register(FlussDataSource)     # executors run PYSPARK_PYTHON
+print(spark.read.format("fluss").option("bootstrap.servers", sys.argv[2])
+      .option("table", sys.argv[3]).load().count())
+"""
+
+
+def test_a_node_without_a_dependency_fails_the_query_naming_the_package(cluster, conn,
+                                                                        table_name,
+                                                                        standalone, tmp_path):
+    """One worker left, its Python without msgpack: the read's tasks fail on its executor (the
+    driver's Python has everything), and the error says which package the node lacks."""
+    spark_cluster, zip_path = standalone
+    spark_cluster.kill_worker(0)
+    spark_cluster.restart_worker(1, spark_cluster.base / "py-no-msgpack" / "bin")
+    create_pk(conn, table_name, 10, buckets=1)
+    script = tmp_path / "read.py"
+    script.write_text(BATCH_READ)
+    done = subprocess.run(
+        [sys.executable, str(script), spark_cluster.url, cluster.bootstrap_servers, table_name,
+         str(zip_path)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, **driver_env(spark_cluster, zip_path), "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert done.returncode != 0, done.stdout
+    assert "fluss_spark needs the Python package(s) msgpack on every Spark node" in done.stderr, \
+        done.stderr[-3000:]
+    assert "Lost task" in done.stderr or "(TID" in done.stderr, done.stderr[-6000:]
