@@ -301,6 +301,11 @@ class TableAdmin(Protocol):
         """Drop ``db.table``; ``TableNotExist`` when absent unless ``ignore_if_not_exists``."""
         ...
 
+    def add_columns(self, name: str, columns: pa.Schema) -> TableInfo:
+        """Append the nullable ``columns`` to ``db.table`` (a new schema id; rows written
+        before read them as null) and return its new metadata."""
+        ...
+
 
 @runtime_checkable
 class PartitionAdmin(Protocol):

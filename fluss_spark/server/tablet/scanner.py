@@ -288,6 +288,10 @@ class ScannerManager:
                 f"the file of KV snapshot {req.snapshot_id} of table {name} bucket "
                 f"{req.bucket} is gone ({record.path}); list the latest snapshots and retry"
             ) from None
+        if snapshot.schema.names != bucket.schema.names:
+            # Written before columns were added: those read as null.
+            from fluss_spark.server.tablet.snapshot import OlderSchemaSnapshot
+            snapshot = OlderSchemaSnapshot(snapshot, bucket.schema)
         try:
             return SnapshotCursor(snapshot, columns, req.start_row, req.limit)
         except BaseException:

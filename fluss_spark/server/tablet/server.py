@@ -161,6 +161,8 @@ class TabletServer:
             gone_tables = [t for t in self._known.tables if t not in known.tables]
             gone_partitions = [k for k in self._known.partitions if k not in known.partitions]
             self._known = known
+            for key, bucket in self._buckets.items():
+                bucket.update_table(known.tables[key[0]][0])
             if remove_unknown_dirs or gone_tables or gone_partitions:
                 remove_dropped_dirs(self.data_dir, known)
             for key in sorted(wanted - set(self._buckets), key=str):
@@ -303,6 +305,8 @@ class TabletServer:
         # Bounded before anything is decompressed: a refused request writes nothing.
         rows = bytes_to_table(req.records, limits=self.ipc_limits, validate=True,
                               what=f"PRODUCE to {bucket.label} refused, nothing written")
+        if not set(rows.column_names) <= set(bucket.schema.names):
+            self._refresh()     # columns added a moment ago: learn the new schema first
         base, end = bucket.write(req.op, rows)
         return m.ProduceResponse(base, end)
 
