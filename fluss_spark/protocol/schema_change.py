@@ -63,7 +63,7 @@ def column_texts(schema: pa.Schema) -> tuple[ColumnText, ...]:
 def additive_problem(before: Sequence[ColumnText], after: Sequence[ColumnText]) -> str | None:
     """None when ``after`` is ``before`` with columns appended (or the same); else what
     differs, in words."""
-    before, after = [tuple(c) for c in before], [tuple(c) for c in after]
+    before, after = [(c[0], c[1]) for c in before], [(c[0], c[1]) for c in after]
     if after[:len(before)] == before:
         return None
     names = [n for n, _ in after]

@@ -220,6 +220,7 @@ class ScannerManager:
         if not bucket.is_primary_key:
             raise NonPrimaryKeyTable(f"table {name} has no primary key: scan sessions read KV "
                                      "state; read its changelog with FETCH_LOG instead")
+        self.server.learn_columns(bucket, req.projection or ())
         columns = _check_projection(req.projection, bucket.schema, name)
         budget = min(req.batch_size_bytes, self.max_batch_bytes)
         now = self._clock()

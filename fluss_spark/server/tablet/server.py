@@ -217,6 +217,12 @@ class TabletServer:
         raise NotLeaderOrFollower(f"{where} bucket {bucket} is hosted by tablet server "
                                   f"{owner}, not {self.server_id}; refresh metadata")
 
+    def learn_columns(self, bucket: Bucket, names) -> None:
+        """Re-read the table definitions when a request names columns ``bucket`` does not
+        have: they may have been added a moment ago (the periodic sync has not run yet)."""
+        if not set(names) <= set(bucket.schema.names):
+            self._refresh()
+
     def _where(self, rec: TableRecord, partition_id: int | None) -> str:
         """``table db.t`` or ``table db.t partition ...``; refuses a partition id that does not
         fit the table (PartitionNotExist, TableNotPartitioned, or a partition id missing)."""
@@ -305,8 +311,7 @@ class TabletServer:
         # Bounded before anything is decompressed: a refused request writes nothing.
         rows = bytes_to_table(req.records, limits=self.ipc_limits, validate=True,
                               what=f"PRODUCE to {bucket.label} refused, nothing written")
-        if not set(rows.column_names) <= set(bucket.schema.names):
-            self._refresh()     # columns added a moment ago: learn the new schema first
+        self.learn_columns(bucket, rows.column_names)
         base, end = bucket.write(req.op, rows)
         return m.ProduceResponse(base, end)
 
@@ -322,6 +327,7 @@ class TabletServer:
         bucket = self.bucket(req.table_id, req.bucket, req.partition_id)
         self.authorize(OperationType.READ, req.table_id, "read")
         projection = list(req.projection) if req.projection is not None else None
+        self.learn_columns(bucket, projection or ())
         return bucket.fetch(req.offset, req.end_offset, req.max_bytes, req.max_wait_ms,
                             projection)
 
