@@ -84,7 +84,7 @@ def test_apache_fluss_log_table_gains_a_column_while_a_stream_runs(spark, apache
     servers = apache_fluss.bootstrap_servers
     name = f"sp.t_{uuid.uuid4().hex[:10]}"
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    with PyFluss(servers) as fluss, ApacheFlussWireCluster(servers) as wire:
+    with PyFluss(servers) as fluss, ApacheFlussWireCluster.connect(servers) as wire:
         fluss.create_table(name, "id BIGINT, v STRING", buckets=1)
         fluss.append(name, [(i, f"v{i}") for i in range(5)])
         q = (_reader(spark, servers, name, True, **{"scan.startup.mode": "earliest"})
