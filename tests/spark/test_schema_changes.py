@@ -12,6 +12,7 @@ import pytest
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.testing.apache_fluss import PyFluss
 from fluss_spark.testing.streams import create_pk, source_offsets
+from tests.spark.test_apache_fluss_pk import wait_for_snapshots
 
 pytestmark = pytest.mark.spark
 
@@ -80,7 +81,9 @@ def test_embedded_pk_table_gains_a_column_while_a_full_mode_stream_runs(
         + [(20, "v20", "n20"), (21, "v21", None), (22, "v22", "n22")])
 
 
-def test_apache_fluss_log_table_gains_a_column_while_a_stream_runs(spark, apache_fluss, tmp_path):
+def test_apache_fluss_tables_gain_a_column(spark, apache_fluss, tmp_path):
+    """A log table while a stream reads it; then a PK table whose KV snapshot holds values of
+    both schema ids."""
     servers = apache_fluss.bootstrap_servers
     name = f"sp.t_{uuid.uuid4().hex[:10]}"
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
@@ -113,3 +116,13 @@ def test_apache_fluss_log_table_gains_a_column_while_a_stream_runs(spark, apache
         assert _rows(batch, "id", "v", "note") == (
             [(i, f"v{i}", None) for i in range(5)]
             + [(5, "v5", "n5"), (6, "v6", None), (7, "v7", "n7")])
+
+        pk = f"sp.pk_{uuid.uuid4().hex[:10]}"
+        fluss.create_table(pk, "id BIGINT NOT NULL, v STRING", primary_key=["id"], buckets=1)
+        fluss.upsert(pk, [(i, f"v{i}") for i in range(4)])
+        wait_for_snapshots(wire, pk)
+        wire.add_columns(pk, pa.schema([("note", pa.string())]))
+        fluss.upsert(pk, [(0, "u0", "n0"), (4, "v4", "n4")])
+        assert wait_for_snapshots(wire, pk)[0].row_count == 5
+        assert _rows(_reader(spark, servers, pk, False), "id", "v", "note") == (
+            [(0, "u0", "n0")] + [(i, f"v{i}", None) for i in range(1, 4)] + [(4, "v4", "n4")])
