@@ -101,6 +101,8 @@ class EmbeddedCluster:
     def table_writer(self, table: str, options: Mapping[str, Any] | None = None, *,
                      columns: Sequence[str] | None = None) -> RowWriter:
         info = self.conn.resolve(table)
+        if columns is not None and not set(columns) <= set(info.schema.names):
+            info = self.conn.refresh_table(table)   # columns added since it was cached
         if columns is not None and set(columns) != set(info.schema.names):
             raise UnsupportedVersion(f"partial updates of {info.name} (columns "
                                      f"{', '.join(columns)}) are not supported by "
