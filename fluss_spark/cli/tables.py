@@ -123,10 +123,12 @@ def cmd_table_create(args) -> int:
 def cmd_table_alter(args) -> int:
     import pyarrow as pa
 
+    from fluss_spark.protocol.schema_change import add_columns
     from fluss_spark.protocol.types import parse_schema
-    # A bad column fails before connecting; the cluster refuses the rest (NOT NULL, a name
-    # taken) in one line too.
+    # A bad column (NOT NULL, repeated, reserved) fails before connecting; a name the table
+    # already has is refused once its schema is known, in one line too.
     columns = pa.schema([f for text in args.add_column for f in parse_schema(text)])
+    add_columns(args.table, pa.schema([]), columns)
     with connect_cluster(args) as cluster:
         info = table_admin(args, cluster).add_columns(args.table, columns)
     d = _describe(info)
