@@ -15,8 +15,8 @@ from fluss_spark.errors import ConfigError
 
 
 def add_commands(sub, cmd) -> None:
-    """Register `table create|list|describe|drop` and `produce`."""
-    table = sub.add_parser("table", help="create, list, describe and drop tables")
+    """Register `table create|alter|list|describe|drop` and `produce`."""
+    table = sub.add_parser("table", help="create, alter, list, describe and drop tables")
     tsub = table.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = cmd(tsub, "create", "create a table", cmd_table_create)
     c.add_argument("table", help="db.table")
@@ -30,6 +30,12 @@ def add_commands(sub, cmd) -> None:
     c.add_argument("--partition-key", help="partition key column(s), comma separated (in the "
                    "primary key of a PK table); see table.auto-partition.* properties")
     c.add_argument("--if-not-exists", action="store_true", help="succeed if the table exists")
+    c = cmd(tsub, "alter", "change a table's schema: append nullable columns (rows written "
+            "before read them as null; a running query keeps its columns until restarted)",
+            cmd_table_alter)
+    c.add_argument("table", help="db.table")
+    c.add_argument("--add-column", action="append", required=True, metavar='"NAME TYPE"',
+                   help='a nullable column to append, e.g. "note STRING" (repeatable)')
     cmd(tsub, "list", "list tables", cmd_table_list)
     cmd(tsub, "describe", "show a table's schema, keys, buckets and properties",
         cmd_table_describe).add_argument("table")
@@ -63,7 +69,7 @@ def _describe(info) -> dict:
         "primary_key": list(info.primary_key), "bucket_key": list(info.bucket_key),
         "partition_keys": list(info.partition_keys),
         "num_buckets": info.num_buckets, "properties": dict(info.properties),
-        "created_ms": info.created_ms,
+        "created_ms": info.created_ms, "schema_id": info.schema_id,
         "assignment": [{"bucket": b, "tablet": t} for b, t in sorted(info.assignment.items())],
     }
 
@@ -75,6 +81,7 @@ def _print_description(d: dict) -> None:
     print(f"bucket key   {', '.join(d['bucket_key']) or '-'}")
     print(f"partitioned  {', '.join(d['partition_keys']) or '-'}")
     print(f"buckets      {d['num_buckets']}")
+    print(f"schema id    {d['schema_id']}")
     print(f"created      {_fmt_ms(d['created_ms'])}")
     props = ", ".join(f"{k}={v}" for k, v in sorted(d["properties"].items()))
     print(f"properties   {props or '-'}")
@@ -110,6 +117,26 @@ def cmd_table_create(args) -> int:
         emit_json(d)
     else:
         print(f"created {info.name} (id {info.table_id}, {info.num_buckets} bucket(s))")
+    return 0
+
+
+def cmd_table_alter(args) -> int:
+    import pyarrow as pa
+
+    from fluss_spark.protocol.schema_change import add_columns
+    from fluss_spark.protocol.types import parse_schema
+    # A bad column (NOT NULL, repeated, reserved) fails before connecting; a name the table
+    # already has is refused once its schema is known, in one line too.
+    columns = pa.schema([f for text in args.add_column for f in parse_schema(text)])
+    add_columns(args.table, pa.schema([]), columns)
+    with connect_cluster(args) as cluster:
+        info = table_admin(args, cluster).add_columns(args.table, columns)
+    d = _describe(info)
+    if _json(args):
+        emit_json(d)
+    else:
+        print(f"altered {info.name}: added {', '.join(columns.names)} (schema id "
+              f"{info.schema_id})")
     return 0
 
 

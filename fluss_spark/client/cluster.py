@@ -11,6 +11,7 @@ from fluss_spark.errors import ConfigError, UnsupportedVersion
 from fluss_spark.protocol.auto_partition import AutoPartition
 from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.partitions import spec_text, values_of
+from fluss_spark.protocol.schema_change import additive_problem, column_texts, conform
 from fluss_spark.protocol.changelog import (APPEND, CHANGE_TYPE, CHANGELOG_FIELDS,
                                             COMMIT_TIMESTAMP, DELETE, INSERT, LOG_OFFSET,
                                             RETRACTIONS, UPDATE_AFTER, UPDATE_BEFORE)
@@ -301,6 +302,11 @@ class TableAdmin(Protocol):
         """Drop ``db.table``; ``TableNotExist`` when absent unless ``ignore_if_not_exists``."""
         ...
 
+    def add_columns(self, name: str, columns: pa.Schema) -> TableInfo:
+        """Append the nullable ``columns`` to ``db.table`` (a new schema id; rows written
+        before read them as null) and return its new metadata."""
+        ...
+
 
 @runtime_checkable
 class PartitionAdmin(Protocol):
@@ -332,4 +338,4 @@ __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Cap
            "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "expired_by_retention",
            "partition_spec", "partition_values", "refuse_partition", "refuse_partition_pins",
            "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE",
-           "Unavailable"]
+           "Unavailable", "additive_problem", "column_texts", "conform"]

@@ -69,6 +69,7 @@ from fluss_spark.connector.offsets import (QueryIdentity, SnapshotPos, SourceOff
 from fluss_spark.connector.options import SourceOptions
 from fluss_spark.connector.planning import OffsetPlanner, Step, live_readable
 from fluss_spark.connector.replacements import Replacements
+from fluss_spark.connector.schema_watch import SchemaWatch
 from fluss_spark.connector.splits import LiveScanSplit, plan_splits
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist, UnsupportedVersion
 
@@ -121,6 +122,7 @@ class Enumerator:
         self.released: set[int] = set()
         self._infos: dict[int, TableInfo] = {}
         self.replacements = Replacements(options, lambda: self.cluster, self.lease, self.planner)
+        self.schemas = SchemaWatch(lambda: self.cluster, clock)
 
     # -- plumbing -----------------------------------------------------------------------------
     @property
@@ -168,12 +170,13 @@ class Enumerator:
             for info in infos:
                 self.check_table(info)
         self._infos = {i.table_id: i for i in infos}
+        self.schemas.started(infos)
         return infos
 
     def _identity(self, holder: str) -> QueryIdentity:
         o = self.options
         return QueryIdentity(holder, o.startup_mode, o.startup_timestamp_ms,
-                             "multi" if o.multi_table else "single")
+                             "multi" if o.multi_table else "single", self.schemas.columns)
 
     # -- initial offset -----------------------------------------------------------------------
     def initial_offset(self) -> dict[str, Any]:
@@ -210,7 +213,7 @@ class Enumerator:
             self.lease.release_all(self._names(logged))
         self.lease.bind(logged.lease_id, logged.holder)
         self.checkpointed = True
-        self.identity = logged.query or self._identity(logged.holder)
+        self.identity = self.schemas.identity(logged.query) or self._identity(logged.holder)
         self.lease.confirm()
         self._starting(logged, lambda: self._pin(logged, batch_start, lossless=fresh))
 
@@ -278,6 +281,7 @@ class Enumerator:
                     problems.append(f"its table {t.name!r} is partitioned by "
                                     f"{list(t.partition_keys)}, the cluster's by "
                                     f"{list(info.partition_keys)}")
+            problems += self.schemas.problems(q, infos)
         if problems:
             raise CheckpointMismatch(f"this query does not match its checkpoint "
                                      f"(checkpointLocation): {'; '.join(problems)}. "
@@ -433,6 +437,7 @@ class Enumerator:
         # ``end`` is in the offset log already: bind to it and lease what the batch reads
         # before any split exists.
         self._bind(end, batch_start=start)
+        self.schemas.check(self.table_names)
         splits = plan_splits(self.replacements.apply(start), self.replacements.apply(end),
                              self.options.split_max_rows, self._live_starts,
                              self._primary_keys(end))

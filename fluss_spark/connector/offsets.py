@@ -33,6 +33,10 @@ Version evolution (every version listed here must keep decoding):
   read them and how many of their records were known and not read. Its ``origin`` entry is
   ``{"partitions": {"<partition_id>": {"<bucket>": log_offset}}}``. An offset without
   partitioned tables is written as version 2, 3 or 4, as before.
+- **6** version 2 to 5 plus ``"columns": {"<table name>": [[name, type], ...]}`` in ``query``:
+  each table's columns (Arrow type text) as the query run saw them when it started. A run
+  restarted on the checkpoint accepts a table whose columns were only appended to since, and
+  refuses any other change. An offset without them is written as before.
 
 A bucket with a ``snapshot`` entry first reads rows ``[0, row_count)`` of that KV snapshot; while
 ``next_row < row_count`` its ``log`` entry stays at the snapshot's ``log_offset`` (the first
@@ -52,8 +56,8 @@ from typing import Any, Iterable, Mapping
 from fluss_spark.client.cluster import partition_spec
 from fluss_spark.errors import ConfigError
 
-VERSION = 5
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
+VERSION = 6
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
 LAYOUTS = ("single", "multi")
 
 #: ``(table id, partition id)`` of a read unit; the partition id is None for an unpartitioned
@@ -133,10 +137,18 @@ class QueryIdentity:
     startup_mode: str
     startup_timestamp_ms: int | None
     layout: str
+    #: Table name -> its columns as (name, Arrow type text) when the run started (None: not
+    #: recorded, an offset before version 6).
+    columns: Mapping[str, tuple[tuple[str, str], ...]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"holder": self.holder, "startup_mode": self.startup_mode,
-                "startup_timestamp_ms": self.startup_timestamp_ms, "layout": self.layout}
+        out: dict[str, Any] = {"holder": self.holder, "startup_mode": self.startup_mode,
+                               "startup_timestamp_ms": self.startup_timestamp_ms,
+                               "layout": self.layout}
+        if self.columns is not None:
+            out["columns"] = {n: [list(c) for c in cols]
+                              for n, cols in sorted(self.columns.items())}
+        return out
 
 
 @dataclass(frozen=True)
@@ -241,6 +253,8 @@ class SourceOffset:
             return {"version": 1, "lease_id": self.lease_id, "tables": tables}
         live = any(u.live for u in self.units().values())
         version = 5 if partitioned else 4 if self.origin is not None else 3 if live else 2
+        if self.query is not None and self.query.columns is not None:
+            version = 6
         out: dict[str, Any] = {"version": version, "lease_id": self.lease_id}
         if self.query is not None:
             out["query"] = self.query.to_json()
@@ -341,7 +355,20 @@ def _decode_query(raw: Any) -> QueryIdentity:
     if layout not in LAYOUTS:
         raise OffsetError(f"the fluss source offset's layout {layout!r} is not one of "
                           f"{list(LAYOUTS)}. {_WHAT_TO_DO}")
-    return QueryIdentity(holder, mode, ts, layout)
+    return QueryIdentity(holder, mode, ts, layout, _decode_columns(raw.get("columns")))
+
+
+def _decode_columns(raw: Any) -> dict[str, tuple[tuple[str, str], ...]] | None:
+    if raw is None:
+        return None
+    ok = isinstance(raw, dict) and all(
+        isinstance(name, str) and isinstance(cols, list) and all(
+            isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)
+            for c in cols) for name, cols in raw.items())
+    if not ok:
+        raise OffsetError(f"the fluss source offset's 'columns' {_preview(raw)} is not a map of "
+                          f"tables to [name, type] lists. {_WHAT_TO_DO}")
+    return {name: tuple((c[0], c[1]) for c in cols) for name, cols in raw.items()}
 
 
 def _decode_tables(value: dict[str, Any], version: int) -> SourceOffset:

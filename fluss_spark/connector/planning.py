@@ -232,7 +232,7 @@ class OffsetPlanner:
     def advance(start: SourceOffset, alloc: dict[BucketKey, int],
                 latest_log: dict[BucketKey, int], identity: QueryIdentity | None) -> SourceOffset:
         """``start`` moved by ``alloc`` units per bucket (changelog buckets up to
-        ``latest_log``); an offset without an identity gets ``identity``."""
+        ``latest_log``) under the run's ``identity`` (None: ``start``'s)."""
         units = {}
         for key, t in start.units().items():
             snapshot, logs = dict(t.snapshot), dict(t.log)
@@ -247,7 +247,7 @@ class OffsetPlanner:
                                              latest_log[(key, b)] - t.log[b])
             units[key] = replace(t, snapshot=snapshot, log=logs)
         moved = start.with_units(units)
-        return SourceOffset(start.lease_id, moved.tables, start.query or identity)
+        return SourceOffset(start.lease_id, moved.tables, identity or start.query)
 
 
 __all__ = ["BucketKey", "OffsetPlanner", "Step", "bucket_order", "live_readable", "spread"]

@@ -213,9 +213,12 @@ class TableRecord(_Record):
     - v1: table_id, name, schema (Arrow IPC), primary_key, bucket_key, num_buckets,
       properties, created_ms.
     - v2: adds partition_keys (empty: not partitioned); a v1 record decodes with none.
+    - v3: adds schema_id (the id of ``schema``; each ALTER_TABLE adds one) and
+      schema_history (``[[schema_id, Arrow IPC schema], ...]``, every older schema, oldest
+      first); v1 and v2 records decode as schema 1 with no history.
     """
 
-    VERSION = 2
+    VERSION = 3
 
     table_id: int
     name: str
@@ -226,15 +229,23 @@ class TableRecord(_Record):
     properties: dict = field(default_factory=dict)
     created_ms: int = 0
     partition_keys: list = field(default_factory=list)
+    schema_id: int = 1
+    schema_history: list = field(default_factory=list)
 
     @property
     def partitioned(self) -> bool:
         return bool(self.partition_keys)
 
+    def schemas(self) -> dict[int, bytes]:
+        """Every schema the table has had (Arrow IPC), by schema id, the current one included."""
+        return {**{int(i): bytes(s) for i, s in self.schema_history}, self.schema_id: self.schema}
+
     @classmethod
     def _upgrade(cls, raw: dict) -> dict:
         if raw["v"] < 2:
             raw = {**raw, "partition_keys": []}
+        if raw["v"] < 3:
+            raw = {**raw, "schema_id": 1, "schema_history": []}
         return raw
 
 

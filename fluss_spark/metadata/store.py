@@ -186,6 +186,13 @@ class MetadataStore:
             if isinstance(r, Exception):
                 raise FlussError(f"creating table {table.name} failed: {r!r}")
 
+    def update_table(self, table: TableRecord) -> None:
+        """Replace the definition of an existing table (a schema change)."""
+        try:
+            self._session.write("set_data", layout.table_path(table.name), table.encode())
+        except NoNodeError:
+            raise TableNotExist(f"table {table.name} does not exist") from None
+
     def drop_table(self, name: str) -> None:
         try:
             self._session.delete_tree(layout.table_path(name))

@@ -25,7 +25,7 @@ def table_info(table: TableRecord, assignment: AssignmentRecord | None,
         created_ms=table.created_ms,
         assignment=dict(enumerate(assignment.buckets)) if assignment else {},
         partition_keys=tuple(table.partition_keys),
-        partitions=tuple(partition_info(p) for p in partitions))
+        partitions=tuple(partition_info(p) for p in partitions), schema_id=table.schema_id)
 
 
 def build_metadata(store: MetadataStore, names: Iterable[str] | None,

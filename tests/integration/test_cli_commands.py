@@ -36,6 +36,27 @@ def test_table_commands(cli, table_name):
     assert {"table": table_name} not in run_json(cli, "table", "list")
 
 
+def test_table_alter_adds_nullable_columns_and_refuses_the_rest_in_one_line(cli, table_name):
+    cli("table", "create", table_name, "--schema", "id BIGINT NOT NULL, name STRING",
+        "--primary-key", "id")
+    doc = run_json(cli, "table", "alter", table_name, "--add-column", "note STRING",
+                   "--add-column", "n INT")
+    assert doc["schema_id"] == 2 and doc["schema"] == "id BIGINT NOT NULL, name STRING, " \
+        "note STRING, n INT"
+    code, out, _ = cli("table", "alter", table_name, "--add-column", "x DOUBLE")
+    assert code == 0 and f"altered {table_name}: added x (schema id 3)" in out
+    for column, needle in [("y INT NOT NULL", "must be nullable"),
+                           ("note BIGINT", "already has a column 'note'"),
+                           ("id INT", "already has a primary key column 'id'"),
+                           ("z", "expected 'name TYPE'")]:
+        code, out, err = cli("table", "alter", table_name, "--add-column", column)
+        assert code == 1 and out == "" and err.startswith("error: ") and err.count("\n") == 1
+        assert needle in err
+    code, _, err = cli("table", "alter", "test.nope", "--add-column", "y INT")
+    assert code == 1 and "test.nope does not exist" in err
+    assert run_json(cli, "table", "describe", table_name)["schema_id"] == 3
+
+
 def test_produce_log_snapshot_scan_on_a_pk_table(cli, table_name):
     cli("table", "create", table_name, "--schema", "id BIGINT, name STRING, amount DOUBLE",
         "--primary-key", "id", "--buckets", "3")

@@ -25,6 +25,7 @@ from fluss_spark.errors import (ConfigError, KvSnapshotNotExist, LeaderNotAvaila
 from fluss_spark.protocol.apache_fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS,
                                                    OFFSET_EARLIEST, OFFSET_LATEST,
                                                    OFFSET_TIMESTAMP, PARTITION_APIS)
+from fluss_spark.protocol.apache_fluss.alter_table import add_columns_request
 from fluss_spark.protocol.apache_fluss.errors import to_exception
 from fluss_spark.protocol.apache_fluss.messages import (
     CreateDatabaseRequest, CreateTableRequest, DropDatabaseRequest, DropTableRequest,
@@ -33,6 +34,7 @@ from fluss_spark.protocol.apache_fluss.messages import (
 from fluss_spark.protocol.apache_fluss.table_json import parse_table_json, table_json
 from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.partitions import check_partition_keys
+from fluss_spark.protocol.schema_change import add_columns
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,14 @@ class ApacheFlussWireCluster:
                                                     ignore_if_not_exists=ignore_if_not_exists))
         self.conn.invalidate(name)
 
+    def add_columns(self, name: str, columns: pa.Schema) -> TableInfo:
+        """ALTER TABLE ... ADD COLUMN: Fluss appends nullable columns under a new schema id."""
+        info = self.get_table(name)
+        add_columns(name, info.schema, columns, info.primary_key)   # refused here, in one line
+        self.conn.call_coordinator(add_columns_request(split_table_name(name), columns))
+        self.conn.invalidate(name)
+        return self.get_table(name)
+
     def list_tables(self) -> list[str]:
         names: list[str] = []
         for db in self.list_databases():
@@ -138,6 +148,7 @@ class ApacheFlussWireCluster:
         desc = parse_table_json(info.table_json)
         meta = self.conn.with_retries(lambda: self._fresh_leaders(name), table=name)
         return TableInfo(table_id=info.table_id, name=name, schema=desc.schema,
+                         schema_id=info.schema_id,
                          primary_key=desc.primary_key, bucket_key=desc.bucket_key,
                          num_buckets=desc.bucket_count or len(meta.leaders) or 1,
                          properties=dict(desc.properties), created_ms=info.created_time,
@@ -303,6 +314,8 @@ class ApacheFlussWireCluster:
         names = list(self.conn.table(table).descriptor.schema.names)
         if projection is None:
             return names
+        if not set(projection) <= set(names):   # columns added since it was cached?
+            names = list(self.conn.refresh_table(table).descriptor.schema.names)
         unknown = [c for c in projection if c not in names]
         if unknown or not projection or len(set(projection)) != len(projection):
             raise ConfigError(f"projection {projection} of {table}: unknown or repeated "

@@ -36,6 +36,11 @@ def read_log(conn: FlussWireConnection, table: str, bucket: int, start: int, end
     cols = projection if projection is not None else list(schema.names)
     output = pa.schema([schema.field(c) for c in cols] + list(CHANGELOG_FIELDS))
     indexes = sorted(schema.get_field_index(c) for c in cols)
+    if projection is not None and meta.schema_id > 1 and max(indexes) >= len(
+            conn.schema(meta, 1)[0]):
+        # Fluss projects every batch by the same field positions, and batches older than an
+        # added column lack its position: read whole batches, pick the columns here.
+        projection = None
     where = f"{table} bucket {bucket}" if partition is None else \
         f"{table} partition {partition.name} bucket {bucket}"
     offset, max_bytes = start, 8 << 20

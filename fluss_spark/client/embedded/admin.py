@@ -17,6 +17,7 @@ from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.messages import LeaseInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.auto_partition import AutoPartition
 from fluss_spark.protocol.partitions import check_partition_keys, parse_spec
+from fluss_spark.protocol.schema_change import add_columns
 from fluss_spark.protocol.types import parse_schema, validate_table_schema
 
 _OFFSET_SPECS = ("earliest", "latest", "timestamp")
@@ -65,6 +66,19 @@ class Admin:
             name=name, schema=serialize_schema(schema), primary_key=tuple(primary_key),
             bucket_key=tuple(bucket_key), num_buckets=num_buckets, properties=props,
             ignore_if_exists=bool(ignore_if_exists), partition_keys=tuple(partition_keys)))
+        return self._conn.refresh_table(name)
+
+    def add_columns(self, name: str, columns: pa.Schema | str) -> TableInfo:
+        """Append nullable ``columns`` (``"note STRING"``) to a table; its new metadata."""
+        if isinstance(columns, str):
+            columns = parse_schema(columns)
+        info = self._conn.refresh_table(name)
+        add_columns(name, info.schema, columns, info.primary_key)  # refused here, in one line
+        try:
+            self._conn.call_coordinator(m.AlterTableRequest(name=name,
+                                                            add_columns=serialize_schema(columns)))
+        finally:
+            self._conn.forget_table(name)
         return self._conn.refresh_table(name)
 
     # -- partitions -----------------------------------------------------------------------------

@@ -94,10 +94,15 @@ class EmbeddedCluster:
     def drop_table(self, name: str, *, ignore_if_not_exists: bool = True) -> None:
         self.conn.admin().drop_table(name, ignore_if_not_exists=ignore_if_not_exists)
 
+    def add_columns(self, name: str, columns: pa.Schema) -> TableInfo:
+        return self.conn.admin().add_columns(name, columns)
+
     # -- writes (TableWrites) --------------------------------------------------------------------
     def table_writer(self, table: str, options: Mapping[str, Any] | None = None, *,
                      columns: Sequence[str] | None = None) -> RowWriter:
         info = self.conn.resolve(table)
+        if columns is not None and not set(columns) <= set(info.schema.names):
+            info = self.conn.refresh_table(table)   # columns added since it was cached
         if columns is not None and set(columns) != set(info.schema.names):
             raise UnsupportedVersion(f"partial updates of {info.name} (columns "
                                      f"{', '.join(columns)}) are not supported by "

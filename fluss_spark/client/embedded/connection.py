@@ -118,7 +118,10 @@ class FlussConnection:
                     partition: str | None = None):
         """A changelog reader of ``table`` (of its ``partition``, by name or spec)."""
         from fluss_spark.client.embedded.log_scanner import LogScanner
-        return LogScanner(self, self.resolve(table), projection, partition=partition)
+        info = self.resolve(table)
+        if projection and not set(projection) <= set(info.schema.names) and isinstance(table, str):
+            info = self.refresh_table(table)    # columns added since it was cached
+        return LogScanner(self, info, projection, partition=partition)
 
     def kv_scanner(self, table: str | TableInfo, partition: str | None = None):
         """A KV state reader of ``table`` (of its ``partition``, by name or spec)."""

@@ -104,7 +104,9 @@ class LogScanner:
                              what=f"FETCH_LOG response for table {self.where} bucket {bucket}")
         n = raw.num_rows
         names = self.projection or self.table.schema.names
-        columns = [raw.column(c) for c in names]
+        # A tablet that has not seen a column added a moment ago has no rows with it: null.
+        columns = [raw.column(c) if c in raw.column_names
+                   else pa.nulls(n, self.table.schema.field(c).type) for c in names]
         columns.append(raw.column(CHANGE_TYPE))
         columns.append(pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64)))
         ts = raw.column(COMMIT_TIMESTAMP)

@@ -28,6 +28,8 @@ class FlussApiKey(IntEnum):
     CREATE_PARTITION = 1036
     DROP_PARTITION = 1037
     AUTHENTICATE = 1038
+    #: Table options and schema changes (Fluss 0.9.1 applies only ADD COLUMN: nullable, last).
+    ALTER_TABLE = 1044
     ACQUIRE_KV_SNAPSHOT_LEASE = 1056
     RELEASE_KV_SNAPSHOT_LEASE = 1057
     DROP_KV_SNAPSHOT_LEASE = 1058

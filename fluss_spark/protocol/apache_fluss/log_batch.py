@@ -160,14 +160,19 @@ class LogRecordBatch:
     def to_changelog(self, wire_schema: pa.Schema, output: pa.Schema,
                      budget: IpcBudget | None = None) -> pa.RecordBatch:
         """Records as ``output``: its table columns (taken by name from the payload decoded
-        with ``wire_schema`` within ``budget``, cast to the output type), then
+        with ``wire_schema`` within ``budget``, cast to the output type; null where the batch's
+        schema predates the column), then
         ``_change_type``, ``_log_offset`` and ``_commit_timestamp``."""
         raw = self.arrow(wire_schema, budget)
         n = raw.num_rows
         table_fields = list(output)[:len(output) - len(CHANGELOG_FIELDS)]
         columns = []
         for field in table_fields:
-            column = raw.column(raw.schema.get_field_index(field.name))
+            at = raw.schema.get_field_index(field.name)
+            if at < 0:     # the batch's schema is older than the column (ADD COLUMN): null
+                columns.append(pa.nulls(n, field.type))
+                continue
+            column = raw.column(at)
             columns.append(column if column.type == field.type else column.cast(field.type))
         codes = self.change_type_bytes()
         if n and (codes.min() < 0 or codes.max() >= len(CHANGE_TYPES)):

@@ -38,7 +38,8 @@ from fluss_spark.protocol.messages.snapshots import (CommitKvSnapshotRequest,
                                                      ListKvSnapshotsResponse, SnapshotInfo,
                                                      TriggerKvSnapshotRequest,
                                                      TriggerKvSnapshotResponse)
-from fluss_spark.protocol.messages.tables import (CreateTableRequest, CreateTableResponse,
+from fluss_spark.protocol.messages.tables import (AlterTableRequest, AlterTableResponse,
+                                                  CreateTableRequest, CreateTableResponse,
                                                   DropTableRequest, GetMetricsRequest,
                                                   GetMetricsResponse, ListTablesRequest,
                                                   ListTablesResponse)
@@ -51,9 +52,10 @@ REQUESTS: dict[ApiKey, type[Request]] = {cls.API_KEY: cls for cls in (
     ListLeasesRequest, DescribeLeaseRequest, GetMetricsRequest, ProduceRequest,
     ListOffsetsRequest, FetchLogRequest, TriggerKvSnapshotRequest, ScanKvRequest,
     ListScannersRequest, CreateAclsRequest, ListAclsRequest, DropAclsRequest,
-    ListPartitionsRequest, CreatePartitionRequest, DropPartitionRequest)}
+    ListPartitionsRequest, CreatePartitionRequest, DropPartitionRequest, AlterTableRequest)}
 
 __all__ = ["AclFilterInfo", "AclInfo", "AcquireLeaseRequest", "AcquireLeaseResponse",
+           "AlterTableRequest", "AlterTableResponse",
            "ApiVersionsRequest", "ApiVersionsResponse", "AuthenticateRequest",
            "AuthenticateResponse", "CloseScan", "CommitKvSnapshotRequest", "ContinueScan",
            "CreateAclsRequest", "CreateAclsResponse", "CreatePartitionRequest",

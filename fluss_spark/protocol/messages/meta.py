@@ -95,6 +95,9 @@ class TableInfo(Message):
     partitions: tuple[PartitionInfo, ...] = wire(ListOf(Nested(PartitionInfo),
                                                         max_len=MAX_PARTITIONS), (),
                                                  compare=False)
+    #: The id of ``schema``: 1 at creation, one more per schema change (older servers send
+    #: none).
+    schema_id: int = wire(Int(1), 1)
 
     @property
     def partitioned(self) -> bool:

@@ -44,6 +44,25 @@ class DropTableRequest(Request[Empty]):
 
 
 @dataclass(frozen=True)
+class AlterTableResponse(Message):
+    """The table's schema id after the change."""
+
+    schema_id: int = wire(Int())
+
+
+@dataclass(frozen=True)
+class AlterTableRequest(Request[AlterTableResponse]):
+    """``add_columns``: an Arrow IPC schema of the columns to append, each nullable and new to
+    the table; the table gets a new schema id (its rows of older schemas read the new columns
+    as null)."""
+
+    API_KEY = ApiKey.ALTER_TABLE
+    RESPONSE = AlterTableResponse
+    name: str = wire(Str(max_len=1024))
+    add_columns: bytes = wire(Bytes())
+
+
+@dataclass(frozen=True)
 class ListTablesResponse(Message):
     tables: tuple[str, ...] = wire(ListOf(Str()), ())
 

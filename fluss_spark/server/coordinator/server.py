@@ -233,6 +233,7 @@ class CoordinatorServer:
         leader_only = [
             (m.CreateTableRequest, self._create_table),
             (m.DropTableRequest, self._drop_table),
+            (m.AlterTableRequest, self._alter_table),
             (m.ListPartitionsRequest, self._list_partitions),
             (m.CreatePartitionRequest, self._create_partition),
             (m.DropPartitionRequest, self._drop_partition),
@@ -282,6 +283,14 @@ class CoordinatorServer:
         created = self.tables.create(req)
         self.auto_partitions.wake()     # its first partitions now, not after the interval
         return m.CreateTableResponse(created)
+
+    def _alter_table(self, req: m.AlterTableRequest) -> m.AlterTableResponse:
+        self.authorizer.check(OperationType.ALTER, Resource.table(req.name),
+                              f"alter table {req.name!r}")
+        with self._lock:
+            rec = self.tables.alter(req)
+        log.info("table %s: columns added, schema id %d", rec.name, rec.schema_id)
+        return m.AlterTableResponse(rec.schema_id)
 
     def _drop_table(self, req: m.DropTableRequest) -> m.Empty:
         self.authorizer.check(OperationType.DROP, Resource.table(req.name),

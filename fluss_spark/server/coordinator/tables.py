@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 from fluss_spark import config
 from fluss_spark.clock import Clock, wall_ms
 from fluss_spark.errors import (ConfigError, CorruptMessage, InvalidConfig, InvalidTable,
                                 LeaderNotAvailable, TableAlreadyExist, TableNotExist)
 from fluss_spark.metadata.layout import AssignmentRecord, TableRecord, check_table_name
-from fluss_spark.protocol.arrow_ipc import deserialize_schema
+from fluss_spark.protocol.arrow_ipc import deserialize_schema, serialize_schema
 from fluss_spark.protocol.auto_partition import AutoPartition
-from fluss_spark.protocol.messages import CreateTableRequest
+from fluss_spark.protocol.messages import AlterTableRequest, CreateTableRequest
 from fluss_spark.protocol.partitions import check_partition_keys
+from fluss_spark.protocol.schema_change import add_columns
 from fluss_spark.protocol.types import validate_table_schema
 
 
@@ -88,6 +90,28 @@ class TableManager:
             self._by_name[name] = rec
             self._by_id[table_id] = rec
             return table_id
+
+    def alter(self, req: AlterTableRequest) -> TableRecord:
+        """ALTER_TABLE: append nullable columns; the table gets the next schema id and keeps
+        the old schema in its history (rows written under it still decode)."""
+        name = check_table_name(req.name)
+        with self.lock:
+            rec = self._store.table(name)
+            if rec is None:
+                raise TableNotExist(f"table {name} does not exist")
+            try:
+                added = deserialize_schema(req.add_columns)
+                schema = add_columns(name, deserialize_schema(rec.schema), added,
+                                     rec.primary_key)
+            except (ConfigError, CorruptMessage) as e:
+                raise InvalidTable(str(e) if str(e).startswith("table ")
+                                   else f"table {name}: {e}") from None
+            new = replace(rec, schema=serialize_schema(schema), schema_id=rec.schema_id + 1,
+                          schema_history=[*rec.schema_history, [rec.schema_id, rec.schema]])
+            self._store.update_table(new)
+            self._by_name[name] = new
+            self._by_id[new.table_id] = new
+            return new
 
     def drop(self, name: str, ignore_if_not_exists: bool = False) -> TableRecord | None:
         """Remove the definition and assignment; the caller removes snapshots and pins."""

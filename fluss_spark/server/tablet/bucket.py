@@ -19,6 +19,7 @@ from fluss_spark.errors import (InvalidColumnProjection, InvalidRequest, LogOffs
                                 LogStorageError, NonPrimaryKeyTable, NotLeaderOrFollower)
 from fluss_spark.metadata.layout import PartitionRecord, TableRecord
 from fluss_spark.protocol.arrow_ipc import deserialize_schema, table_to_bytes
+from fluss_spark.protocol.schema_change import conform
 from fluss_spark.protocol.changelog import (CHANGE_TYPE, COMMIT_TIMESTAMP, DELETE, INSERT,
                                             UPDATE_AFTER, UPDATE_BEFORE)
 from fluss_spark.protocol.messages import FetchLogResponse
@@ -132,6 +133,15 @@ class Bucket:
         self.last_snapshot_offset: int | None = None
         self.last_snapshot_ms = clock()
 
+    def update_table(self, table: TableRecord) -> None:
+        """Take a newer definition of the table (its schema changed: columns were added)."""
+        with self.lock:
+            if table.schema_id > self.table.schema_id:
+                self.table = table
+                self.schema = deserialize_schema(table.schema)
+                log.info("%s: schema %d (%s)", self.label, table.schema_id,
+                         self._columns_text())
+
     # -- properties ------------------------------------------------------------------------------
     @property
     def table_id(self) -> int:
@@ -189,6 +199,13 @@ class Bucket:
         if len(set(names)) != len(names):
             raise InvalidRequest(f"{self.label}: the batch repeats a column ({', '.join(names)})")
         wanted = self.primary_key if op == "delete" else self.schema.names
+        if op != "delete" and self.table.schema_history:
+            # A writer that started before columns were added sends none of them: null.
+            first = len(deserialize_schema(self.table.schema_history[0][1]))
+            for f in list(self.schema)[first:]:
+                if f.name not in names:
+                    data = data.append_column(f, pa.nulls(data.num_rows, f.type))
+            names = data.column_names
         missing = [n for n in wanted if n not in names]
         if missing:
             what = "primary key column" if op == "delete" else "column"
@@ -308,7 +325,7 @@ class Bucket:
                 raise LogStorageError(f"{self.label}: the changelog has no records at offset "
                                       f"{offset}, below its end {end}")
             puts: dict[bytes, bytes | None] = {}
-            rows = table.select(self.schema.names)
+            rows = conform(table, self.schema)
             keys = key_bytes(rows, self.primary_key)
             types = table.column(CHANGE_TYPE).to_pylist()
             values = list(zip(*physical_columns(rows)))
@@ -345,8 +362,10 @@ class Bucket:
         except LogStorageError:
             self._check_offset(offset)      # retention raced us: report the data loss
             raise
-        if table is not None and projection is not None:
-            table = table.select(list(projection) + [CHANGE_TYPE, COMMIT_TIMESTAMP])
+        if table is not None:
+            # Records of an older schema lack the columns added since: those read as null.
+            table = conform(table, self.schema if projection is None else pa.schema(
+                [self.schema.field(c) for c in projection]), (CHANGE_TYPE, COMMIT_TIMESTAMP))
         return FetchLogResponse(records=table_to_bytes(table) if table is not None else None,
                                 base_offset=offset, next_offset=next_offset,
                                 high_watermark=self.high_watermark,

@@ -274,7 +274,8 @@ class Changelog:
                 f.close()
         if not parts:
             return None, offset
-        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        # Entries of different schemas (columns added in between) unite by name.
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
         return table, pos
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:

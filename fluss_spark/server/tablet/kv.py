@@ -167,7 +167,11 @@ def decode_values(values: list[bytes]) -> list[list]:
 
 def rows_to_batch(rows: list[list], schema: pa.Schema,
                   idx: list[int] | None = None) -> pa.RecordBatch:
-    """Physical rows (lists in table column order) -> a batch of ``schema``."""
+    """Physical rows (lists in table column order) -> a batch of ``schema``. A row written
+    before columns were added to the table is shorter: its missing columns are null."""
+    width = len(schema) if idx is None else max(idx, default=-1) + 1
+    if rows and min(map(len, rows)) < width:
+        rows = [r if len(r) >= width else list(r) + [None] * (width - len(r)) for r in rows]
     if idx is None:
         columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in schema]
     else:

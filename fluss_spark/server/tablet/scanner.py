@@ -220,6 +220,7 @@ class ScannerManager:
         if not bucket.is_primary_key:
             raise NonPrimaryKeyTable(f"table {name} has no primary key: scan sessions read KV "
                                      "state; read its changelog with FETCH_LOG instead")
+        self.server.learn_columns(bucket, req.projection or ())
         columns = _check_projection(req.projection, bucket.schema, name)
         budget = min(req.batch_size_bytes, self.max_batch_bytes)
         now = self._clock()
@@ -288,6 +289,10 @@ class ScannerManager:
                 f"the file of KV snapshot {req.snapshot_id} of table {name} bucket "
                 f"{req.bucket} is gone ({record.path}); list the latest snapshots and retry"
             ) from None
+        if snapshot.schema.names != bucket.schema.names:
+            # Written before columns were added: those read as null.
+            from fluss_spark.server.tablet.snapshot import OlderSchemaSnapshot
+            snapshot = OlderSchemaSnapshot(snapshot, bucket.schema)
         try:
             return SnapshotCursor(snapshot, columns, req.start_row, req.limit)
         except BaseException:

@@ -161,6 +161,8 @@ class TabletServer:
             gone_tables = [t for t in self._known.tables if t not in known.tables]
             gone_partitions = [k for k in self._known.partitions if k not in known.partitions]
             self._known = known
+            for key, bucket in self._buckets.items():
+                bucket.update_table(known.tables[key[0]][0])
             if remove_unknown_dirs or gone_tables or gone_partitions:
                 remove_dropped_dirs(self.data_dir, known)
             for key in sorted(wanted - set(self._buckets), key=str):
@@ -214,6 +216,12 @@ class TabletServer:
         owner = owners[bucket] if bucket < len(owners) else None
         raise NotLeaderOrFollower(f"{where} bucket {bucket} is hosted by tablet server "
                                   f"{owner}, not {self.server_id}; refresh metadata")
+
+    def learn_columns(self, bucket: Bucket, names) -> None:
+        """Re-read the table definitions when a request names columns ``bucket`` does not
+        have: they may have been added a moment ago (the periodic sync has not run yet)."""
+        if not set(names) <= set(bucket.schema.names):
+            self._refresh()
 
     def _where(self, rec: TableRecord, partition_id: int | None) -> str:
         """``table db.t`` or ``table db.t partition ...``; refuses a partition id that does not
@@ -303,6 +311,7 @@ class TabletServer:
         # Bounded before anything is decompressed: a refused request writes nothing.
         rows = bytes_to_table(req.records, limits=self.ipc_limits, validate=True,
                               what=f"PRODUCE to {bucket.label} refused, nothing written")
+        self.learn_columns(bucket, rows.column_names)
         base, end = bucket.write(req.op, rows)
         return m.ProduceResponse(base, end)
 
@@ -318,6 +327,7 @@ class TabletServer:
         bucket = self.bucket(req.table_id, req.bucket, req.partition_id)
         self.authorize(OperationType.READ, req.table_id, "read")
         projection = list(req.projection) if req.projection is not None else None
+        self.learn_columns(bucket, projection or ())
         return bucket.fetch(req.offset, req.end_offset, req.max_bytes, req.max_wait_ms,
                             projection)
 

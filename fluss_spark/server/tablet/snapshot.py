@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fluss_spark.errors import KvSnapshotNotExist, StorageError
+from fluss_spark.protocol.schema_change import conform
 from fluss_spark.server.snapshot_store import resolve
 from fluss_spark.server.tablet import disk_full
 from fluss_spark.server.tablet.files import fsync_path
@@ -235,3 +236,26 @@ class SnapshotFile:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class OlderSchemaSnapshot:
+    """A snapshot file written under an older schema of its table, read as the table's current
+    schema: the columns added since read as null (never served as raw pages)."""
+
+    def __init__(self, snapshot: SnapshotFile, schema: pa.Schema):
+        self._file = snapshot
+        self.schema = schema
+        self.snapshot_id = snapshot.snapshot_id
+        self.log_offset = snapshot.log_offset
+        self.num_rows = snapshot.num_rows
+        self.avg_row_bytes = snapshot.avg_row_bytes
+
+    def read_slice(self, start_row: int, num_rows: int,
+                   columns: list[str] | None = None) -> pa.Table:
+        wanted = self.schema if columns is None else pa.schema([self.schema.field(c)
+                                                               for c in columns])
+        have = [c for c in wanted.names if c in self._file.schema.names]
+        return conform(self._file.read_slice(start_row, num_rows, have), wanted)
+
+    def close(self) -> None:
+        self._file.close()

@@ -62,6 +62,9 @@ class Tablet:
     def authorize(self, operation, table_id, action) -> None:
         """Everything is allowed (a PLAINTEXT server): ACLs are tested in test_authorizer.py."""
 
+    def learn_columns(self, bucket, names) -> None:
+        """The table definitions never change here."""
+
     # -- test controls -------------------------------------------------------------------------
     def snapshot(self, bucket: int) -> SnapshotRecord:
         sid = len(self.snapshots) + 1

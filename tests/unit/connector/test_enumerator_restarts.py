@@ -270,3 +270,38 @@ def test_a_second_query_cannot_take_the_first_ones_pins(pk, clock):
     assert "'db.pk'" in str(err.value) and "fluss-spark lease drop shared" in str(err.value)
     first.drain()   # the first query is unharmed
     assert_exact(first, pk)
+
+
+def _change_schema(cluster, table: str, schema: str) -> None:
+    from dataclasses import replace as copy
+    from fluss_spark.protocol.types import parse_schema
+    t = cluster.tables[table]
+    t.info = copy(t.info, schema=parse_schema(schema), schema_id=t.info.schema_id + 1)
+
+
+@pytest.mark.parametrize("point", ["after offsets/0", "mid-snapshot", "after the snapshot phase"])
+def test_a_restart_takes_columns_appended_since_its_checkpoint(pk, clock, point):
+    loop = SparkLoop(pk, clock).run()
+    assert loop.start["query"]["columns"] == {"db.pk": [["id", "int64"], ["v", "string"]]}
+    loop.kill_at(point)
+    _change_schema(pk, "db.pk", "id BIGINT, v STRING, note STRING")
+    loop.run()
+    loop.drain()
+    pk.append_log("db.pk", 0, [("+I", {"id": 900, "v": "n", "note": "new"})])
+    loop.drain()
+    assert loop.offsets[-1]["query"]["columns"]["db.pk"][-1] == ["note", "string"]
+    assert len(pk.leases) <= 1
+
+
+@pytest.mark.parametrize("schema, problem", [
+    ("id BIGINT, v BIGINT", "column 'v' changed type from string to int64"),
+    ("id BIGINT", "column 'v' is gone"),
+    ("id BIGINT, note STRING, v STRING", "column 'v' moved from position 2 to 3"),
+])
+def test_a_restart_refuses_any_other_schema_change(pk, clock, schema, problem):
+    loop = SparkLoop(pk, clock).run().kill_at("mid-snapshot")
+    _change_schema(pk, "db.pk", schema)
+    with pytest.raises(CheckpointMismatch, match=f"'db.pk' changed incompatibly since "
+                                                 f"\\({problem}\\).*new checkpointLocation"):
+        loop.run()
+        loop.drain()

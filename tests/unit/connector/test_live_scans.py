@@ -84,7 +84,7 @@ def test_the_batch_opens_a_live_scan_per_bucket_and_logs_its_offset_before_any_r
     assert c.calls_of("open_live_scan") == []       # nothing opened before a batch is planned
     end = e.latest_offset(first, ReadAllAvailable())
     t = end["tables"][str(tid)]
-    assert end["version"] == 4                      # live entries, and the batch's origin
+    assert end["version"] == 6                      # live entries, origin, the tables' columns
     assert end["origin"] == {str(tid): {"0": 10, "1": 4, "2": 0}}
     assert t["live"] == {"0": 15, "1": 4}           # each bucket's changelog end at the open
     assert t["log"] == {"0": 15, "1": 4, "2": 3}    # live buckets continue from their offset

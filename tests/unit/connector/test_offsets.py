@@ -45,6 +45,21 @@ def test_version_2_carries_the_query_identity():
     assert json.dumps(back.to_json()) == json.dumps(d)
 
 
+def test_version_6_carries_the_columns_of_the_querys_tables():
+    cols = {"db.b": (("id", "int64"), ("v", "string")), "db.a": (("k", "int32"),)}
+    v6 = SourceOffset(OFFSET.lease_id, OFFSET.tables,
+                      QueryIdentity("h1", "full", None, "multi", cols))
+    d = v6.to_json()
+    assert d["version"] == 6 and list(d["query"]["columns"]) == ["db.a", "db.b"]
+    assert d["query"]["columns"]["db.b"] == [["id", "int64"], ["v", "string"]]
+    back = decode(json.dumps(d))
+    assert back == v6 and json.dumps(back.to_json()) == json.dumps(d)
+    bad = {**d, "query": {**d["query"], "columns": {"db.a": [["k"]]}}}
+    with pytest.raises(OffsetError, match="'columns'.*not a map of tables to .name, type. "
+                                          "lists.*new checkpointLocation"):
+        decode(bad)
+
+
 def test_version_4_carries_the_first_batchs_start():
     query = QueryIdentity("h1", "full", None, "single")
     first = SourceOffset(OFFSET.lease_id, OFFSET.tables, query).with_origin(
@@ -90,7 +105,7 @@ def test_malformed_query_identity_rejected(query, needle):
     ({"topic": {"0": 5}}, "not a fluss source offset"),
     ([1, 2], "not a fluss source offset"),
     ({"version": "1", "lease_id": "x", "tables": {}}, "not a number"),
-    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2, 3, 4, 5]"),
+    ({"version": 99, "lease_id": "x", "tables": {}}, "versions [1, 2, 3, 4, 5, 6]"),
     ({"version": 1, "tables": {}}, "lease_id"),
     ({"version": 1, "lease_id": "x"}, "'tables'"),
     ({"version": 1, "lease_id": "x", "tables": {"a": {"name": "t"}}}, "table id key 'a'"),

@@ -70,3 +70,18 @@ def test_partitioned_table_and_partition_records_round_trip():
 def test_bad_partition_names_never_become_paths(name):
     with pytest.raises(InvalidPartitionSpec):
         layout.partition_path("db.t", name)
+
+
+def test_v2_table_record_bytes_decode_as_schema_one_without_history():
+    data = packb({"v": 2, "table_id": 3, "name": "db.t", "schema": b"\x01", "primary_key": [],
+                  "bucket_key": [], "num_buckets": 1, "properties": {}, "created_ms": 9,
+                  "partition_keys": []})
+    rec = TableRecord.decode(data)
+    assert (rec.schema_id, rec.schema_history, rec.schemas()) == (1, [], {1: b"\x01"})
+
+
+def test_a_table_record_keeps_its_schema_history():
+    rec = TableRecord(table_id=3, name="db.t", schema=b"\x03", schema_id=3,
+                      schema_history=[[1, b"\x01"], [2, b"\x02"]])
+    back = TableRecord.decode(rec.encode())
+    assert back == rec and back.schemas() == {1: b"\x01", 2: b"\x02", 3: b"\x03"}

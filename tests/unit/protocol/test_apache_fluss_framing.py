@@ -19,7 +19,7 @@ def test_api_keys_and_versions():
         "GET_TABLE_SCHEMA": 1011, "GET_METADATA": 1012, "FETCH_LOG": 1015, "LIST_OFFSETS": 1021,
         "GET_LATEST_KV_SNAPSHOTS": 1023, "GET_KV_SNAPSHOT_METADATA": 1024,
         "CREATE_PARTITION": 1036, "DROP_PARTITION": 1037, "AUTHENTICATE": 1038,
-        "ACQUIRE_KV_SNAPSHOT_LEASE": 1056, "RELEASE_KV_SNAPSHOT_LEASE": 1057,
+        "ALTER_TABLE": 1044, "ACQUIRE_KV_SNAPSHOT_LEASE": 1056, "RELEASE_KV_SNAPSHOT_LEASE": 1057,
         "DROP_KV_SNAPSHOT_LEASE": 1058, "SCAN_KV": 1061}
     assert set(API_VERSION.values()) == {0}
 
@@ -96,3 +96,19 @@ def test_unknown_and_unmapped_codes_keep_fluss_code_and_message():
 def test_java_stack_traces_are_cut_to_their_first_line():
     err = to_exception(-1, "java.lang.RuntimeException: boom\n\tat a.b.C(C.java:1)\n")
     assert err.message == "UNKNOWN_SERVER_ERROR (-1): java.lang.RuntimeException: boom"
+
+
+def test_alter_table_adds_columns_last_with_their_fluss_type_json():
+    import json
+
+    from fluss_spark.protocol.apache_fluss.alter_table import (AlterTableRequest,
+                                                               add_columns_request)
+    from fluss_spark.protocol.apache_fluss.messages import PbTablePath
+    from fluss_spark.protocol.types import parse_schema
+    req = add_columns_request(PbTablePath(database_name="db", table_name="t"),
+                              parse_schema("note STRING, n DECIMAL(10, 2)"))
+    back = AlterTableRequest.decode(req.encode())
+    assert back.table_path.table_name == "t" and back.ignore_if_not_exists is False
+    assert [(c.column_name, json.loads(c.data_type_json), c.column_position_type)
+            for c in back.add_columns] == [
+        ("note", {"type": "STRING"}, 0), ("n", {"type": "DECIMAL", "precision": 10, "scale": 2}, 0)]

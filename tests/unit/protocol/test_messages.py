@@ -33,6 +33,7 @@ EXAMPLES = [
     m.GetMetadataResponse(m.ServerAddress("h", 1), (m.TabletAddress(1, "h", 2),), (TABLE,)),
     m.CreateTableRequest("db.t", serialize_schema(SCHEMA), ("id",), ("id",), 2, {"a": "b"}, True),
     m.CreateTableResponse(4), m.DropTableRequest("db.t", True), m.Empty(),
+    m.AlterTableRequest("db.t", serialize_schema(SCHEMA)), m.AlterTableResponse(2),
     m.ListTablesRequest(), m.ListTablesResponse(("db.t",)),
     m.GetMetricsRequest(), m.GetMetricsResponse({"n": 1}, {"db.t": {"n": 2}}),
     m.CommitKvSnapshotRequest(4, 1, 3, "p", 10, 5, 99, 7),

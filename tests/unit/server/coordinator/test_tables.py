@@ -150,3 +150,25 @@ def test_partition_records_are_read_again_only_when_partitions_come_or_go(tables
     again = parts.create("db.p", {"dt": "2026-11-24"})       # same name, another partition
     assert again.partition_id != first[0].partition_id
     assert store.partitions("db.p") == [again, first[1]]
+
+
+def test_alter_appends_nullable_columns_under_a_new_schema_id(tables, store):
+    from fluss_spark.protocol.arrow_ipc import deserialize_schema
+    from fluss_spark.protocol.messages import AlterTableRequest
+    tables.create(body())
+
+    def alter(cols):
+        return tables.alter(AlterTableRequest("db.t", serialize_schema(parse_schema(cols))))
+
+    assert alter("note STRING").schema_id == 2
+    rec = store.table("db.t")
+    assert deserialize_schema(rec.schema).names == ["id", "name", "amount", "note"]
+    assert rec.schemas()[1] == SCHEMA and rec.schema_id == 2
+    for cols, error in [("x INT NOT NULL", "must be nullable.*drop NOT NULL from 'x'"),
+                        ("note INT", "already has a column 'note'"),
+                        ("id INT", "already has a primary key column 'id'")]:
+        with pytest.raises(InvalidTable, match=error):
+            alter(cols)
+    with pytest.raises(TableNotExist, match="db.nope does not exist"):
+        tables.alter(AlterTableRequest("db.nope", serialize_schema(parse_schema("x INT"))))
+    assert store.table("db.t").schema_id == 2

@@ -52,6 +52,9 @@ class FakeServer:
         self.buckets[(table_id, bucket)] = b
         return b
 
+    def learn_columns(self, bucket, names) -> None:
+        pass
+
     def authorize(self, operation, table_id, action) -> None:
         """Everything is allowed (a PLAINTEXT server): ACLs are tested in test_authorizer.py."""
 
