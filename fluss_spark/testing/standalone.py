@@ -2,7 +2,7 @@
 started from the installed pyspark, each worker with its own working directory and its own
 Python (the first ``python3`` on the PATH it is given), so executors run apart from the driver.
 
-Python environments for workers: ``python_env`` makes a virtualenv with the packages of this
+Python environments for workers: ``node_python`` makes a virtualenv with the packages of this
 interpreter's site-packages (symlinks) but not this project's editable install, and optionally
 installs a wheel into it; an executor on such a worker gets ``fluss_spark`` only from
 that wheel, or from the ``--py-files`` zip of ``fluss-spark package``.
@@ -27,7 +27,7 @@ def spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
-def python_env(path: Path, wheel: Path | None = None, lacks: tuple[str, ...] = ()) -> Path:
+def node_python(path: Path, wheel: Path | None = None, lacks: tuple[str, ...] = ()) -> Path:
     """A virtualenv at ``path`` over this interpreter's installed packages (symlinked, nothing
     copied) but not this project's editable install, nor the distributions ``lacks`` names (a
     node that lacks them); ``wheel``: installed into it. Returns its ``bin`` directory."""
@@ -137,4 +137,4 @@ class StandaloneSpark:
             self.master.wait(30)
 
 
-__all__ = ["StandaloneSpark", "Worker", "python_env", "spark_home"]
+__all__ = ["StandaloneSpark", "Worker", "node_python", "spark_home"]

@@ -72,6 +72,11 @@ COVERED: dict[str, tuple[str, ...]] = {
         "PYSPARK_PYTHON=$(which python) spark-submit --master \"local[2]\" examples/monitor_lag.py "
         "--tables demo.orders,demo.events --max-offsets-per-trigger 500 --until-caught-up",
     ),
+    "tests/spark/test_standalone.py::test_full_mode_on_two_workers_survives_a_killed_worker": (
+        "PYSPARK_PYTHON=python3 spark-submit --master spark://spark-master:7077 --py-files "
+        "dist/fluss_spark.zip examples/batch_aggregate.py --table demo.orders --group-by paid "
+        "--sum amount",
+    ),
     "tests/integration/test_apache_fluss_cluster.py::test_cli_start_status_stop_round_trip": (
         "export FLUSS_BOOTSTRAP_SERVERS=$(fluss-spark cluster start --engine apache-fluss --dir "
         "/tmp/apache-fluss --tablets 2)",
@@ -82,6 +87,15 @@ COVERED: dict[str, tuple[str, ...]] = {
 
 #: Commands no test can run, by why.
 SKIPPED: dict[str, tuple[str, ...]] = {
+    "needs a YARN cluster or Kubernetes (docs/deployment.md marks them untested)": (
+        "PYSPARK_PYTHON=./env/bin/python spark-submit --master yarn --deploy-mode cluster "
+        "--archives env.tar.gz#env --py-files dist/fluss_spark.zip examples/batch_aggregate.py "
+        "--table demo.orders --group-by paid --sum amount",
+        "spark-submit --master k8s://https://k8s-api:6443 --deploy-mode cluster --conf "
+        "spark.kubernetes.container.image=registry.example/spark-fluss:4.2 --conf "
+        "spark.pyspark.python=python3 local:///opt/jobs/batch_aggregate.py --table demo.orders "
+        "--group-by paid --sum amount",
+    ),
     "installs the project into .venv (CI runs `./dev.sh test` itself); the demo is "
     "examples/quickstart.py, which this test runs": ("./dev.sh demo", "./dev.sh test"),
     "the test suite itself": (

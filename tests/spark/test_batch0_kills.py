@@ -509,6 +509,14 @@ def test_apache_fluss_restarts_exactly_from_the_other_restart_points(spark, engi
     kill_restart_and_check(spark, engine, point, tmp_path)
 
 
+def await_covering_snapshots(cluster, table: str, partition: str | None = None) -> None:
+    """Until every bucket (of ``partition``) has a KV snapshot covering what was written."""
+    loaded = cluster.list_offsets(table, partition=partition)
+    wait_until(lambda: all(b in s and s[b].log_offset >= loaded[b] for b in loaded
+                           for s in [cluster.latest_kv_snapshots(table, partition=partition)]),
+               120, f"KV snapshots of {table} {partition or ''} covering offsets {loaded}")
+
+
 def kill_restart_and_check(spark, engine, point: str, tmp_path: Path) -> None:
     """A fresh table under a concurrent writer, its query's driver killed at ``point`` and
     restarted, the output checked bucket by bucket."""
@@ -517,10 +525,7 @@ def kill_restart_and_check(spark, engine, point: str, tmp_path: Path) -> None:
     # Every bucket has a snapshot covering the load before the query lists them.
     cluster = open_cluster(engine.servers)
     try:
-        loaded = cluster.list_offsets(table)
-        wait_until(lambda: all(b in s and s[b].log_offset >= loaded[b] for b in range(BUCKETS)
-                               for s in [cluster.latest_kv_snapshots(table)]), 120,
-                   f"KV snapshots of {table} covering offsets {loaded}")
+        await_covering_snapshots(cluster, table)
     finally:
         cluster.close()
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
@@ -615,11 +620,8 @@ def test_a_partitioned_table_restarts_exactly_after_a_kill_on_apache_fluss(
         for day in DAYS:
             fluss.create_partition(table, {"dt": day})
             fluss.upsert(table, [(k, day, "0") for k in range(DAY_ROWS)])
-        for day in DAYS:       # every bucket's snapshot covers the load before the query starts
-            loaded = cluster.list_offsets(table, partition=day)
-            wait_until(lambda: all(b in s and s[b].log_offset >= loaded[b] for b in loaded
-                                   for s in [cluster.latest_kv_snapshots(table, partition=day)]),
-                       120, f"KV snapshots of {table} dt={day} covering offsets {loaded}")
+        for day in DAYS:
+            await_covering_snapshots(cluster, table, day)
     finally:
         cluster.close()
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"

@@ -24,7 +24,7 @@ import pytest
 
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.spark_driver import Driver
-from fluss_spark.testing.standalone import StandaloneSpark, python_env
+from fluss_spark.testing.standalone import StandaloneSpark, node_python
 from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on,
                                          source_offsets, table_state)
 
@@ -45,9 +45,9 @@ def build_wheel(out: Path) -> Path:
 def standalone(tmp_path_factory):
     base = tmp_path_factory.mktemp("standalone")
     t0 = time.monotonic()
-    with_wheel = python_env(base / "py-wheel", wheel=build_wheel(base / "dist"))
-    deps_only = python_env(base / "py-deps")
-    python_env(base / "py-no-msgpack", lacks=("msgpack",))
+    with_wheel = node_python(base / "py-wheel", wheel=build_wheel(base / "dist"))
+    deps_only = node_python(base / "py-deps")
+    node_python(base / "py-no-msgpack", lacks=("msgpack",))
     cluster = StandaloneSpark(base, [with_wheel, deps_only]).start()
     subprocess.run([sys.executable, "-m", "fluss_spark.cli", "package", "--out",
                     str(base / "fluss_spark.zip")], check=True, capture_output=True)
