@@ -6,6 +6,8 @@ from the driver.
   its executors get ``fluss_spark`` from the ``--py-files`` zip of ``fluss-spark package``;
 - a PK table streamed in full mode on the embedded engine, worker 0 killed -9 mid-snapshot-phase
   (Spark reruns its tasks on worker 1): exact output, one lease id;
+- a PK table of Apache Fluss in full mode, its KV snapshot files read by the executors from
+  remote.data.dir (a local directory here);
 - a node whose Python lacks a dependency fails the query with an error naming the package.
 
 Marked ``standalone`` (``-m "not standalone"`` skips it in a quick local run).
@@ -95,7 +97,7 @@ def test_full_mode_on_two_workers_survives_a_killed_worker(spark, cluster, conn,
             assert driver.proc.poll() is None, driver.log_tail()
         finally:
             driver.kill()
-            spark_cluster.start_worker(0)
+            spark_cluster.restart_worker(0)
     result = spark.read.parquet(str(out))
     snap_rows = result.where("_commit_timestamp IS NULL")
     assert snap_rows.count() == sum(s.row_count for s in snaps.values())
@@ -105,6 +107,50 @@ def test_full_mode_on_two_workers_survives_a_killed_worker(spark, cluster, conn,
     assert len(lease_ids) == 1 and watcher.ids(admin.get_table(table_name).table_id) <= lease_ids
     # Both workers ran tasks: the one fed by --py-files too.
     logs = [p.read_text(errors="replace") for p in spark_cluster.base.glob("worker-*/*/*/stderr")]
+    assert len([t for t in logs if "Starting Python task execution" in t]) >= 2
+
+
+
+def test_apache_fluss_full_mode_reads_snapshot_files_on_the_executors(spark, apache_fluss,
+                                                                     standalone, tmp_path):
+    """A PK table of Apache Fluss 0.9.1 in full mode on the two workers: each bucket's KV
+    snapshot is read from remote.data.dir by the executor that reads its split (one of them
+    with fluss_spark only from the --py-files zip); the fold equals pyfluss's read."""
+    import uuid
+
+    from fluss_spark.client.backends import open_cluster
+    from fluss_spark.testing.apache_fluss import PyFluss
+    spark_cluster, zip_path = standalone
+    servers, name = apache_fluss.bootstrap_servers, f"sa.t_{uuid.uuid4().hex[:10]}"
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    with PyFluss(servers) as fluss, open_cluster(servers) as wire:
+        fluss.create_table(name, "id BIGINT NOT NULL, v STRING", primary_key=["id"], buckets=2)
+        fluss.upsert(name, [(i, f"v{i}") for i in range(4000)])
+        loaded = wire.list_offsets(name)
+        wait_until(lambda: all(b in s and s[b].log_offset >= loaded[b] for b in loaded
+                               for s in [wire.latest_kv_snapshots(name)]), 120,
+                   "KV snapshots covering the load")
+        apps = set(spark_cluster.base.glob("worker-*/app-*"))
+        driver = Driver(tmp_path, servers, name, str(out), str(ckpt), "-1", "0",
+                        options={"maxOffsetsPerTrigger": "1000"},
+                        env=driver_env(spark_cluster, zip_path))
+        try:
+            driver.wait_for("TRIGGERED", "the query's first trigger", 240)
+            fluss.upsert(name, [(1, "changed")])
+            want = {r["id"]: r["v"] for r in fluss.rows(name, timeout_s=60)}
+            wait_until(lambda: driver.proc.poll() is not None or out.exists()
+                       and fold(spark.read.parquet(str(out))) == want, 240,
+                       "the query to read the table", interval_s=2)
+            assert driver.proc.poll() is None, driver.log_tail()
+        finally:
+            driver.kill()
+    snap_rows = spark.read.parquet(str(out)).where("_commit_timestamp IS NULL")
+    assert snap_rows.count() == 4000 == snap_rows.select("id").distinct().count()
+    assert len({o["lease_id"] for o in source_offsets(ckpt)}) == 1
+    # This application's executors on both workers ran Python tasks.
+    logs = [p.read_text(errors="replace")
+            for app in set(spark_cluster.base.glob("worker-*/app-*")) - apps
+            for p in app.glob("*/stderr")]
     assert len([t for t in logs if "Starting Python task execution" in t]) >= 2
 
 
