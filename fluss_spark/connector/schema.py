@@ -140,6 +140,8 @@ class Layout:
               ) -> pa.RecordBatch:
         """Cast ``batch`` (table columns + the three metadata columns) to the output schema."""
         target = target or self.arrow_schema
+        if not self.multi_table and batch.schema.equals(target):
+            return batch        # already Spark's: nothing to cast or reassemble
         n = batch.num_rows
         meta = [_column(batch, name, target.field(name).type) for name in META_COLUMNS]
         if not self.multi_table:

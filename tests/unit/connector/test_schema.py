@@ -89,6 +89,7 @@ def test_shape_single_table_matches_spark_arrow_schema_exactly():
     assert got["d"] == 4 and got["_change_type"] == "+U" and got["_log_offset"] == 7
     assert got["_commit_timestamp"] == dt.datetime(2023, 11, 14, 22, 13, 20,
                                                    tzinfo=dt.timezone.utc)
+    assert layout.shape("t", out) is out        # already Spark's schema: passed through
 
 
 def test_multi_table_layout_is_typed_and_lossless():
