@@ -47,6 +47,11 @@ def add_commands(sub, cmd) -> None:
                    help="require SASL PLAIN authentication; the super user 'admin' (and, on the "
                         "embedded engine, the servers' 'internal' principal) get random "
                         "passwords in DIR/security/users")
+    c.add_argument("--remote-storage", choices=("s3",), default=None,
+                   help="put remote.data.dir (KV snapshots, tiered log) in an object store "
+                        "started beside the cluster: s3 is a local SeaweedFS S3 store (built "
+                        "once with Go); its endpoint and credentials file are in `cluster "
+                        "status --json`. Default: a directory of the cluster")
     c.add_argument("--disable-api", action="append", default=[], metavar="GROUP",
                    help="leave out an API group (kv_snapshot_lease, scan_kv) to emulate an old "
                         "server")
@@ -117,7 +122,8 @@ def cmd_cluster_start(args) -> int:
         cluster = EmbeddedProcesses(d, tablets=args.tablets or 1,
                                     zookeeper=args.zookeeper or _saved_zookeeper(state),
                                     server_options=args.option, disabled_apis=args.disable_api,
-                                    sasl=args.sasl, tls=_tls(args))
+                                    sasl=args.sasl, tls=_tls(args),
+                                    remote_storage=args.remote_storage)
     return _started(args, cluster, {"dir": str(d)})
 
 
@@ -146,8 +152,8 @@ def _start_apache_fluss(args) -> int:
     else:
         cluster = ApacheFlussProcesses(d, tablets=args.tablets or 1, version=version,
                                        zookeeper=args.zookeeper or _saved_zookeeper(state),
-                                       options=options,
-                                       sasl=args.sasl)
+                                       options=options, sasl=args.sasl,
+                                       remote_storage=args.remote_storage)
     return _started(args, cluster, {"dir": str(d), "engine": "apache-fluss",
                                     "fluss_version": cluster.version})
 
@@ -157,17 +163,33 @@ def _started(args, cluster: "AnyLocalCluster", doc: dict) -> int:
     its address on stdout (what ``$(fluss-spark cluster start)`` captures) and the ``export``
     line that points the CLI, the examples and Spark jobs at it on stderr (``--json``: one
     document, nothing else)."""
+    if args.remote_storage not in (None, cluster.remote_storage):
+        raise ConfigError(f"{cluster.base_dir} holds a cluster whose remote storage is "
+                          f"{cluster.remote_storage or 'a local directory'}; stop it and use "
+                          f"another --dir for --remote-storage {args.remote_storage}")
     cluster.pin_coordinator_port(args.port)
     if not _json(args):
         cluster.report = _stderr_line
     cluster.start()
     if _json(args):
         emit_json({**doc, "bootstrap_servers": cluster.bootstrap_servers,
-                   "zookeeper": cluster.zookeeper_address, "processes": cluster.processes()})
+                   "zookeeper": cluster.zookeeper_address, "processes": cluster.processes(),
+                   **_remote_storage(cluster)})
         return 0
     print(cluster.bootstrap_servers, flush=True)
     _stderr_line(f"export FLUSS_BOOTSTRAP_SERVERS={cluster.bootstrap_servers}")
+    store = cluster.object_store
+    if store is not None:
+        _stderr_line(f"remote.data.dir is {cluster.remote_data_uri} on {store.endpoint} "
+                     f"(credentials: {store.credentials_file})")
     return 0
+
+
+def _remote_storage(cluster: "AnyLocalCluster") -> dict:
+    """``remote_data_dir`` (a local path or an ``s3://`` URI) and ``remote_storage``: the
+    object store's endpoint, region, bucket and credentials file (None without one)."""
+    return {"remote_data_dir": cluster.remote_data_uri,
+            "remote_storage": cluster.remote_storage_state()}
 
 
 def _stderr_line(line: str) -> None:
@@ -182,12 +204,21 @@ def _status_apache_fluss(args, d: Path) -> int:
         emit_json({"dir": str(d), "engine": "apache-fluss", "fluss_version": cluster.version,
                    "bootstrap_servers": cluster.bootstrap_servers,
                    "zookeeper": cluster.zookeeper_address, "processes": procs, "metrics": None,
-                   "users_file": str(cluster.users_file) if cluster.sasl else None})
+                   "users_file": str(cluster.users_file) if cluster.sasl else None,
+                   **_remote_storage(cluster)})
         return 0
     print(f"cluster {d}  Apache Fluss {cluster.version}  bootstrap {cluster.bootstrap_servers}  "
           f"zookeeper {cluster.zookeeper_address}")
     print_table(procs, ["role", "id", "pid", "address", "alive"])
+    _print_remote_storage(cluster)
     return 0
+
+
+def _print_remote_storage(cluster: "AnyLocalCluster") -> None:
+    store = cluster.object_store
+    if store is not None:
+        print(f"remote.data.dir {cluster.remote_data_uri}  endpoint {store.endpoint}  "
+              f"credentials {store.credentials_file}")
 
 
 def cmd_cluster_status(args) -> int:
@@ -210,11 +241,13 @@ def cmd_cluster_status(args) -> int:
                    "zookeeper": cluster.zookeeper_address, "processes": procs,
                    "metrics": metrics,
                    "users_file": str(cluster.users_file) if cluster.sasl else None,
-                   "tls_ca_file": str(cluster.tls_files.ca_file) if cluster.tls else None})
+                   "tls_ca_file": str(cluster.tls_files.ca_file) if cluster.tls else None,
+                   **_remote_storage(cluster)})
         return 0
     print(f"cluster {d}  bootstrap {cluster.bootstrap_servers}  "
           f"zookeeper {cluster.zookeeper_address}")
     print_table(procs, ["role", "id", "pid", "address", "alive"])
+    _print_remote_storage(cluster)
     if metrics is not None:
         print()
         _print_metrics(metrics)

@@ -16,6 +16,7 @@ from fluss_spark.client.bootstrap import parse_bootstrap
 from fluss_spark.errors import ConfigError, NetworkError
 
 if TYPE_CHECKING:
+    from fluss_spark.client.remote_storage import RemoteStorage
     from fluss_spark.transport.tls import TlsClientConfig
 
 EMBEDDED, APACHE_FLUSS, AUTO = "embedded", "apache-fluss", "auto"
@@ -51,11 +52,13 @@ def detect_engine(bootstrap_servers: str, timeout_s: float = 5.0) -> str:
 
 def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_s: float = 60.0,
                  username: str | None = None, password: str | None = None,
-                 tls: "TlsClientConfig | None" = None) -> Cluster:
+                 tls: "TlsClientConfig | None" = None,
+                 storage: "RemoteStorage | None" = None) -> Cluster:
     """The ``Cluster`` at ``bootstrap_servers``: this project's servers (``EmbeddedCluster``) or an
     Apache Fluss cluster (``ApacheFlussWireCluster``); ``engine`` ``auto`` probes, except with
     ``tls``: only this project's servers speak TLS to this client, and a plaintext probe of a
-    TLS listener would only be refused."""
+    TLS listener would only be refused. ``storage``: how the client reads the files an Apache
+    Fluss cluster points it to (this project's servers read their own files)."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == AUTO and tls is not None:
@@ -67,9 +70,11 @@ def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_
             raise ConfigError("TLS is not supported for Apache Fluss clusters (Apache Fluss has "
                               "no TLS listeners): connect without TLS")
         from fluss_spark.client.apache_fluss.cluster import ApacheFlussWireCluster
+        from fluss_spark.client.remote_storage import RemoteStorage
         return ApacheFlussWireCluster.connect(bootstrap_servers,
                                               request_timeout_s=request_timeout_s,
-                                              username=username, password=password)
+                                              username=username, password=password,
+                                              storage=storage or RemoteStorage())
     from fluss_spark.client.embedded.cluster import EmbeddedCluster
     return EmbeddedCluster.connect(bootstrap_servers, request_timeout_s=request_timeout_s,
                                    username=username, password=password, tls=tls)

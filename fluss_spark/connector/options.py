@@ -21,6 +21,7 @@ from fluss_spark.protocol.names import LEASE_ID_RULE, is_valid_lease_id
 
 if TYPE_CHECKING:  # the client is imported only where a cluster is opened (driver, executors)
     from fluss_spark.client.cluster import Cluster
+    from fluss_spark.client.remote_storage import RemoteStorage
 
 
 STARTUP_MODES = ("full", "earliest", "latest", "timestamp")
@@ -154,6 +155,17 @@ SSL_VERIFY_HOSTNAME = boolean("client.security.ssl.verify-hostname", True,
                               "With TLS: a server's certificate must name the address connected "
                               "to; false only for servers reached by an address their "
                               "certificate does not list.")
+S3_ENDPOINT = _string("s3.endpoint",
+                      "Where the driver and executors read the cluster's remote.data.dir when it "
+                      "is on S3: the http(s):// URL of an S3-compatible store (default: AWS, or "
+                      "the AWS_ENDPOINT_URL variable). The same key as in Fluss's server.yaml.")
+S3_REGION = _string("s3.region", "Region of the remote.data.dir bucket (default: the AWS_REGION "
+                                 "variable or the bucket's own).")
+S3_ACCESS_KEY = _string("s3.access-key",
+                        "Access key for the remote.data.dir bucket; give it with s3.secret-key "
+                        "(default: the AWS_* variables, ~/.aws files or the instance role).")
+S3_SECRET_KEY = _string("s3.secret-key", "Secret key for the remote.data.dir bucket (never "
+                                         "logged); give it with s3.access-key.")
 LEASE_ACQUIRE_RETRIES = integer("scan.kv.snapshot.lease.acquire-retries", 5,
                                 "How often list -> acquire is retried for snapshots that vanished "
                                 "before they could be leased.", minimum=0)
@@ -167,7 +179,7 @@ SOURCE_OPTIONS: list[Option] = [
     REQUEST_TIMEOUT,
     LEASE_ACQUIRE_RETRIES,
     SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD, SSL_ENABLED, SSL_CA_FILE,
-    SSL_VERIFY_HOSTNAME,
+    SSL_VERIFY_HOSTNAME, S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY,
 ]
 
 #: ``load("name")`` puts the argument under ``path``; it is accepted as a synonym of ``table``.
@@ -209,14 +221,17 @@ class SourceOptions:
     ssl_enabled: bool = SSL_ENABLED.default
     ssl_ca_file: str | None = SSL_CA_FILE.default
     ssl_verify_hostname: bool = SSL_VERIFY_HOSTNAME.default
+    #: How the files the cluster points to are read (its secret key is never in a repr).
+    storage: "RemoteStorage | None" = None
 
     @property
     def request_timeout_s(self) -> float:
         return self.request_timeout_ms / 1000.0
 
     def connect(self) -> "Cluster":
-        """The cluster at these options' servers, with their timeout and credentials."""
-        return connect_with(self)
+        """The cluster at these options' servers, with their timeout, credentials and remote
+        storage settings."""
+        return connect_with(self, self.storage)
 
 
 class ConnectionFields(Protocol):
@@ -247,14 +262,16 @@ class ConnectionFields(Protocol):
     def ssl_verify_hostname(self) -> bool: ...
 
 
-def connect_with(o: ConnectionFields) -> "Cluster":
-    """The cluster at ``o``'s servers, with its engine, timeout, credentials and TLS."""
+def connect_with(o: ConnectionFields, storage: RemoteStorage | None = None) -> "Cluster":
+    """The cluster at ``o``'s servers, with its engine, timeout, credentials and TLS
+    (``storage``: how the client reads the cluster's remote files)."""
     from fluss_spark.client import TlsClientConfig
     from fluss_spark.client.backends import open_cluster
     tls = TlsClientConfig(o.ssl_ca_file, o.ssl_verify_hostname) if o.ssl_enabled else None
     return open_cluster(o.bootstrap_servers, engine=o.engine,
                         request_timeout_s=o.request_timeout_ms / 1000.0,
-                        username=o.sasl_username, password=o.sasl_password, tls=tls)
+                        username=o.sasl_username, password=o.sasl_password, tls=tls,
+                        storage=storage)
 
 
 #: Options of Spark's Kafka source, lower-cased -> what this source takes instead.
@@ -338,6 +355,7 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         kv_read=KV_READ.get(values),
         live_max_buckets=LIVE_MAX_BUCKETS.get(values),
         lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
+        storage=_remote_storage(values),
         **connection,
     )
 
@@ -408,6 +426,16 @@ def connection_fields(values: Mapping[str, Any]) -> dict[str, Any]:
                 sasl_password=password, ssl_enabled=ssl_enabled,
                 ssl_ca_file=SSL_CA_FILE.get(values),
                 ssl_verify_hostname=SSL_VERIFY_HOSTNAME.get(values))
+
+
+def _remote_storage(values: Mapping[str, Any]) -> "RemoteStorage | None":
+    """The ``s3.*`` options as ``RemoteStorage`` (None when none is given)."""
+    if not any(o.key in values for o in (S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY)):
+        return None
+    from fluss_spark.client.remote_storage import RemoteStorage
+    return RemoteStorage(s3_endpoint=S3_ENDPOINT.get(values), s3_region=S3_REGION.get(values),
+                         s3_access_key=S3_ACCESS_KEY.get(values),
+                         s3_secret_key=S3_SECRET_KEY.get(values))
 
 
 def _columns(values: Mapping[str, Any], multi_table: bool) -> tuple[str, ...]:

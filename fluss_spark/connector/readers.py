@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
+from fluss_spark.client.remote_storage import RemoteStorage
 from fluss_spark.client.cluster import (CHANGE_TYPE, COMMIT_TIMESTAMP, LOG_OFFSET, RETRACTIONS,
                                         Cluster, LiveScanStart, expired_by_retention)
 from fluss_spark.clock import wall_ms
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 #: How often a lost live scan is reopened in the hope of finding the same state again.
 _LIVE_REOPENS = 2
 
-_ClusterKey = tuple[str, int, str | None, str | None, bool, str | None, bool]
+_ClusterKey = tuple[str, int, str | None, str | None, bool, str | None, bool,
+                   RemoteStorage | None]
 _CLUSTERS: dict[_ClusterKey, Cluster] = {}
 _CLUSTERS_LOCK = threading.Lock()
 
@@ -37,7 +39,7 @@ _CLUSTERS_LOCK = threading.Lock()
 def _key(options: SourceOptions) -> _ClusterKey:
     return (options.bootstrap_servers, options.request_timeout_ms, options.sasl_username,
             options.sasl_password, options.ssl_enabled, options.ssl_ca_file,
-            options.ssl_verify_hostname)
+            options.ssl_verify_hostname, options.storage)
 
 
 def cached_cluster(options: SourceOptions) -> Cluster:

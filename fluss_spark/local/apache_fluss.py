@@ -8,7 +8,8 @@ the cluster again is in ``<base_dir>/apache-fluss.json``:
 - version 1: ``{version, engine: "apache-fluss", fluss_version, host, heap, options,
   zookeeper: {address, external, port, pid}, servers: [{role, id, port, pid}]}``; optional
   ``sasl`` (absent: false) and ``servers[].internal_port`` (absent: none yet), written since
-  SASL clusters exist.
+  SASL clusters exist; optional ``remote_storage`` (absent: none, remote.data.dir is
+  ``<base_dir>/remote``; ``"s3"``: a local object store, see ``object_store``).
 
 With ``sasl`` clients log in with SASL PLAIN on each server's ``port`` (listener ``CLIENT``);
 the servers talk to each other over PLAINTEXT on ``internal_port`` (listener ``INTERNAL``).
@@ -35,9 +36,11 @@ from pathlib import Path
 
 from fluss_spark.config import parse_pairs
 from fluss_spark.errors import FlussError
-from fluss_spark.local.apache_fluss_jars import DEFAULT_VERSION, ensure_jars
+from fluss_spark.local.apache_fluss_jars import (DEFAULT_VERSION, ensure_filesystem_jars,
+                                                 ensure_jars)
 from fluss_spark.local.ports import free_port, port_open
-from fluss_spark.local.processes import LocalProcesses, read_state_file
+from fluss_spark.local.processes import LocalProcesses
+from fluss_spark.local.state_files import read_state_file
 from fluss_spark.local.secret_files import random_password, write_secret_file
 from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
 from fluss_spark.local.zookeeper import java_binary
@@ -118,7 +121,7 @@ class JavaServer:
         # The config dir is on the command line, so a reused pid is never taken for this server.
         return self.pid is not None and pid_alive(self.pid, self.proc, str(self.conf_dir))
 
-    def write_config(self, zookeeper: str, remote_dir: Path, options: dict[str, str],
+    def write_config(self, zookeeper: str, remote_dir: str, options: dict[str, str],
                      sasl: bool = False) -> None:
         assert self.port is not None
         listeners = f"FLUSS://{self.host}:{self.port}"
@@ -128,7 +131,7 @@ class JavaServer:
         settings = {"zookeeper.address": zookeeper,
                     "bind.listeners": listeners,
                     "data.dir": str(self.data_dir),
-                    "remote.data.dir": str(remote_dir),
+                    "remote.data.dir": remote_dir,
                     **(SASL_OPTIONS if sasl else {})}
         if self.role == "tablet":
             settings["tablet-server.id"] = str(self.server_id)
@@ -216,14 +219,15 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
 
     def __init__(self, base_dir: str | Path, tablets: int = 1, version: str = DEFAULT_VERSION,
                  zookeeper: str | None = None, options=None, host: str = "127.0.0.1",
-                 heap: str = "512m", startup_timeout_s: float = 120.0, sasl: bool = False):
+                 heap: str = "512m", startup_timeout_s: float = 120.0, sasl: bool = False,
+                 remote_storage: str | None = None):
         self.version = version
         self.heap = heap
         self._sasl = sasl
         self.options = dict(DEFAULT_OPTIONS)
         self.options.update(parse_options(options))
         self._jars: list[Path] | None = None
-        super().__init__(base_dir, tablets, zookeeper, host, startup_timeout_s)
+        super().__init__(base_dir, tablets, zookeeper, host, startup_timeout_s, remote_storage)
 
     # -- SASL -----------------------------------------------------------------------------------
     @property
@@ -313,6 +317,7 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
         return {
             "version": STATE_VERSION, "engine": ENGINE, "fluss_version": self.version,
             "host": self.host, "heap": self.heap, "options": self.options, "sasl": self.sasl,
+            "remote_storage": self.remote_storage,
             "zookeeper": self._zookeeper_state(), "servers": self._servers_state(),
         }
 
@@ -324,7 +329,14 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
 
     @property
     def remote_data_dir(self) -> Path:
+        """The local directory that is remote.data.dir when there is no object store."""
         return self.base_dir / "remote"
+
+    @property
+    def remote_data_uri(self) -> str:
+        """remote.data.dir: ``s3://...`` in the object store, else ``remote_data_dir``."""
+        store = self.object_store
+        return str(self.remote_data_dir) if store is None else store.uri("remote")
 
     def log_path(self, role: str, server_id: int = 0) -> Path:
         if role == "zookeeper":
@@ -339,6 +351,7 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
         self._begin_start()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.remote_data_dir.mkdir(exist_ok=True)
+        self._start_object_store()
         self._ensure_zookeeper()
         self._save_state()
         self._report_running([s for s in self.servers.values() if s.alive])
@@ -355,8 +368,13 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
         return self
 
     def jars(self) -> list[Path]:
+        """The server classpath: the release's jars, and its S3 filesystem with an object
+        store (Fluss finds filesystems on the classpath as well as in plugins/)."""
         if self._jars is None:
             self._jars = ensure_jars(self.version)
+            if self.remote_storage is not None:
+                self._jars = self._jars + ensure_filesystem_jars(self.version,
+                                                                 self.remote_storage)
         return self._jars
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -369,6 +387,7 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
                 if s.role == role:
                     s.pid, s.proc = None, None
         self._stop_zookeeper(timeout_s)
+        self._stop_object_store(timeout_s)
 
     def restart(self, role: str, server_id: int = 0) -> None:
         """Stop (if running) and start one process again on the same port and data dir; waits
@@ -394,7 +413,11 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
         if self.sasl and s.internal_port is None:
             s.internal_port = free_port(self.host)
         assert self.zookeeper_address is not None
-        s.write_config(self.zookeeper_address, self.remote_data_dir, self.options, self.sasl)
+        store = self.object_store
+        options = self.options if store is None else {
+            # Path-style requests: the store is one host, with no per-bucket DNS names.
+            **store.fluss_options(), "s3.path-style-access": "true", **self.options}
+        s.write_config(self.zookeeper_address, self.remote_data_uri, options, self.sasl)
         s.spawn(jars, self.heap, self._write_security())
         self._save_state()
 

@@ -34,6 +34,16 @@ RELEASES: dict[str, tuple[Jar, ...]] = {
 }
 
 
+#: Each release's filesystem plugins by remote storage kind: shaded jars with their own Hadoop
+#: client, put on the servers' classpath when remote.data.dir is in such a store.
+FILESYSTEMS: dict[str, dict[str, tuple[Jar, ...]]] = {
+    "0.9.1-incubating": {
+        "s3": (Jar("org.apache.fluss", "fluss-fs-s3", "0.9.1-incubating", 31382851,
+                   "9d85c2d83daa0ad5a7c3980162e96022154467f378b08333faa9d37beab682e3"),),
+    },
+}
+
+
 def jar_set(version: str = DEFAULT_VERSION) -> JarSet:
     """The pinned jars a server of ``version`` runs with."""
     jars = RELEASES.get(version)
@@ -52,6 +62,17 @@ def ensure_jars(version: str = DEFAULT_VERSION, out: TextIO | None = sys.stderr)
     """The classpath jars of an Apache Fluss ``version`` server, fetched once (checked against
     their pins, progress on ``out``) into the cache; later calls only look."""
     return jar_set(version).ensure(out)
+
+
+def ensure_filesystem_jars(version: str, kind: str,
+                           out: TextIO | None = sys.stderr) -> list[Path]:
+    """The jars of release ``version``'s filesystem for remote storage ``kind`` (``s3``),
+    fetched once like the server's."""
+    jars = FILESYSTEMS.get(version, {}).get(kind)
+    if jars is None:
+        raise FlussError(f"no {kind} filesystem of Apache Fluss {version} is pinned here")
+    return JarSet(f"the Apache Fluss {version} {kind} filesystem",
+                  f"apache-fluss/{version}/plugins/{kind}", jars).ensure(out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,9 @@ Used by the tests and by ``fluss-spark cluster start|status|stop``. Everything a
 needs to find the cluster again is in ``<base_dir>/cluster.json``:
 
 - version 1: ``{version, host, zookeeper: {address, external, port, pid}, snapshot_dir,
-  server_options, disabled_apis, servers: [{role, id, port, pid}]}``
+  server_options, disabled_apis, servers: [{role, id, port, pid}]}``; optional
+  ``remote_storage`` (absent: none; ``"s3"``: the snapshot store is in a local object store,
+  see ``object_store``, and ``snapshot_dir`` is its ``s3://`` URI).
 
 ``start()`` is idempotent: on a directory whose cluster is partly down it starts only the missing
 processes, on the ports they had before.
@@ -19,7 +21,8 @@ from pathlib import Path
 from fluss_spark.errors import FlussError, MissingExtra
 from fluss_spark.local.certificates import TlsFiles
 from fluss_spark.local.ports import free_port
-from fluss_spark.local.processes import LocalProcesses, read_state_file
+from fluss_spark.local.processes import LocalProcesses
+from fluss_spark.local.state_files import read_state_file
 from fluss_spark.local.secret_files import random_password, write_secret_file
 from fluss_spark.local.server_process import ServerProcess, pid_alive, stop_all
 from fluss_spark.transport.tls import TlsClientConfig
@@ -54,14 +57,15 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
 
     def __init__(self, base_dir: str | Path, tablets: int = 1, zookeeper: str | None = None,
                  server_options=(), disabled_apis=(), host: str = "127.0.0.1",
-                 startup_timeout_s: float = 60.0, sasl: bool = False, tls: bool = False):
+                 startup_timeout_s: float = 60.0, sasl: bool = False, tls: bool = False,
+                 remote_storage: str | None = None):
         """``sasl``: servers require SASL PLAIN (``security.protocol=SASL``); the principals
         ``admin`` (a super user) and ``internal`` get random passwords in ``users_file``.
         ``tls``: servers listen with TLS, with a certificate signed by a CA made for this
         cluster (``tls_files``), which its clients (``tls_client``) trust."""
         self.server_options = list(server_options)
         self.disabled_apis = list(disabled_apis)
-        super().__init__(base_dir, tablets, zookeeper, host, startup_timeout_s)
+        super().__init__(base_dir, tablets, zookeeper, host, startup_timeout_s, remote_storage)
         if sasl and not self.sasl:
             self.server_options += ["security.protocol=SASL",
                                     f"security.sasl.users-file={self.users_file}",
@@ -130,7 +134,7 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
     def _state(self) -> dict:
         return {
             "version": STATE_VERSION, "host": self.host, "zookeeper": self._zookeeper_state(),
-            "snapshot_dir": str(self.snapshot_dir),
+            "snapshot_dir": self.remote_data_uri, "remote_storage": self.remote_storage,
             "server_options": self.server_options, "disabled_apis": self.disabled_apis,
             "servers": self._servers_state(),
         }
@@ -138,7 +142,15 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
     # -- addresses ------------------------------------------------------------------------------
     @property
     def snapshot_dir(self) -> Path:
+        """The local snapshot store (remote.data.dir) when there is no object store."""
         return self.base_dir / "snapshots"
+
+    @property
+    def remote_data_uri(self) -> str:
+        """The servers' remote.data.dir: ``s3://...`` in the object store, else
+        ``snapshot_dir``."""
+        store = self.object_store
+        return str(self.snapshot_dir) if store is None else store.uri("snapshots")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -166,6 +178,7 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         self.base_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         (self.base_dir / "logs").mkdir(exist_ok=True, mode=0o700)
         self.snapshot_dir.mkdir(exist_ok=True, mode=0o700)
+        self._start_object_store()
         self._ensure_zookeeper()
         self._ensure_users()
         if self.tls:
@@ -216,6 +229,7 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         for s in order:
             s.pid, s.proc = None, None
         self._stop_zookeeper(timeout_s)
+        self._stop_object_store(timeout_s)
 
     def restart(self, role: str, server_id: int = 0) -> None:
         """Stop (if running) and start one process again on the same port and data dir."""
@@ -275,6 +289,9 @@ class EmbeddedProcesses(LocalProcesses[ServerProcess]):
         # Known only now: an embedded ZooKeeper's port, options merged from the state file.
         s.zk_address = self.zookeeper_address
         s.options, s.disabled_apis = list(self.server_options), list(self.disabled_apis)
+        store = self.object_store
+        # The servers read and write the store through pyarrow, which takes these variables.
+        s.remote_data_dir, s.env = self.remote_data_uri, {} if store is None else store.env()
         s.spawn()
 
     def _wait_ready(self, servers: list[ServerProcess]) -> None:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import abc
-import json
-import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Generic, Protocol, Self, TypeVar
 
-from fluss_spark.errors import FlussError
+from fluss_spark.errors import ConfigError, FlussError
+from fluss_spark.local.object_store import ObjectStore
 from fluss_spark.local.ports import bind_error
 from fluss_spark.local.server_process import pid_alive, signal_pid, wait_dead
+from fluss_spark.local.state_files import read_state_file, write_state_file
 from fluss_spark.local.zookeeper import ZooKeeperProcess, four_letter_word
+
+
+#: The remote storages a local cluster can start beside itself (None: a local directory).
+REMOTE_STORAGES = (None, "s3")
 
 
 class ManagedServer(Protocol):
@@ -50,8 +54,15 @@ class LocalProcesses(abc.ABC, Generic[S]):
     _state_version: int
 
     def __init__(self, base_dir: str | Path, tablets: int, zookeeper: str | None, host: str,
-                 startup_timeout_s: float):
+                 startup_timeout_s: float, remote_storage: str | None = None):
         self.base_dir = Path(base_dir).absolute()
+        if remote_storage not in REMOTE_STORAGES:
+            raise ConfigError(f"remote storage must be one of {', '.join(REMOTE_STORAGES[1:])} "
+                              f"(or none: a local directory), got {remote_storage!r}")
+        #: Where remote.data.dir is: "s3" (a local object store, ``object_store``) or None (a
+        #: directory of the cluster).
+        self.remote_storage = remote_storage
+        self._object_store: ObjectStore | None = None
         if tablets < 1:
             raise FlussError(f"a cluster needs at least one tablet server, got {tablets}")
         self.host = host
@@ -102,6 +113,7 @@ class LocalProcesses(abc.ABC, Generic[S]):
         if state is None:
             return
         self._merge_settings(state)
+        self._merge_remote_storage(state)
         zk = state.get("zookeeper") or {}
         if self._external_zk is None and not zk.get("external"):
             self._zk_port, self._zk_pid = zk.get("port"), zk.get("pid")
@@ -113,6 +125,42 @@ class LocalProcesses(abc.ABC, Generic[S]):
 
     def _merge_settings(self, state: dict) -> None:
         """Take the subclass's own settings from a state file written earlier."""
+
+    def _merge_remote_storage(self, state: dict) -> None:
+        """Keep the remote storage the cluster was started with (state key ``remote_storage``,
+        absent: a local directory); a FlussError when another one is asked for."""
+        saved = state.get("remote_storage")
+        if self.remote_storage is not None and self.remote_storage != saved:
+            raise FlussError(f"{self.state_path} holds a cluster whose remote storage is "
+                             f"{saved or 'a local directory'}; stop it and use another "
+                             "directory for another remote storage")
+        self.remote_storage = saved
+
+    # -- remote storage -------------------------------------------------------------------------
+    @property
+    def object_store(self) -> ObjectStore | None:
+        """The local object store behind remote.data.dir (None: a local directory)."""
+        if self.remote_storage is None:
+            return None
+        if self._object_store is None:
+            self._object_store = ObjectStore(self.base_dir / "object-store", self.host)
+        return self._object_store
+
+    def _start_object_store(self) -> None:
+        store = self.object_store
+        if store is not None and not store.alive:
+            store.start()
+            self.report(f"object store up on {store.endpoint} "
+                        f"({time.monotonic() - self._started_at:.1f}s)")
+
+    def _stop_object_store(self, timeout_s: float) -> None:
+        if self.object_store is not None:
+            self.object_store.stop(timeout_s)
+
+    def remote_storage_state(self) -> dict | None:
+        """What ``cluster status --json`` tells of the object store (no secret in it)."""
+        store = self.object_store
+        return None if store is None else store.describe()
 
     @abc.abstractmethod
     def _state(self) -> dict:
@@ -127,11 +175,7 @@ class LocalProcesses(abc.ABC, Generic[S]):
                 for s in self.servers.values()]
 
     def _save_state(self) -> None:
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        state = self._state()
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        os.replace(tmp, self.state_path)
+        write_state_file(self.state_path, self._state())
 
     # -- SASL -----------------------------------------------------------------------------------
     @property
@@ -210,6 +254,11 @@ class LocalProcesses(abc.ABC, Generic[S]):
             rows.append({"role": s.role, "id": s.server_id, "pid": s.pid,
                          "address": f"{self.host}:{s.port}" if s.port else None,
                          "alive": s.alive})
+        store = self.object_store
+        if store is not None:
+            rows.append({"role": "object-store", "id": 0, "pid": store.pid,
+                         "address": store.endpoint if store.ports else None,
+                         "alive": store.alive})
         return rows
 
     def log_tails(self, lines: int = 25) -> str:
@@ -317,18 +366,3 @@ class LocalProcesses(abc.ABC, Generic[S]):
 
 def _quiet(line: str) -> None:
     """Reports nothing (the default ``report``)."""
-
-
-def read_state_file(path: Path, version: int) -> dict | None:
-    """The state file at ``path`` (None when absent); refuses versions other than ``version``."""
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise FlussError(f"cannot read {path}: {e}") from None
-    found = state.get("version") if isinstance(state, dict) else None
-    if found != version:
-        raise FlussError(f"{path} has version {found!r}; this fluss-spark reads version "
-                         f"{version}")
-    return state

@@ -27,7 +27,7 @@ class ServerProcess:
     def __init__(self, role: str, zk_address: str | None, *, data_dir: str | Path,
                  remote_data_dir: str | Path, ready_file: str | Path, log_path: str | Path,
                  server_id: int = 0, host: str = "127.0.0.1", port: int | None = 0,
-                 options=(), disabled_apis=()):
+                 options=(), disabled_apis=(), env: dict[str, str] | None = None):
         self.role = role
         self.server_id = server_id
         self.zk_address = zk_address
@@ -39,6 +39,8 @@ class ServerProcess:
         self.log_path = Path(log_path)
         self.options = list(options)
         self.disabled_apis = list(disabled_apis)
+        #: Variables added to the process's environment (e.g. how to reach remote storage).
+        self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.pid: int | None = None
 
@@ -66,7 +68,7 @@ class ServerProcess:
         self.ready_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.ready_file.unlink(missing_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         # Servers import the same package as this process, installed or not.
         src = str(Path(fluss_spark.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)

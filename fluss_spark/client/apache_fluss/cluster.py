@@ -16,6 +16,7 @@ from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_
                                                        supports_live_scans)
 from fluss_spark.client.apache_fluss.log_reader import first_offset_at, read_log
 from fluss_spark.client.apache_fluss.partitions import FlussPartitions
+from fluss_spark.client.remote_storage import RemoteStorage
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, PartitionAdmin, PartitionPins, Pins,
                                         RecordBatchStream, TableAdmin, Unavailable)
@@ -67,12 +68,12 @@ class ApacheFlussWireCluster:
 
     @classmethod
     def connect(cls, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
-                username: str | None = None,
-                password: str | None = None) -> "ApacheFlussWireCluster":
+                username: str | None = None, password: str | None = None,
+                storage: RemoteStorage = RemoteStorage()) -> "ApacheFlussWireCluster":
         """The cluster at ``bootstrap_servers``; with ``username``/``password`` every connection
-        logs in with SASL PLAIN."""
+        logs in with SASL PLAIN; ``storage``: how its remote.data.dir is reached."""
         return cls(FlussWireConnection(bootstrap_servers, request_timeout_s=request_timeout_s,
-                                       username=username, password=password))
+                                       username=username, password=password, storage=storage))
 
     def capabilities(self) -> Capabilities:
         if self._capabilities is None:
@@ -263,7 +264,8 @@ class ApacheFlussWireCluster:
                                log_offset=resp.log_offset,
                                files=tuple((f.remote_path, f.local_file_name)
                                            for f in resp.snapshot_files),
-                               partition=None if part is None else part.name)
+                               partition=None if part is None else part.name,
+                               storage=self.conn.storage)
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
                                   holder: str | None = None, *,

@@ -9,6 +9,7 @@ from typing import Callable, Sequence, TypeVar
 
 import pyarrow as pa
 
+from fluss_spark.client.remote_storage import RemoteStorage
 from fluss_spark.errors import (ApiError, ConfigError, LeaderNotAvailable, NetworkError,
                                 PartitionNotExist, TableNotExist, UnknownServerError)
 from fluss_spark.protocol.apache_fluss.framing import MAX_RESPONSE_BYTES
@@ -86,7 +87,10 @@ class FlussWireConnection:
     def __init__(self, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
                  ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
                  max_response_bytes: int = MAX_RESPONSE_BYTES,
-                 username: str | None = None, password: str | None = None):
+                 username: str | None = None, password: str | None = None,
+                 storage: RemoteStorage = RemoteStorage()):
+        #: How this client reads the files the servers point it to (remote.data.dir).
+        self.storage = storage
         self._credentials: tuple[str, str] | None = None
         if username is not None and password is not None:
             self._credentials = (username, password)

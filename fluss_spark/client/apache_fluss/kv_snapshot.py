@@ -24,7 +24,7 @@ from typing import Any, Callable, Generator
 import pyarrow as pa
 
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
-from fluss_spark.client.apache_fluss.remote_storage import filesystem
+from fluss_spark.client.remote_storage import RemoteStorage, filesystem
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist
 from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_values
 
@@ -50,6 +50,8 @@ class KvSnapshotFiles:
     files: tuple[tuple[str, str], ...]
     #: The partition's name, for a snapshot of a partitioned table's bucket.
     partition: str | None = None
+    #: How the files are reached (S3 endpoint and keys).
+    storage: RemoteStorage = RemoteStorage()
 
     @property
     def directory(self) -> str:
@@ -67,7 +69,7 @@ class KvSnapshotFiles:
 def read_row_count(files: KvSnapshotFiles) -> int | None:
     """The row count Fluss recorded in the snapshot's ``_METADATA`` (None when it has none:
     tables in the WAL changelog mode, snapshots of servers before 0.9)."""
-    fs, path = filesystem(posixpath.join(files.directory, METADATA_FILE))
+    fs, path = filesystem(posixpath.join(files.directory, METADATA_FILE), files.storage)
     try:
         with fs.open_input_stream(path) as f:
             node = json.loads(f.read())
@@ -85,7 +87,7 @@ def download(files: KvSnapshotFiles, into: str) -> None:
     for remote, local in files.files:
         if not local or "/" in local or local in (".", ".."):
             raise CorruptMessage(f"{files.describe()}: unsafe checkpoint file name {local!r}")
-        fs, path = filesystem(remote)
+        fs, path = filesystem(remote, files.storage)
         try:
             with fs.open_input_stream(path) as src, open(os.path.join(into, local), "wb") as dst:
                 shutil.copyfileobj(src, dst, 4 << 20)

@@ -68,7 +68,8 @@ def read_log(conn: FlussWireConnection, table: str, bucket: int, start: int, end
             # Older than the tablet's local log: read the segments in remote storage (whole
             # batches, so the CRC is checked and the projection applied here), then fetch on.
             before = offset
-            for batch in remote_batches(resp.remote_log_fetch_info, offset, where):
+            for batch in remote_batches(resp.remote_log_fetch_info, offset, where,
+                                        storage=conn.storage):
                 if batch.next_offset <= offset:
                     continue
                 if batch.record_count:

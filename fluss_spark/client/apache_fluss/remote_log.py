@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pyarrow.fs as pafs
 
-from fluss_spark.client.apache_fluss.remote_storage import filesystem
+from fluss_spark.client.remote_storage import RemoteStorage, filesystem
 from fluss_spark.errors import CorruptMessage, LogOffsetOutOfRange
 from fluss_spark.protocol.apache_fluss.log_batch import LogRecordBatch, iter_batches
 from fluss_spark.protocol.apache_fluss.messages import PbRemoteLogFetchInfo
@@ -100,11 +100,13 @@ def read_segment(fs: pafs.FileSystem, path: str, position: int = 0, *,
 
 
 def remote_batches(info: PbRemoteLogFetchInfo, offset: int, where: str, *,
-                   chunk_bytes: int = CHUNK_BYTES) -> Iterator[LogRecordBatch]:
+                   chunk_bytes: int = CHUNK_BYTES,
+                   storage: RemoteStorage = RemoteStorage()) -> Iterator[LogRecordBatch]:
     """The batches of the remote segments of ``info``, from the one holding ``offset`` on and
-    each only up to its end offset (``where`` names the bucket in errors)."""
+    each only up to its end offset (``where`` names the bucket in errors), read with
+    ``storage``'s settings."""
     for segment in segments_to_read(info, offset):
-        fs, path = filesystem(segment.path(info.remote_log_tablet_dir))
+        fs, path = filesystem(segment.path(info.remote_log_tablet_dir), storage)
         try:
             for batch in read_segment(fs, path, segment.position, chunk_bytes=chunk_bytes):
                 yield batch
