@@ -110,7 +110,7 @@ APACHE_FLUSS_TEST_OPTIONS = {
 
 
 def _start_apache_fluss(zookeeper, base_dir, options: dict[str, str] | None = None, *,
-                        tablets: int = 2, sasl: bool = False):
+                        tablets: int = 2, sasl: bool = False, remote_storage: str | None = None):
     """A started Apache Fluss cluster (1 coordinator + ``tablets`` tablet servers; ``sasl``:
     clients log in with SASL PLAIN) on ``zookeeper`` under a root of its own, with
     ``APACHE_FLUSS_TEST_OPTIONS`` updated by ``options``. Skips when Java
@@ -125,7 +125,7 @@ def _start_apache_fluss(zookeeper, base_dir, options: dict[str, str] | None = No
         pytest.skip(why)
     local = ApacheFlussProcesses(
         base_dir, tablets=tablets, zookeeper=zookeeper.address, sasl=sasl,
-        options={**APACHE_FLUSS_TEST_OPTIONS, **(options or {}),
+        remote_storage=remote_storage, options={**APACHE_FLUSS_TEST_OPTIONS, **(options or {}),
                  "zookeeper.path.root": f"/apache-fluss-{uuid.uuid4().hex[:12]}"})
     try:
         local.start()
@@ -160,10 +160,10 @@ def apache_fluss_for_faults(zookeeper, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def start_apache_fluss(zookeeper, tmp_path_factory):
-    """``start_apache_fluss(options, tablets=2, sasl=False)``: a new Apache Fluss cluster with
-    ``APACHE_FLUSS_TEST_OPTIONS`` updated by ``options`` (server settings, such as
-    ``kv.snapshot.num-retained``), for a module that needs other settings; the caller stops it
-    (one left running stops with the session)."""
+    """``start_apache_fluss(options, tablets=2, sasl=False, remote_storage=None)``: a new Apache
+    Fluss cluster with ``APACHE_FLUSS_TEST_OPTIONS`` updated by ``options`` (server settings,
+    such as ``kv.snapshot.num-retained``), for a module that needs other settings; the caller
+    stops it (one left running stops with the session)."""
     started = []
 
     def start(options: dict[str, str], **kwargs):

@@ -10,6 +10,7 @@ that wheel, or from the ``--py-files`` zip of ``fluss-spark package``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -81,6 +82,26 @@ class StandaloneSpark:
         return subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), *args],
                                 env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+
+    def driver_env(self, py_files: Path, **conf: str) -> dict[str, str]:
+        """The environment of a test driver (``fluss_spark.testing.spark_driver``) on this
+        master: every Python worker runs ``python3`` from its process's PATH: the driver's
+        (this interpreter's first), or the worker's (each has its own Python environment);
+        ``py_files`` goes to every executor; ``conf``: more Spark settings."""
+        return {"DRIVER_MASTER": self.url, "PYSPARK_PYTHON": "python3", "DRIVER_REGISTER": "1",
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                "DRIVER_CONF": json.dumps({"spark.submit.pyFiles": str(py_files),
+                                           "spark.executor.cores": "1",
+                                           "spark.cores.max": "2", **conf})}
+
+    def worker_logs(self, apps: set[Path] | None = None) -> list[str]:
+        """The executors' stderr of every application (or of those not in ``apps``)."""
+        return [p.read_text(errors="replace") for app in set(self.applications()) - (apps or set())
+                for p in app.glob("*/stderr")]
+
+    def applications(self) -> list[Path]:
+        """The work directories of the applications the workers ran."""
+        return list(self.base.glob("worker-*/app-*"))
 
     def master_log(self) -> str:
         return (self.base / "master.log").read_text(errors="replace")

@@ -1,13 +1,14 @@
 """The Spark source on a Spark standalone cluster: a master and two workers, each a process of its
-own with its own working directory and Python (fluss_spark.testing.standalone), executors apart
+own with its own working directory and Python (the ``standalone`` fixture), executors apart
 from the driver.
 
 - worker 0's Python has the project's wheel installed; worker 1's has only the dependencies, and
   its executors get ``fluss_spark`` from the ``--py-files`` zip of ``fluss-spark package``;
-- a PK table streamed in full mode on the embedded engine, worker 0 killed -9 mid-snapshot-phase
-  (Spark reruns its tasks on worker 1): exact output, one lease id;
-- a PK table of Apache Fluss in full mode, its KV snapshot files read by the executors from
-  remote.data.dir (a local directory here);
+- a PK table streamed in full mode on the embedded engine with its snapshot store on an S3
+  object store, worker 0 killed -9 mid-snapshot-phase (Spark reruns its tasks on worker 1):
+  exact output, one lease id;
+- a PK table of Apache Fluss in full mode, remote.data.dir on the S3 object store: each
+  bucket's KV snapshot files are read from it by the executors, with the s3.* source options;
 - a node whose Python lacks a dependency fails the query with an error naming the package.
 
 Marked ``standalone`` (``-m "not standalone"`` skips it in a quick local run).
@@ -15,18 +16,15 @@ Marked ``standalone`` (``-m "not standalone"`` skips it in a quick local run).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
+import uuid
 
 import pytest
 
 from fluss_spark.local.ports import wait_until
 from fluss_spark.testing.spark_driver import Driver
-from fluss_spark.testing.standalone import StandaloneSpark, node_python
 from fluss_spark.testing.streams import (LeaseWatcher, create_pk, fold, leases_on,
                                          source_offsets, table_state)
 
@@ -35,50 +33,27 @@ pytestmark = [pytest.mark.spark, pytest.mark.standalone]
 ROWS, MAX_ROWS = 20_000, 1_000
 
 
-def build_wheel(out: Path) -> Path:
-    root = Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
-                    str(root)], check=True, capture_output=True)
-    (wheel,) = out.glob("fluss_spark-*.whl")
-    return wheel
+def started_tasks(logs: list[str]) -> int:
+    """How many of the executors' logs show Python tasks."""
+    return len([t for t in logs if "Starting Python task execution" in t])
 
 
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    base = tmp_path_factory.mktemp("standalone")
-    t0 = time.monotonic()
-    with_wheel = node_python(base / "py-wheel", wheel=build_wheel(base / "dist"))
-    deps_only = node_python(base / "py-deps")
-    node_python(base / "py-no-msgpack", lacks=("msgpack",))
-    cluster = StandaloneSpark(base, [with_wheel, deps_only]).start()
-    subprocess.run([sys.executable, "-m", "fluss_spark.cli", "package", "--out",
-                    str(base / "fluss_spark.zip")], check=True, capture_output=True)
-    print(f"standalone cluster with two workers ready in {time.monotonic() - t0:.1f}s")
-    yield cluster, base / "fluss_spark.zip"
-    cluster.stop()
-
-
-def driver_env(cluster: StandaloneSpark, zip_path: Path, **conf: str) -> dict[str, str]:
-    """The test driver on the standalone master: every Python worker runs ``python3`` from its
-    process's PATH: the driver's (this interpreter's first), or the worker's (each has its own
-    Python environment)."""
-    return {"DRIVER_MASTER": cluster.url, "PYSPARK_PYTHON": "python3", "DRIVER_REGISTER": "1",
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-            "DRIVER_CONF": json.dumps({"spark.submit.pyFiles": str(zip_path),
-                                       "spark.executor.cores": "1",
-                                       "spark.cores.max": "2", **conf})}
-
-
-def test_full_mode_on_two_workers_survives_a_killed_worker(spark, cluster, conn, table_name,
+def test_full_mode_on_two_workers_survives_a_killed_worker(spark, embedded_s3, table_name,
                                                            standalone, tmp_path):
+    """The embedded engine, its snapshots in the object store: worker 0 killed -9 in the
+    snapshot phase, worker 1 (fed by --py-files) finishes; exact output, one lease id."""
     spark_cluster, zip_path = standalone
+    cluster = embedded_s3
+    conn = cluster.connection(request_timeout_s=30.0)
     writer, snaps = create_pk(conn, table_name, ROWS, buckets=2)
+    assert all(s.path.startswith("s3://") for s in snaps.values()), snaps
     admin = conn.admin()
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    with LeaseWatcher(admin, cluster.zookeeper_address) as watcher:
+    apps = set(spark_cluster.applications())
+    with conn, LeaseWatcher(admin, cluster.zookeeper_address) as watcher:
         driver = Driver(tmp_path, cluster.bootstrap_servers, table_name, str(out), str(ckpt),
                         "-1", "0", options={"maxOffsetsPerTrigger": str(MAX_ROWS)},
-                        env=driver_env(spark_cluster, zip_path))
+                        env=spark_cluster.driver_env(zip_path))
         try:
             driver.wait_for("TRIGGERED", "the query's first trigger", 240)
             wait_until(lambda: len(list((ckpt / "commits").glob("[0-9]*"))) >= 2, 240,
@@ -98,42 +73,46 @@ def test_full_mode_on_two_workers_survives_a_killed_worker(spark, cluster, conn,
         finally:
             driver.kill()
             spark_cluster.restart_worker(0)
-    result = spark.read.parquet(str(out))
-    snap_rows = result.where("_commit_timestamp IS NULL")
-    assert snap_rows.count() == sum(s.row_count for s in snaps.values())
-    assert snap_rows.select("id").distinct().count() == snap_rows.count()   # every row once
-    assert fold(result) == table_state(conn, table_name)
-    lease_ids = {o["lease_id"] for o in source_offsets(ckpt)}
-    assert len(lease_ids) == 1 and watcher.ids(admin.get_table(table_name).table_id) <= lease_ids
+        result = spark.read.parquet(str(out))
+        snap_rows = result.where("_commit_timestamp IS NULL")
+        assert snap_rows.count() == sum(s.row_count for s in snaps.values())
+        assert snap_rows.select("id").distinct().count() == snap_rows.count()   # every row once
+        assert fold(result) == table_state(conn, table_name)
+        lease_ids = {o["lease_id"] for o in source_offsets(ckpt)}
+        assert len(lease_ids) == 1
+        assert watcher.ids(admin.get_table(table_name).table_id) <= lease_ids
     # Both workers ran tasks: the one fed by --py-files too.
-    logs = [p.read_text(errors="replace") for p in spark_cluster.base.glob("worker-*/*/*/stderr")]
-    assert len([t for t in logs if "Starting Python task execution" in t]) >= 2
+    assert started_tasks(spark_cluster.worker_logs(apps)) >= 2
 
 
-
-def test_apache_fluss_full_mode_reads_snapshot_files_on_the_executors(spark, apache_fluss,
+def test_apache_fluss_full_mode_reads_snapshot_files_on_the_executors(spark, apache_fluss_s3,
                                                                      standalone, tmp_path):
-    """A PK table of Apache Fluss 0.9.1 in full mode on the two workers: each bucket's KV
-    snapshot is read from remote.data.dir by the executor that reads its split (one of them
-    with fluss_spark only from the --py-files zip); the fold equals pyfluss's read."""
-    import uuid
-
+    """A PK table of Apache Fluss 0.9.1 in full mode on the two workers, remote.data.dir in the
+    S3 object store: each bucket's KV snapshot is read from it by the executor that reads its
+    split (one of them with fluss_spark only from the --py-files zip), reaching the store
+    through the s3.* source options; the fold equals pyfluss's read."""
     from fluss_spark.client.backends import open_cluster
+    from fluss_spark.client.remote_storage import RemoteStorage
     from fluss_spark.testing.apache_fluss import PyFluss
     spark_cluster, zip_path = standalone
-    servers, name = apache_fluss.bootstrap_servers, f"sa.t_{uuid.uuid4().hex[:10]}"
+    store = apache_fluss_s3.object_store.fluss_options()
+    storage = RemoteStorage(store["s3.endpoint"], store["s3.region"], store["s3.access-key"],
+                            store["s3.secret-key"])
+    servers, name = apache_fluss_s3.bootstrap_servers, f"sa.t_{uuid.uuid4().hex[:10]}"
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    with PyFluss(servers) as fluss, open_cluster(servers) as wire:
+    with PyFluss(servers) as fluss, open_cluster(servers, storage=storage) as wire:
         fluss.create_table(name, "id BIGINT NOT NULL, v STRING", primary_key=["id"], buckets=2)
         fluss.upsert(name, [(i, f"v{i}") for i in range(4000)])
         loaded = wire.list_offsets(name)
         wait_until(lambda: all(b in s and s[b].log_offset >= loaded[b] for b in loaded
                                for s in [wire.latest_kv_snapshots(name)]), 120,
                    "KV snapshots covering the load")
-        apps = set(spark_cluster.base.glob("worker-*/app-*"))
+        assert all(s.path.startswith("s3://fluss/remote/")
+                   for s in wire.latest_kv_snapshots(name).values())
+        apps = set(spark_cluster.applications())
         driver = Driver(tmp_path, servers, name, str(out), str(ckpt), "-1", "0",
-                        options={"maxOffsetsPerTrigger": "1000"},
-                        env=driver_env(spark_cluster, zip_path))
+                        options={"maxOffsetsPerTrigger": "1000", **store},
+                        env=spark_cluster.driver_env(zip_path))
         try:
             driver.wait_for("TRIGGERED", "the query's first trigger", 240)
             fluss.upsert(name, [(1, "changed")])
@@ -148,10 +127,7 @@ def test_apache_fluss_full_mode_reads_snapshot_files_on_the_executors(spark, apa
     assert snap_rows.count() == 4000 == snap_rows.select("id").distinct().count()
     assert len({o["lease_id"] for o in source_offsets(ckpt)}) == 1
     # This application's executors on both workers ran Python tasks.
-    logs = [p.read_text(errors="replace")
-            for app in set(spark_cluster.base.glob("worker-*/app-*")) - apps
-            for p in app.glob("*/stderr")]
-    assert len([t for t in logs if "Starting Python task execution" in t]) >= 2
+    assert started_tasks(spark_cluster.worker_logs(apps)) >= 2
 
 
 BATCH_READ = """
@@ -172,15 +148,21 @@ def test_a_node_without_a_dependency_fails_the_query_naming_the_package(cluster,
     """One worker left, its Python without msgpack: the read's tasks fail on its executor (the
     driver's Python has everything), and the error says which package the node lacks."""
     spark_cluster, zip_path = standalone
-    spark_cluster.kill_worker(0)
-    spark_cluster.restart_worker(1, spark_cluster.base / "py-no-msgpack" / "bin")
     create_pk(conn, table_name, 10, buckets=1)
     script = tmp_path / "read.py"
     script.write_text(BATCH_READ)
-    done = subprocess.run(
-        [sys.executable, str(script), spark_cluster.url, cluster.bootstrap_servers, table_name,
-         str(zip_path)], capture_output=True, text=True, timeout=300,
-        env={**os.environ, **driver_env(spark_cluster, zip_path), "SPARK_LOCAL_IP": "127.0.0.1"})
+    deps_only = spark_cluster.workers[1].python_bin
+    spark_cluster.kill_worker(0)
+    spark_cluster.restart_worker(1, spark_cluster.base / "py-no-msgpack" / "bin")
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), spark_cluster.url, cluster.bootstrap_servers,
+             table_name, str(zip_path)], capture_output=True, text=True, timeout=300,
+            env={**os.environ, **spark_cluster.driver_env(zip_path),
+                 "SPARK_LOCAL_IP": "127.0.0.1"})
+    finally:   # the workers as the fixture made them, for the tests that follow
+        spark_cluster.restart_worker(1, deps_only)
+        spark_cluster.restart_worker(0)
     assert done.returncode != 0, done.stdout
     assert "fluss_spark needs the Python package(s) msgpack on every Spark node" in done.stderr, \
         done.stderr[-3000:]
