@@ -6,6 +6,7 @@ import pytest
 
 from fluss_spark.errors import CorruptMessage, MetadataStoreUnavailable, StorageError
 from fluss_spark.metadata import layout
+from fluss_spark.testing.legacy_snapshots import write_v1_snapshots
 from fluss_spark.testing.zookeeper_faults import ConnectionDies
 from fluss_spark.metadata.layout import SnapshotIndexPage, SnapshotRecord
 from fluss_spark.metadata.store import MetadataStore
@@ -77,10 +78,7 @@ def store(zk_address):
 
 def write_v1(store, *records):
     """Snapshot znodes as a layout v1 writer created them."""
-    for r in records:
-        path = layout.snapshot_path(r.table_id, r.bucket, r.snapshot_id)
-        store.zk.ensure_path(path.rpartition("/")[0])
-        store.zk.create(path, r.encode())
+    write_v1_snapshots(store.zk, records)
 
 
 def test_snapshots_live_in_pages_of_128_buckets(store):
