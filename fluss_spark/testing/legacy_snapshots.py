@@ -6,9 +6,22 @@ from __future__ import annotations
 from typing import Iterable
 
 from fluss_spark.metadata import layout
-from fluss_spark.metadata.layout import SnapshotRecord
+from fluss_spark.metadata.layout import AssignmentRecord, SnapshotRecord, TableRecord
 
-__all__ = ["create_nodes", "write_v1_snapshots"]
+__all__ = ["create_nodes", "create_pk_tables", "write_v1_snapshots"]
+
+
+def create_pk_tables(store, tables: int, buckets: int) -> None:
+    """Tables ``db.t1`` .. ``db.t<tables>`` (ids 1..tables, PK ``id``, ``buckets`` buckets on
+    tablet 1) written straight into ZooKeeper, as a cluster of an older release holds them."""
+    from fluss_spark.protocol.arrow_ipc import serialize_schema
+    from fluss_spark.protocol.types import parse_schema
+    schema = serialize_schema(parse_schema("id BIGINT NOT NULL, v STRING"))
+    for t in range(1, tables + 1):
+        store.create_table(TableRecord(t, f"db.t{t}", schema, ["id"], ["id"], buckets),
+                           AssignmentRecord([1] * buckets))
+    store.zk.ensure_path(layout.TABLE_ID_COUNTER)
+    store.zk.set(layout.TABLE_ID_COUNTER, layout.encode_int(tables))
 
 
 def create_nodes(zk, nodes: list[tuple[str, bytes]], batch: int = 400,
