@@ -1,5 +1,5 @@
 """The KV snapshot registry in ZooKeeper: index pages of 128 buckets, and the layout v1 znodes
-they replace (read, and moved into the pages by ``migrate_snapshots``)."""
+they replace (read, and moved into the pages by ``read_v1`` + ``move_v1``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
-from fluss_spark.errors import StorageError
+from fluss_spark.errors import CorruptMessage, StorageError
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.layout import SnapshotRecord
 from fluss_spark.metadata.zk import ZkSession, retriable_on_connection_loss
@@ -202,12 +202,17 @@ class SnapshotIndex:
                 out[bucket] = []
                 paths += [(bucket, layout.snapshot_path(table_id, bucket, int(s))) for s in ids]
         for i in range(0, len(paths), 1000):
-            reads = [(b, self.zk.get_async(p)) for b, p in paths[i:i + 1000]]
-            for bucket, read in reads:
+            reads = [(b, p, self.zk.get_async(p)) for b, p in paths[i:i + 1000]]
+            for bucket, path, read in reads:
                 try:
-                    out[bucket].append(SnapshotRecord.decode(read.get()[0]))
+                    data = read.get()[0]
                 except NoNodeError:
                     continue
+                try:
+                    out[bucket].append(SnapshotRecord.decode(data))
+                except CorruptMessage as e:
+                    raise CorruptMessage(f"layout v1 snapshot znode {path}: {e}; restore it from "
+                                         "a ZooKeeper backup or delete it") from None
         return out
 
     def move_v1(self, table_id: int, found: dict[int, list[SnapshotRecord]]) -> None:

@@ -53,6 +53,7 @@ class SnapshotMigration:
 
     def _run(self, stop: threading.Event, pause_ms: int, active: Callable[[], bool]) -> None:
         started = time.monotonic()
+        backoff_s = 1.0
         while not stop.is_set():
             if not active():
                 stop.wait(0.2)      # no leadership confirmed, or ZooKeeper away: wait
@@ -62,10 +63,12 @@ class SnapshotMigration:
             except NotCoordinatorLeader:
                 return              # another coordinator leads and continues the move
             except Exception as e:  # noqa: BLE001 - ZooKeeper trouble: the step is retried
-                log.warning("moving layout v1 KV snapshots failed (%s: %s); retrying",
-                            type(e).__name__, e)
-                stop.wait(1.0)
+                log.warning("moving layout v1 KV snapshots failed (%s: %s); retrying in %.0f s",
+                            type(e).__name__, e, backoff_s)
+                stop.wait(backoff_s)
+                backoff_s = min(30.0, backoff_s * 2)
                 continue
+            backoff_s = 1.0
             if not left:
                 log.info("layout v1 KV snapshot migration finished in %.1f s",
                          time.monotonic() - started)

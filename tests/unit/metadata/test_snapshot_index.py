@@ -215,3 +215,12 @@ def test_a_writer_whose_copy_of_a_page_went_stale_reads_it_again(store, zk_addre
         assert other.snapshot_buckets(1) == [0, 2]
     finally:
         other.close()
+
+
+def test_an_undecodable_old_layout_znode_is_named_in_the_error(store):
+    write_v1(store, rec(4, 0, 1))
+    store.zk.create(layout.snapshot_path(4, 0, 2), b"\xc1")
+    with pytest.raises(CorruptMessage, match=r"layout v1 snapshot znode "
+                                             r"/fluss/snapshots/4/0/0+2: undecodable .*delete it"):
+        store.read_v1(4, [0])
+    assert store.read_v1(4, [1]) == {}          # a bucket without a node is left out
