@@ -113,11 +113,6 @@ class SnapshotRegistry:
             self._move(table_id, {b: found.get(b, []) for b in chunk if b in still})
             return sum(len(b) for b in self._unmoved.values())
 
-    def migrate(self) -> None:
-        """Move every layout v1 snapshot into the index now."""
-        while self.migrate_step():
-            pass
-
     def _move_now(self, table_id: int, bucket: int | None = None) -> None:
         """Move a table's (or one bucket's) layout v1 snapshots now, if any are left."""
         buckets = self._unmoved.get(table_id)
