@@ -18,8 +18,15 @@ run, paired:
   served (GET_METRICS counts, LIST_KV_SNAPSHOTS of every table, DESCRIBE of every lease).
 - ``read_v2_s`` / ``read_v1_s``: reading every snapshot record of each tree in-process
   (``MetadataStore.all_snapshots``, which for v1 is the previous release's recovery read).
-- ``first_start_v1_s``: the first coordinator start on the v1 tree, which moves it into the
-  index (the one-off cost of the upgrade), checked the same way.
+- ``first_answer_v1_s``: the first coordinator start on the v1 tree (the upgrade): from
+  spawning the process until it answers a leader-only request (GET_METRICS). It moves the v1
+  znodes into the index in the background after that.
+- ``migrated_v1_s``: from spawning that process until GET_METRICS reports no bucket left to
+  move (``snapshot_buckets_to_migrate`` 0); then everything is checked to be served as above.
+- ``during_v1_max_ms`` / ``during_v1_calls``: while the move runs, a client loops over
+  LIST_KV_SNAPSHOTS of a table not yet listed (a table not yet moved is moved first),
+  ACQUIRE of a lease on the latest snapshot of every bucket of that table, RENEW and RELEASE
+  of it, and GET_METRICS; the slowest answer and the number of calls.
 - ``commit_ms``: once the coordinator is stopped, a SnapshotRegistry on the v2 tree (loaded
   as the coordinator loads it) registers 200 new snapshots, each pushing its bucket's oldest
   out of retention (a page write for the new record and one for the deletion); median and max
@@ -41,15 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import parser  # noqa: E402 - bench/common.py
 from fluss_spark.local.zookeeper import ZooKeeperProcess  # noqa: E402
 from fluss_spark.metadata import layout  # noqa: E402
-from fluss_spark.metadata.layout import (AssignmentRecord, LeaseRecord,  # noqa: E402
-                                         SnapshotIndexPage, SnapshotRecord, TableRecord,
-                                         TabletRecord)
+from fluss_spark.metadata.layout import (LeaseRecord, SnapshotIndexPage,  # noqa: E402
+                                         SnapshotRecord, TabletRecord)
 from fluss_spark.metadata.store import MetadataStore  # noqa: E402
 from fluss_spark.protocol.api import ApiKey  # noqa: E402
-from fluss_spark.protocol.arrow_ipc import serialize_schema  # noqa: E402
-from fluss_spark.protocol.types import parse_schema  # noqa: E402
 from fluss_spark.server.snapshot_store import snapshot_location  # noqa: E402
 from fluss_spark.testing.coordinator import CoordinatorProcess, call_until_leader  # noqa: E402
+from fluss_spark.testing.legacy_snapshots import (create_nodes, create_pk_tables,  # noqa: E402
+                                                  write_v1_snapshots)
 
 YEAR_MS = 365 * 24 * 3_600_000
 
@@ -69,44 +75,15 @@ def registry(tables: int, buckets: int, per_bucket: int, remote: str, seed: int)
     return out
 
 
-def multi(store: MetadataStore, ops: list[tuple[str, bytes]], batch: int = 400,
-          max_bytes: int = 700_000) -> None:
-    """Create znodes, at most ``batch`` and ``max_bytes`` per ZooKeeper multi (a request
-    over ~1 MB makes ZooKeeper drop the connection)."""
-    i = 0
-    while i < len(ops):
-        tx, size, n = store.zk.transaction(), 0, 0
-        while i < len(ops) and n < batch and (n == 0 or size + len(ops[i][1]) <= max_bytes):
-            tx.create(*ops[i])
-            size, n, i = size + len(ops[i][1]), n + 1, i + 1
-        results = tx.commit()
-        bad = [r for r in results if isinstance(r, Exception)]
-        if bad:
-            raise RuntimeError(f"building the tree failed: {bad[0]!r}")
-
-
 def build(store: MetadataStore, records: list[SnapshotRecord], tables: int, buckets: int,
           leases: int, v1: bool) -> dict:
     """Tables, snapshot records (v1 znodes or v2 pages) and leases; returns the leases' pins."""
     store.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=1))
-    schema = serialize_schema(parse_schema("id BIGINT NOT NULL, v STRING"))
-    for t in range(1, tables + 1):
-        store.create_table(TableRecord(t, f"db.t{t}", schema, ["id"], ["id"], buckets),
-                           AssignmentRecord([1] * buckets))
-    store.zk.set(layout.TABLE_ID_COUNTER, layout.encode_int(tables)) \
-        if store.zk.exists(layout.TABLE_ID_COUNTER) else \
-        store.zk.create(layout.TABLE_ID_COUNTER, layout.encode_int(tables))
-    ops = []
+    create_pk_tables(store, tables, buckets)
     if v1:
-        seen = set()
-        for t in range(1, tables + 1):
-            ops.append((layout.snapshots_path(t), b""))
-        for r in records:
-            if (r.table_id, r.bucket) not in seen:
-                seen.add((r.table_id, r.bucket))
-                ops.append((layout.snapshots_path(r.table_id, r.bucket), b""))
-            ops.append((layout.snapshot_path(r.table_id, r.bucket, r.snapshot_id), r.encode()))
+        write_v1_snapshots(store.zk, records)
     else:
+        ops = []
         pages: dict[tuple[int, int], list[SnapshotRecord]] = {}
         for r in records:
             pages.setdefault((r.table_id, layout.snapshot_page_of(r.bucket)), []).append(r)
@@ -115,7 +92,7 @@ def build(store: MetadataStore, records: list[SnapshotRecord], tables: int, buck
         for (t, page), recs in sorted(pages.items()):
             ops.append((layout.snapshot_index_path(t, page),
                         SnapshotIndexPage(t, page, tuple(recs)).encode()))
-    multi(store, ops)
+        create_nodes(store.zk, ops)
     latest = {}
     for r in records:
         latest[(r.table_id, r.bucket)] = max(latest.get((r.table_id, r.bucket), 0), r.snapshot_id)
@@ -139,6 +116,42 @@ def check_served(conn, tables: int, n_snapshots: int, pins: dict) -> None:
     for lease_id, tables_pins in pins.items():
         info = conn.call_raw(ApiKey.DESCRIBE_KV_SNAPSHOT_LEASE, {"lease_id": lease_id})
         assert info["tables"] == tables_pins, lease_id
+
+
+def to_migrate(conn) -> int:
+    return conn.call_raw(ApiKey.GET_METRICS, {})["metrics"]["snapshot_buckets_to_migrate"]
+
+
+def during_migration(conn, tables: int, buckets: int) -> tuple[float, int]:
+    """(slowest answer in seconds, calls) of a client that lists, leases, renews and releases
+    one table after another while the coordinator moves the v1 tree; stops when it is moved."""
+    slowest, calls, table = 0.0, 0, tables      # the background move goes from table 1 up
+    while table >= 1:
+        t0 = time.perf_counter()
+        snaps = conn.call_raw(ApiKey.LIST_KV_SNAPSHOTS, {"table_id": table,
+                                                         "latest_only": True})["snapshots"]
+        pins = {s["bucket"]: s["snapshot_id"] for s in snaps}
+        assert len(pins) == buckets, (table, len(pins))
+        steps = [(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, {"lease_id": "probe",
+                                                     "duration_ms": 600_000,
+                                                     "tables": {table: pins}}),
+                 (ApiKey.RENEW_KV_SNAPSHOT_LEASE, {"lease_id": "probe", "duration_ms": 600_000}),
+                 (ApiKey.RELEASE_KV_SNAPSHOT_LEASE, {"lease_id": "probe",
+                                                     "tables": {table: list(pins)}})]
+        slowest, calls = max(slowest, time.perf_counter() - t0), calls + 1
+        for api, body in steps:
+            t0 = time.perf_counter()
+            out = conn.call_raw(api, body)
+            slowest, calls = max(slowest, time.perf_counter() - t0), calls + 1
+            if api == ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE:
+                assert out["unavailable"] == {}, out
+        t0 = time.perf_counter()
+        left = to_migrate(conn)
+        slowest, calls = max(slowest, time.perf_counter() - t0), calls + 1
+        if not left:
+            break
+        table -= 1
+    return slowest, calls
 
 
 def timed_start(proc: CoordinatorProcess) -> float:
@@ -207,8 +220,16 @@ def one_run(zk_address: str, base: Path, args, run: int) -> dict:
         proc = CoordinatorProcess(chroot, base / f"coord-{label}-{run}", remote_data_dir=remote)
         try:
             if v1:
-                out["first_start_v1_s"] = round(timed_start(proc), 2)
-                check_served(proc.connection(), args.tables, len(records), pins)
+                t0 = time.perf_counter()
+                out["first_answer_v1_s"] = round(timed_start(proc), 2)
+                conn = proc.connection()
+                slowest, calls = during_migration(conn, args.tables, args.buckets)
+                out["during_v1_max_ms"] = round(slowest * 1000, 1)
+                out["during_v1_calls"] = calls
+                while to_migrate(conn):
+                    time.sleep(0.05)
+                out["migrated_v1_s"] = round(time.perf_counter() - t0, 2)
+                check_served(conn, args.tables, len(records), pins)
             else:
                 proc.start(timeout_s=300)      # the first start; then kill -9 and restart
                 check_served(proc.connection(), args.tables, len(records), pins)
@@ -239,8 +260,9 @@ def main() -> None:
             runs = [one_run(zk.address, Path(d), args, i) for i in range(args.runs)]
         finally:
             zk.stop()
-    keys = ["restart_s", "read_v2_s", "read_v1_s", "read_v1_over_v2", "first_start_v1_s",
-            "commit_median_ms", "commit_max_ms"]
+    keys = ["restart_s", "read_v2_s", "read_v1_s", "read_v1_over_v2", "first_answer_v1_s",
+            "migrated_v1_s", "during_v1_max_ms", "during_v1_calls", "commit_median_ms",
+            "commit_max_ms"]
     print(json.dumps({"snapshots": args.tables * args.buckets * args.per_bucket,
                       "tables": args.tables, "buckets_per_table": args.buckets,
                       "leases": args.leases, "runs": runs,

@@ -215,6 +215,11 @@ AUTO_PARTITION_CHECK_INTERVAL = duration(
     "auto-partition.check.interval", "10min",
     "How often the coordinator creates the coming partitions and drops the expired ones of "
     "auto-partitioned tables (also at once when a table is created).", minimum=1)
+SNAPSHOT_MIGRATION_PAUSE = duration(
+    "kv.snapshot.migration.pause", "0ms",
+    "Pause between two steps (128 buckets each) of the coordinator's background move of layout "
+    "v1 KV snapshot znodes into the snapshot index; spreads the move's ZooKeeper load.",
+    minimum=0)
 SCANNER_TTL = duration("kv.scanner.ttl", "10min",
                        "An idle scan session is closed after this long.", minimum=1)
 SCANNER_EXPIRATION_INTERVAL = duration("kv.scanner.expiration-interval", "30s",
@@ -385,7 +390,7 @@ WRITER_ENABLE_IDEMPOTENCE = boolean(
 CLIENT_WRITER_OPTIONS = [WRITER_BATCH_SIZE, WRITER_BATCH_TIMEOUT, WRITER_ACKS, WRITER_RETRIES,
                          WRITER_ENABLE_IDEMPOTENCE, WRITER_DYNAMIC_CREATE_PARTITION]
 SERVER_OPTIONS = [ZOOKEEPER_SESSION_TIMEOUT, LEASE_EXPIRATION_CHECK_INTERVAL,
-                  AUTO_PARTITION_CHECK_INTERVAL, SCANNER_TTL,
+                  AUTO_PARTITION_CHECK_INTERVAL, SNAPSHOT_MIGRATION_PAUSE, SCANNER_TTL,
                   SCANNER_EXPIRATION_INTERVAL, SCANNER_MAX_PER_BUCKET, SCANNER_MAX_PER_SERVER,
                   SCANNER_MAX_BATCH_SIZE, LOG_SEGMENT_BYTES, LOG_RETENTION_CHECK_INTERVAL,
                   RPC_MAX_REQUEST_SIZE, RPC_ARROW_MAX_BATCH_BYTES, RPC_ARROW_MAX_REQUEST_BYTES,

@@ -27,7 +27,8 @@ Every record is a msgpack map with a ``v`` field. Version history:
 - layout v1: one znode per KV snapshot; a coordinator read two znodes per snapshot to recover.
 - layout v2: one index page per table and 128 buckets, holding the records of all their
   snapshots, so recovery reads O(tables + buckets/128) znodes. A coordinator moves v1 snapshot
-  znodes into the pages when it takes over; until then (and if that is cut off) both are read.
+  znodes into the pages in the background after it takes over; until then (and if that is cut
+  off) both are read.
 - LeaseRecord v4: pins in independently encoded parts (see ``LeaseRecord``).
 - LeaseRecord v5: parts of partitions' pins (see ``LeaseRecord``); written only by a lease that
   pins partitions, so a lease without them stays v4.

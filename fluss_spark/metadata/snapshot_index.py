@@ -1,14 +1,14 @@
 """The KV snapshot registry in ZooKeeper: index pages of 128 buckets, and the layout v1 znodes
-they replace (read, and moved into the pages by ``migrate_snapshots``)."""
+they replace (read, and moved into the pages by ``read_v1`` + ``move_v1``)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any, Callable
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
-from fluss_spark.errors import StorageError
+from fluss_spark.errors import CorruptMessage, StorageError
 from fluss_spark.metadata import layout
 from fluss_spark.metadata.layout import SnapshotRecord
 from fluss_spark.metadata.zk import ZkSession, retriable_on_connection_loss
@@ -59,28 +59,33 @@ class SnapshotIndex:
 
     def snapshot_ids(self, table_id: int, bucket: int,
                      partition_id: int | None = None) -> list[int]:
-        page = self._page(table_id, layout.snapshot_page_of(bucket), partition_id)
-        ids = {s for b, s in page if b == bucket}
+        ids: set[int] = set()
         if partition_id is None:
+            # The old layout first: a move writes the page before it deletes the znodes, so a
+            # record moved between the two reads is still seen (in the page).
             ids.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id, bucket)))
+        page = self._page(table_id, layout.snapshot_page_of(bucket), partition_id)
+        ids.update(s for b, s in page if b == bucket)
         return sorted(ids)
 
     def snapshot_buckets(self, table_id: int, partition_id: int | None = None) -> list[int]:
-        buckets = {b for page in self._pages(table_id, partition_id).values() for b, _ in page}
-        if partition_id is None:
+        buckets: set[int] = set()
+        if partition_id is None:        # the old layout first, as in ``snapshot_ids``
             buckets.update(int(c) for c in self._v1_children(layout.snapshots_path(table_id)))
+        buckets.update(b for page in self._pages(table_id, partition_id).values() for b, _ in page)
         return sorted(buckets)
 
     def snapshot(self, table_id: int, bucket: int, snapshot_id: int,
                  partition_id: int | None = None) -> SnapshotRecord | None:
-        rec = self._page(table_id, layout.snapshot_page_of(bucket),
-                         partition_id).get((bucket, snapshot_id))
-        if rec is not None:
+        page = layout.snapshot_page_of(bucket)
+        rec = self._page(table_id, page, partition_id).get((bucket, snapshot_id))
+        if rec is not None or partition_id is not None or self._v1_gone():
             return rec
-        if partition_id is not None or self._v1_gone():
-            return None
-        return self._session.get(layout.snapshot_path(table_id, bucket, snapshot_id),
-                                 SnapshotRecord)
+        rec = self._session.get(layout.snapshot_path(table_id, bucket, snapshot_id),
+                                SnapshotRecord)
+        if rec is None:     # moved into its page since that page was read?
+            rec = self._page(table_id, page).get((bucket, snapshot_id))
+        return rec
 
     def snapshot_table_ids(self) -> list[int]:
         return sorted({int(c) for c in self._session.children(layout.SNAPSHOT_INDEX)}
@@ -107,9 +112,18 @@ class SnapshotIndex:
             pass
 
     def all_snapshots(self) -> list[SnapshotRecord]:
-        """Every registered KV snapshot: the index pages of every table and partition
-        (pipelined reads, so O(tables + partitions + pages) round trips in flight), plus any
-        layout v1 znodes left."""
+        """Every registered KV snapshot: the index pages (``index_snapshots``) plus any layout
+        v1 znodes left (a record in both reads once, the page's copy)."""
+        found = {(r.table_id, r.partition_id, r.bucket, r.snapshot_id): r
+                 for r in self.index_snapshots()}
+        for rec in self._v1_snapshots():
+            found.setdefault((rec.table_id, None, rec.bucket, rec.snapshot_id), rec)
+        return list(found.values())
+
+    def index_snapshots(self) -> list[SnapshotRecord]:
+        """Every KV snapshot in the index pages of every table and partition (pipelined
+        reads, so O(tables + partitions + pages) round trips in flight); not the layout v1
+        znodes (see ``v1_buckets``)."""
         tables = [int(t) for t in self._session.children(layout.SNAPSHOT_INDEX)]
         listings: list[tuple[int, int | None, Any]] = [
             (t, None, self.zk.get_children_async(layout.snapshot_index_path(t))) for t in tables]
@@ -143,35 +157,97 @@ class SnapshotIndex:
                     found[(rec.table_id, rec.partition_id, rec.bucket, rec.snapshot_id)] = rec
                     records[(rec.bucket, rec.snapshot_id)] = rec
                 self._page_cache[path] = (stat.version, records)
-        for rec in self._v1_snapshots():
-            found.setdefault((rec.table_id, None, rec.bucket, rec.snapshot_id), rec)
         return list(found.values())
 
     def migrate_snapshots(self) -> int:
-        """Move layout v1 snapshot znodes into index pages, then delete them; returns how
-        many were moved. Idempotent: a move cut off anywhere leaves records in the old place,
-        the new one or both (read once), and the next call finishes it."""
+        """Move every layout v1 snapshot znode into the index pages, then delete it; returns
+        how many were moved (``move_v1`` of each table in turn)."""
         moved = 0
-        for table_id in sorted(int(c) for c in self._session.children(layout.SNAPSHOTS)):
-            recs, znodes = self._v1_tree(table_id)
-            by_page: dict[int, list[SnapshotRecord]] = {}
+        for table_id, buckets in sorted(self.v1_buckets().items()):
+            found = self.read_v1(table_id, buckets)
+            self.move_v1(table_id, found)
+            moved += sum(len(recs) for recs in found.values())
+        return moved
+
+    def v1_buckets(self) -> dict[int, list[int]]:
+        """{table id: its buckets} that still have a layout v1 snapshot node, listed with
+        pipelined requests (one per table); a table whose node is empty maps to []."""
+        if self._v1_gone():
+            return {}
+        tables = sorted(int(c) for c in self._session.children(layout.SNAPSHOTS))
+        out: dict[int, list[int]] = {}
+        for i in range(0, len(tables), 1000):
+            listings = [(t, self.zk.get_children_async(layout.snapshots_path(t)))
+                        for t in tables[i:i + 1000]]
+            for table_id, listing in listings:
+                try:
+                    out[table_id] = sorted(int(b) for b in listing.get())
+                except NoNodeError:
+                    continue
+        return out
+
+    def read_v1(self, table_id: int, buckets: list[int]) -> dict[int, list[SnapshotRecord]]:
+        """{bucket: its layout v1 snapshot records} of a table's ``buckets``, read with
+        pipelined requests; a bucket without a node is left out."""
+        paths: list[tuple[int, str]] = []
+        out: dict[int, list[SnapshotRecord]] = {}
+        for i in range(0, len(buckets), 1000):
+            listings = [(b, self.zk.get_children_async(layout.snapshots_path(table_id, b)))
+                        for b in buckets[i:i + 1000]]
+            for bucket, listing in listings:
+                try:
+                    ids = listing.get()
+                except NoNodeError:
+                    continue
+                out[bucket] = []
+                paths += [(bucket, layout.snapshot_path(table_id, bucket, int(s))) for s in ids]
+        for i in range(0, len(paths), 1000):
+            reads = [(b, p, self.zk.get_async(p)) for b, p in paths[i:i + 1000]]
+            for bucket, path, read in reads:
+                try:
+                    data = read.get()[0]
+                except NoNodeError:
+                    continue
+                try:
+                    out[bucket].append(SnapshotRecord.decode(data))
+                except CorruptMessage as e:
+                    raise CorruptMessage(f"layout v1 snapshot znode {path}: {e}; restore it from "
+                                         "a ZooKeeper backup or delete it") from None
+        return out
+
+    def move_v1(self, table_id: int, found: dict[int, list[SnapshotRecord]]) -> None:
+        """Move what ``read_v1`` found into the index: write the records into their pages (a
+        page's own copy of a record wins), then delete their znodes and bucket nodes, and the
+        table's node once it is empty.
+
+        Idempotent: cut off anywhere, every record is in the old place, the new one or both
+        (read once), and a later call finishes the move. Every write is fenced."""
+        by_page: dict[int, list[SnapshotRecord]] = {}
+        for recs in found.values():
             for rec in recs:
                 by_page.setdefault(layout.snapshot_page_of(rec.bucket), []).append(rec)
-            for page, group in sorted(by_page.items()):
-                def change(records: dict, group=group) -> None:
-                    for rec in group:
-                        records.setdefault((rec.bucket, rec.snapshot_id), rec)
-                self._update_page(table_id, page, change)
-            if not self._delete_listed(znodes + [layout.snapshots_path(table_id)]):
-                try:    # the tree changed since it was listed: list it again
-                    self._session.delete_tree(layout.snapshots_path(table_id))
+        for page, group in sorted(by_page.items()):
+            def change(records: dict, group=group) -> None:
+                for rec in group:
+                    records.setdefault((rec.bucket, rec.snapshot_id), rec)
+            self._update_page(table_id, page, change)
+        znodes = [layout.snapshot_path(table_id, r.bucket, r.snapshot_id)
+                  for recs in found.values() for r in recs]
+        buckets = [layout.snapshots_path(table_id, b) for b in found]
+        if not self._delete_listed(znodes + buckets):
+            for path in buckets:    # a bucket changed since it was listed: list it again
+                try:
+                    self._session.delete_tree(path)
                 except NoNodeError:
                     pass
-            moved += len(recs)
-            if recs:
-                log.info("moved %d KV snapshot records of table %d into the snapshot index",
-                         len(recs), table_id)
-        return moved
+        try:
+            self._session.write("delete", layout.snapshots_path(table_id))
+        except (NoNodeError, NotEmptyError):
+            pass        # gone already, or buckets of the table are still to move
+        n = len(znodes)
+        if n:
+            log.info("moved %d KV snapshot records of table %d into the snapshot index", n,
+                     table_id)
 
     def _delete_listed(self, paths: list[str], per_multi: int = 500, in_flight: int = 8) -> bool:
         """Delete ``paths`` (children before parents) in fenced multis, several in flight:
@@ -278,33 +354,7 @@ class SnapshotIndex:
                 fresh = True
                 continue    # written or deleted by someone else since we read it: read again
 
-    def _v1_snapshots(self, table_ids: list[int] | None = None) -> list[SnapshotRecord]:
-        """Every layout v1 snapshot record (of ``table_ids``)."""
-        if table_ids is None:
-            table_ids = sorted(int(c) for c in self._session.children(layout.SNAPSHOTS))
-        return [rec for t in table_ids for rec in self._v1_tree(t)[0]]
-
-    def _v1_tree(self, table_id: int) -> tuple[list[SnapshotRecord], list[str]]:
-        """(records, znodes below the table's node, children first) of a table's layout v1
-        snapshots, read with pipelined requests."""
-        buckets = sorted(int(c) for c in self._session.children(layout.snapshots_path(table_id)))
-        paths: list[str] = []
-        for i in range(0, len(buckets), 1000):
-            futures = [(b, self.zk.get_children_async(layout.snapshots_path(table_id, b)))
-                       for b in buckets[i:i + 1000]]
-            for bucket, f in futures:
-                try:
-                    ids = f.get()
-                except NoNodeError:
-                    continue
-                paths += [layout.snapshot_path(table_id, bucket, int(s)) for s in ids]
-        out, found = [], []
-        for i in range(0, len(paths), 1000):
-            reads = [(p, self.zk.get_async(p)) for p in paths[i:i + 1000]]
-            for path, read in reads:
-                try:
-                    out.append(SnapshotRecord.decode(read.get()[0]))
-                    found.append(path)
-                except NoNodeError:
-                    continue
-        return out, found + [layout.snapshots_path(table_id, b) for b in buckets]
+    def _v1_snapshots(self) -> list[SnapshotRecord]:
+        """Every layout v1 snapshot record."""
+        return [rec for t, buckets in self.v1_buckets().items()
+                for recs in self.read_v1(t, buckets).values() for rec in recs]

@@ -295,9 +295,25 @@ class MetadataStore:
         """Every registered KV snapshot (see ``SnapshotIndex.all_snapshots``)."""
         return self._snapshots.all_snapshots()
 
+    def index_snapshots(self) -> list[SnapshotRecord]:
+        """Every KV snapshot in the index pages, not the layout v1 znodes."""
+        return self._snapshots.index_snapshots()
+
     def migrate_snapshots(self) -> int:
         """Move layout v1 snapshot znodes into index pages; returns how many were moved."""
         return self._snapshots.migrate_snapshots()
+
+    def v1_buckets(self) -> dict[int, list[int]]:
+        """{table id: buckets} that still have layout v1 snapshot znodes."""
+        return self._snapshots.v1_buckets()
+
+    def read_v1(self, table_id: int, buckets: list[int]) -> dict[int, list[SnapshotRecord]]:
+        """{bucket: layout v1 snapshot records} of a table's ``buckets``."""
+        return self._snapshots.read_v1(table_id, buckets)
+
+    def move_v1(self, table_id: int, found: dict[int, list[SnapshotRecord]]) -> None:
+        """Move records ``read_v1`` found into the index pages and delete their znodes."""
+        self._snapshots.move_v1(table_id, found)
 
     # -- KV snapshot leases (ZkLeaseStore) --------------------------------------------------
     def lease_ids(self) -> list[str]:

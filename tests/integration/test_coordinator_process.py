@@ -196,6 +196,7 @@ def test_a_tree_of_the_old_snapshot_layout_is_recovered_and_moved_into_the_index
     snapshot, a v3 lease) serves the same snapshots and lease, and rewrites the tree."""
     from fluss_spark.metadata import layout
     from fluss_spark.protocol.codec import packb
+    from fluss_spark.testing.legacy_snapshots import write_v1_snapshots
     meta.register_tablet(TabletRecord(id=1, host="127.0.0.1", port=9001))
     conn = coordinator.connection()
     table_id = conn.call_raw(ApiKey.CREATE_TABLE, table_body())["table_id"]
@@ -210,10 +211,7 @@ def test_a_tree_of_the_old_snapshot_layout_is_recovered_and_moved_into_the_index
     # Turn the tree into what the previous release wrote.
     records = meta.all_snapshots()
     meta.zk.delete(layout.snapshot_index_path(table_id), recursive=True)
-    for r in records:
-        path = layout.snapshot_path(r.table_id, r.bucket, r.snapshot_id)
-        meta.zk.ensure_path(path.rpartition("/")[0])
-        meta.zk.create(path, r.encode())
+    write_v1_snapshots(meta.zk, records)
     meta.zk.create(layout.lease_path("old-job"), packb({
         "v": 3, "lease_id": "old-job", "created_ms": 1, "expires_at_ms": 2 ** 50,
         "state": "ok", "holders": {table_id: "q"}, "owner": None,

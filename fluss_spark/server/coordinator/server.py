@@ -19,6 +19,7 @@ from fluss_spark.server.coordinator.auto_partitions import AutoPartitioner
 from fluss_spark.server.coordinator.leases import LeaseManager
 from fluss_spark.server.coordinator.partitions import PartitionManager
 from fluss_spark.server.coordinator.recovery import recover
+from fluss_spark.server.coordinator.snapshot_migration import SnapshotMigration
 from fluss_spark.server.coordinator.snapshot_requests import SnapshotRequests
 from fluss_spark.server.coordinator.snapshots import SnapshotRegistry, delete_path, join_path
 from fluss_spark.server.coordinator.tables import TableManager
@@ -36,6 +37,8 @@ class CoordinatorServer:
     On winning the election it reloads tables, the snapshot registry and every lease from
     ZooKeeper, expires leases that ran out while no coordinator was active, runs one GC pass,
     and only then publishes itself as the active coordinator and accepts leader-only requests.
+    Layout v1 snapshot znodes left by an older release are moved into the snapshot index in
+    the background after that (``SnapshotMigration``), so recovery reads O(tables + pages).
     Before that (or on a standby) those requests get the retriable NotCoordinatorLeader.
     """
 
@@ -59,6 +62,7 @@ class CoordinatorServer:
                                    on_unpinned=self.snapshots.collect, clock=clock,
                                    lock=self._lock)
         self.snapshots.is_pinned = self.leases.is_pinned
+        self.snapshot_migration = SnapshotMigration(self.snapshots)
         port = ServerPort.open(settings, "coordinator", self._store)
         self.security, self.authorizer, self._rpc = port.security, port.authorizer, port.rpc
         self.acls = AclManager(self._store, self.authorizer, self._lock)
@@ -123,6 +127,7 @@ class CoordinatorServer:
             self._election_thread.join(timeout=10)
         self.leases.stop_expiry()
         self.auto_partitions.stop()
+        self.snapshot_migration.stop()
 
     @property
     def is_leader(self) -> bool:
@@ -201,6 +206,7 @@ class CoordinatorServer:
         self._leader.clear()
         self.leases.stop_expiry()
         self.auto_partitions.stop()
+        self.snapshot_migration.stop()
 
     def _become_leader(self) -> None:
         with self._lock:
@@ -224,6 +230,9 @@ class CoordinatorServer:
         interval = self.settings.options.get(config.AUTO_PARTITION_CHECK_INTERVAL.key,
                                              config.AUTO_PARTITION_CHECK_INTERVAL.default)
         self.auto_partitions.start(int(interval), active=self._may_act)
+        pause = self.settings.options.get(config.SNAPSHOT_MIGRATION_PAUSE.key,
+                                          config.SNAPSHOT_MIGRATION_PAUSE.default)
+        self.snapshot_migration.start(int(pause), active=self._may_act)
 
     # -- handlers ----------------------------------------------------------------------------
     def _register_handlers(self) -> None:
@@ -351,7 +360,9 @@ class CoordinatorServer:
                                 "leased_snapshot_count": per.get("leased_snapshot_count", 0),
                                 "lease_pin_count": per.get("lease_pin_count", 0)}
             metrics = {"table_count": len(tables), "snapshot_count": sum(counts.values()),
-                       "tablet_count": len(self._store.tablets()), **lease_metrics}
+                       "tablet_count": len(self._store.tablets()),
+                       "snapshot_buckets_to_migrate": self.snapshots.unmoved_buckets(),
+                       **lease_metrics}
             return m.GetMetricsResponse(metrics=metrics, tables=tables)
 
     def _acquire(self, req: m.AcquireLeaseRequest) -> m.AcquireLeaseResponse:

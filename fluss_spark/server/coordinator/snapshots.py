@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 import pyarrow.fs as pafs
 
 from fluss_spark.errors import InvalidRequest
-from fluss_spark.metadata.layout import SnapshotRecord
+from fluss_spark.metadata.layout import SNAPSHOT_PAGE_BUCKETS, SnapshotRecord
 from fluss_spark.metadata.lease_codec import NO_PARTITION
 from fluss_spark.server.snapshot_store import is_within, resolve
 
@@ -49,6 +49,12 @@ class SnapshotRegistry:
     that its last pin went. ``lock`` is shared with the lease manager. Buckets of partitions
     are kept per (partition id, bucket), and pinned per partition
     (``is_pinned(table_id, bucket, snapshot_id, partition_id)``).
+
+    Layout v1 snapshots (one znode each, from older releases) are not read at ``load``: the
+    mirror starts from the index pages and the list of buckets that still have v1 znodes,
+    which ``migrate_step`` moves into the index a page of buckets at a time. Until a bucket is
+    moved, a query that needs all of its snapshots (``find``, ``get``) moves it first, and its
+    retention waits (it would not see them all).
     """
 
     def __init__(self, store, *, num_retained: Callable[[int], int | None],
@@ -64,18 +70,76 @@ class SnapshotRegistry:
         self._delete_files = delete_files
         self.lock = lock or threading.RLock()
         self._snaps: dict[int, dict[Address, dict[int, SnapshotRecord]]] = {}
+        #: table id -> its buckets whose layout v1 snapshot znodes are not moved yet.
+        self._unmoved: dict[int, set[int]] = {}
 
     def load(self) -> int:
-        """Mirror every registered snapshot; layout v1 records are moved into the snapshot
-        index first (the active coordinator is the only writer), so later recoveries read
-        index pages only."""
+        """Mirror the snapshot index and note which buckets still have layout v1 snapshot
+        znodes (they are moved by ``migrate_step``, or on demand); returns how many snapshots
+        were read. Reads O(tables + pages) znodes whatever the old layout holds."""
         with self.lock:
             self._snaps = {}
-            self._store.migrate_snapshots()
-            records = self._store.all_snapshots()
+            records = self._store.index_snapshots()
             for rec in records:
                 self._cache(rec)
+            self._unmoved = {t: set(b) for t, b in self._store.v1_buckets().items()}
+            for t in [t for t, b in self._unmoved.items() if not b]:
+                self._store.move_v1(t, {})      # an empty node left by an earlier move
+                del self._unmoved[t]
             return len(records)
+
+    # -- layout v1 migration -----------------------------------------------------------------
+    def unmoved_buckets(self) -> int:
+        """How many buckets still have layout v1 snapshot znodes (0: migration finished)."""
+        with self.lock:
+            return sum(len(b) for b in self._unmoved.values())
+
+    def migrate_step(self, max_buckets: int = SNAPSHOT_PAGE_BUCKETS) -> int:
+        """Move the layout v1 snapshots of up to ``max_buckets`` buckets of one table into the
+        index; returns how many buckets are left to move.
+
+        The znodes are read without the lock (the long part), then written under it. Nothing
+        changes a bucket's v1 znodes meanwhile but a move on demand (its buckets are then
+        skipped here) or a table drop (the table is then skipped): retention of an unmoved
+        bucket waits, so no deletion races the read."""
+        with self.lock:
+            if not self._unmoved:
+                return 0
+            table_id = min(self._unmoved)
+            chunk = sorted(self._unmoved[table_id])[:max_buckets]
+        found = self._store.read_v1(table_id, chunk)
+        with self.lock:
+            still = self._unmoved.get(table_id, set())
+            self._move(table_id, {b: found.get(b, []) for b in chunk if b in still})
+            return sum(len(b) for b in self._unmoved.values())
+
+    def _move_now(self, table_id: int, bucket: int | None = None) -> None:
+        """Move a table's (or one bucket's) layout v1 snapshots now, if any are left."""
+        buckets = self._unmoved.get(table_id)
+        if buckets and (bucket is None or bucket in buckets):
+            chunk = sorted(buckets) if bucket is None else [bucket]
+            found = self._store.read_v1(table_id, chunk)
+            self._move(table_id, {b: found.get(b, []) for b in chunk})
+
+    def _move(self, table_id: int, found: dict[int, list[SnapshotRecord]]) -> None:
+        """Under the lock: move ``found`` (every v1 record of those buckets) into the index
+        and the mirror, then apply the retention those buckets waited for."""
+        if not found:
+            return
+        self._store.move_v1(table_id, found)
+        for recs in found.values():
+            for rec in recs:    # a copy already in the mirror (from the page) wins
+                self._snaps.setdefault(rec.table_id, {}).setdefault(
+                    (None, rec.bucket), {}).setdefault(rec.snapshot_id, rec)
+        left = self._unmoved.get(table_id, set()) - set(found)
+        if left:
+            self._unmoved[table_id] = left
+        else:
+            self._unmoved.pop(table_id, None)
+        for bucket in sorted(found):
+            self.apply_retention(table_id, bucket)
+        if not self._unmoved:
+            log.info("every layout v1 KV snapshot is in the snapshot index")
 
     # -- queries -----------------------------------------------------------------------------
     def exists(self, table_id: int, bucket: int, snapshot_id: int,
@@ -91,6 +155,7 @@ class SnapshotRegistry:
     def get(self, table_id: int, bucket: int, snapshot_id: int,
             partition_id: int | None = None) -> SnapshotRecord | None:
         with self.lock:
+            self._move_now(table_id, bucket)
             return self._snaps.get(table_id, {}).get((partition_id, bucket), {}).get(snapshot_id)
 
     def find(self, table_id: int, bucket: int | None = None, latest_only: bool = False,
@@ -98,6 +163,7 @@ class SnapshotRegistry:
         """Snapshots of a table (every partition of a partitioned one, or the given
         ``partition_id``'s; every bucket, or ``bucket``), by partition, bucket, snapshot id."""
         with self.lock:
+            self._move_now(table_id, bucket)
             addresses = self._snaps.get(table_id, {})
             chosen = sorted((a for a in addresses
                              if (bucket is None or a[1] == bucket)
@@ -131,6 +197,8 @@ class SnapshotRegistry:
         """Delete the bucket's unpinned snapshots outside its newest ``num_retained``; returns
         (table id, bucket, snapshot id) of each deleted."""
         with self.lock:
+            if partition_id is None and bucket in self._unmoved.get(table_id, ()):
+                return []       # not all of its snapshots are known yet: after the move
             address = (partition_id, bucket)
             ids = sorted(self._snaps.get(table_id, {}).get(address, {}), reverse=True)
             keep = self._num_retained(table_id) or 0
@@ -168,8 +236,9 @@ class SnapshotRegistry:
             for a in list(addresses):
                 for s in list(addresses.get(a, {})):
                     n += self._delete(table_id, a, s)
-            self._store.delete_table_snapshots(table_id)
+            self._store.delete_table_snapshots(table_id)     # the layout v1 tree too
             self._snaps.pop(table_id, None)
+            self._unmoved.pop(table_id, None)
             return n
 
     def drop_partition(self, table_id: int, partition_id: int) -> int:

@@ -6,6 +6,7 @@ import pytest
 
 from fluss_spark.errors import CorruptMessage, MetadataStoreUnavailable, StorageError
 from fluss_spark.metadata import layout
+from fluss_spark.testing.legacy_snapshots import write_v1_snapshots
 from fluss_spark.testing.zookeeper_faults import ConnectionDies
 from fluss_spark.metadata.layout import SnapshotIndexPage, SnapshotRecord
 from fluss_spark.metadata.store import MetadataStore
@@ -77,10 +78,7 @@ def store(zk_address):
 
 def write_v1(store, *records):
     """Snapshot znodes as a layout v1 writer created them."""
-    for r in records:
-        path = layout.snapshot_path(r.table_id, r.bucket, r.snapshot_id)
-        store.zk.ensure_path(path.rpartition("/")[0])
-        store.zk.create(path, r.encode())
+    write_v1_snapshots(store.zk, records)
 
 
 def test_snapshots_live_in_pages_of_128_buckets(store):
@@ -217,3 +215,12 @@ def test_a_writer_whose_copy_of_a_page_went_stale_reads_it_again(store, zk_addre
         assert other.snapshot_buckets(1) == [0, 2]
     finally:
         other.close()
+
+
+def test_an_undecodable_old_layout_znode_is_named_in_the_error(store):
+    write_v1(store, rec(4, 0, 1))
+    store.zk.create(layout.snapshot_path(4, 0, 2), b"\xc1")
+    with pytest.raises(CorruptMessage, match=r"layout v1 snapshot znode "
+                                             r"/fluss/snapshots/4/0/0+2: undecodable .*delete it"):
+        store.read_v1(4, [0])
+    assert store.read_v1(4, [1]) == {}          # a bucket without a node is left out
