@@ -11,6 +11,8 @@
 #   ./dev.sh fluss-jars  install, then fetch the jars the local clusters and the tests run (Apache
 #                    Fluss, ZooKeeper, Iceberg's Spark runtime) from Maven Central into the cache
 #   ./dev.sh wheel-check  install, then only the wheel check of ./dev.sh test
+#   ./dev.sh standalone  install, then run a Spark standalone cluster (a master, 2 workers) on
+#                    loopback until Ctrl-C, to spark-submit jobs to executors in processes of their own
 #   ./dev.sh install install only
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,6 +24,9 @@ VENV=${VENV:-.venv}
 # machine and CI's fresh clones share, so CI does not download them again on each run.
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# Go builds the local S3 object store (SeaweedFS) of `cluster start --remote-storage s3` and of
+# the tests, once per machine from the Go module proxy (fluss_spark/local/object_store.py).
+command -v go >/dev/null 2>&1 || need_apt+=(golang-go)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "Installing ${need_apt[*]} with apt-get"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -67,6 +72,8 @@ fluss_jars() {
   python -m fluss_spark.local.apache_fluss_jars
   # Iceberg's Spark runtime: the tests read the tiered lake through it.
   python -m fluss_spark.local.iceberg_jars
+  # The S3 object store of the tests (built once, a few minutes; then only looked up).
+  python -m fluss_spark.local.object_store
 }
 
 case "${1:-}" in
@@ -87,8 +94,9 @@ case "${1:-}" in
            exec python -m pytest -q -x tests/unit "$@" ;;
   fluss-jars) shift; fluss_jars ;;
   wheel-check) shift; exec python .ci/wheel_check.py ;;
+  standalone) shift; exec python -m fluss_spark.testing.standalone "$@" ;;
   typecheck) shift; typecheck ;;
   install) echo "Installed: $(python -c 'import fluss_spark; print(fluss_spark.__version__)')" ;;
-  *) echo "usage: ./dev.sh demo|test|test-all|check|typecheck|fluss-jars|wheel-check|install" >&2
+  *) echo "usage: ./dev.sh demo|test|test-all|check|typecheck|fluss-jars|wheel-check|standalone|install" >&2
      exit 2 ;;
 esac

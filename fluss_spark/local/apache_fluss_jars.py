@@ -76,9 +76,13 @@ def ensure_filesystem_jars(version: str, kind: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fluss_spark.local.apache_fluss_jars [VERSION]``: fetch and list the jars."""
+    """``python -m fluss_spark.local.apache_fluss_jars [VERSION]``: fetch and list the jars, the
+    server's and its filesystems'."""
     args = sys.argv[1:] if argv is None else argv
-    return maven.main(lambda: ensure_jars(args[0] if args else DEFAULT_VERSION))
+    version = args[0] if args else DEFAULT_VERSION
+    return maven.main(lambda: ensure_jars(version) + [
+        jar for kind in FILESYSTEMS.get(version, {}) for jar in ensure_filesystem_jars(version,
+                                                                                      kind)])
 
 
 if __name__ == "__main__":

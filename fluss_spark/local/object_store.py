@@ -99,6 +99,9 @@ class ObjectStore:
     # -- what clients need ----------------------------------------------------------------------
     @property
     def endpoint(self) -> str:
+        if "s3" not in self.ports:
+            raise FlussError(f"the object store in {self.directory} was never started: start "
+                             "the cluster (fluss-spark cluster start --remote-storage s3)")
         return f"http://{self.host}:{self.ports['s3']}"
 
     @property
@@ -216,6 +219,20 @@ class ObjectStore:
 def read_state(directory: Path) -> dict | None:
     """The store's state in ``directory`` (None when absent); refuses unknown versions."""
     return read_state_file(Path(directory) / STATE_FILE, STATE_VERSION)
+
+
+def main() -> int:
+    """``python -m fluss_spark.local.object_store``: build (once) and print the ``weed`` binary."""
+    try:
+        print(weed_binary())
+    except FlussError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
 
 
 __all__ = ["BUCKET", "ObjectStore", "REGION", "SEAWEEDFS_VERSION", "read_state", "weed_binary"]

@@ -158,4 +158,36 @@ class StandaloneSpark:
             self.master.wait(30)
 
 
-__all__ = ["StandaloneSpark", "Worker", "node_python", "spark_home"]
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fluss_spark.testing.standalone [--dir DIR] [--workers N]``: a master and N
+    workers on loopback, each worker's executors running this interpreter's Python, until
+    Ctrl-C; prints the master URL and a spark-submit line to try."""
+    import argparse
+    import tempfile
+    import threading
+    p = argparse.ArgumentParser(prog="python -m fluss_spark.testing.standalone",
+                                description=main.__doc__)
+    p.add_argument("--dir", type=Path, default=None, help="logs and work dirs (default: a "
+                   "temporary directory)")
+    p.add_argument("--workers", type=int, default=2, choices=range(1, 9), metavar="N")
+    args = p.parse_args(argv)
+    base = args.dir or Path(tempfile.mkdtemp(prefix="spark-standalone-"))
+    cluster = StandaloneSpark(base, [Path(sys.executable).parent] * args.workers).start()
+    print(f"Spark master {cluster.url} with {args.workers} workers (logs in {base}); try:\n"
+          f"  PYSPARK_PYTHON={sys.executable} spark-submit --master {cluster.url} "
+          "examples/batch_aggregate.py --table demo.orders --group-by paid --sum amount\n"
+          "Ctrl-C stops it.", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["StandaloneSpark", "Worker", "main", "node_python", "spark_home"]

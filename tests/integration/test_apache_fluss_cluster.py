@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from fluss_spark.local.ports import free_port, port_open
+from fluss_spark.local.ports import free_port, port_open, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +114,29 @@ def fs(*argv, timeout=300):
                           text=True, timeout=timeout, env=env)
 
 
+def _kv_snapshot_read_from_the_object_store(fluss, bootstrap: str, store: dict) -> None:
+    """A PK table's KV snapshot is in the store ``cluster status`` names, and reads back with
+    the endpoint, region and keys of its credentials file."""
+    import configparser
+
+    from fluss_spark.client.backends import open_cluster
+    from fluss_spark.client.remote_storage import RemoteStorage
+    keys = configparser.ConfigParser()
+    keys.read(store["credentials_file"])
+    storage = RemoteStorage(store["endpoint"], store["region"],
+                            keys["default"]["aws_access_key_id"],
+                            keys["default"]["aws_secret_access_key"])
+    fluss.create_table("s3db.t", "id BIGINT NOT NULL, v STRING", primary_key=["id"], buckets=1)
+    fluss.upsert("s3db.t", [(i, f"v{i}") for i in range(100)])
+    with open_cluster(bootstrap, storage=storage) as wire:
+        snap = wait_until(lambda: {s.log_offset: s for s in
+                                   wire.latest_kv_snapshots("s3db.t").values()}.get(100), 60,
+                          "a KV snapshot of the 100 rows")
+        assert snap.path.startswith("s3://fluss/remote/")
+        rows = sum(b.num_rows for b in wire.read_snapshot("s3db.t", 0, snap.snapshot_id))
+    assert rows == 100
+
+
 def test_cli_start_status_stop_round_trip(apache_fluss, pyfluss, tmp_path):
     # apache_fluss first: it fails or skips when Java or the jars are missing, as this test would.
     from fluss_spark.testing.apache_fluss import PyFluss
@@ -121,14 +144,16 @@ def test_cli_start_status_stop_round_trip(apache_fluss, pyfluss, tmp_path):
     try:
         port = free_port()
         res = fs("cluster", "start", "--engine", "apache-fluss", "--dir", d, "--tablets", "1",
-                 "--option", "kv.snapshot.interval=5s", "--port", str(port))
+                 "--option", "kv.snapshot.interval=1s", "--port", str(port),
+                 "--remote-storage", "s3")
         assert res.returncode == 0, res.stderr
         bootstrap = res.stdout.strip()
         assert bootstrap == f"127.0.0.1:{port}" and port_open(*bootstrap.split(":"))
         said = res.stderr.splitlines()
         assert [ln.split(" up on ")[0] for ln in said if " up on " in ln] == \
-            ["zookeeper", "coordinator 0", "tablet 0"]
-        assert said[-1] == f"export FLUSS_BOOTSTRAP_SERVERS={bootstrap}"
+            ["object store", "zookeeper", "coordinator 0", "tablet 0"]
+        assert said[-2] == f"export FLUSS_BOOTSTRAP_SERVERS={bootstrap}"
+        assert said[-1].startswith("remote.data.dir is s3://fluss/remote on http://127.0.0.1:")
 
         status = fs("cluster", "status", "--dir", d, "--json")
         assert status.returncode == 0, status.stderr
@@ -136,8 +161,10 @@ def test_cli_start_status_stop_round_trip(apache_fluss, pyfluss, tmp_path):
         assert doc["engine"] == "apache-fluss" and doc["bootstrap_servers"] == bootstrap
         assert doc["fluss_version"] == "0.9.1-incubating"
         procs = {(p["role"], p["id"]): p for p in doc["processes"]}
-        assert set(procs) == {("zookeeper", 0), ("coordinator", 0), ("tablet", 0)}
+        assert set(procs) == {("zookeeper", 0), ("coordinator", 0), ("tablet", 0),
+                              ("object-store", 0)}
         assert all(p["alive"] for p in procs.values())
+        assert doc["remote_data_dir"] == "s3://fluss/remote"
 
         # Idempotent: the engine comes from the directory, nothing restarts.
         again = fs("cluster", "start", "--dir", d)
@@ -151,6 +178,7 @@ def test_cli_start_status_stop_round_trip(apache_fluss, pyfluss, tmp_path):
         with PyFluss(bootstrap) as c:
             assert sorted(kind for kind, *_ in c.server_nodes()) == ["CoordinatorServer",
                                                                      "TabletServer"]
+            _kv_snapshot_read_from_the_object_store(c, bootstrap, doc["remote_storage"])
     finally:
         stop = fs("cluster", "stop", "--dir", d)
     assert stop.returncode == 0, stop.stderr

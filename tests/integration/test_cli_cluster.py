@@ -123,3 +123,50 @@ def test_local_cluster_restart_keeps_data_and_port(zookeeper, tmp_path):
         assert reloaded.bootstrap_servers == cluster.bootstrap_servers
         assert all(p["alive"] for p in reloaded.processes())
     assert not any(p["alive"] for p in EmbeddedProcesses.load(tmp_path).processes())
+
+
+def test_remote_storage_s3_puts_the_snapshot_store_in_an_object_store(tmp_path):
+    """``cluster start --remote-storage s3``: a local S3 store beside the cluster, reported by
+    ``status --json``; the snapshots are objects in it, listed with only what status names
+    (endpoint, region, credentials file); a restart asking for no store keeps it."""
+    import pyarrow.fs as pafs
+
+    from fluss_spark.client import FlussConnection
+    from fluss_spark.testing.streams import create_pk
+    d = tmp_path / "c"
+    try:
+        res = fs("cluster", "start", "--remote-storage", "s3", env_dir=d, timeout=600)
+        assert res.returncode == 0, res.stderr
+        assert "remote.data.dir is s3://fluss/snapshots on http://127.0.0.1:" in res.stderr
+        doc = status(d)
+        store = doc["remote_storage"]
+        assert doc["remote_data_dir"] == "s3://fluss/snapshots"
+        assert store["kind"] == "s3" and store["alive"] and by_key(doc)[("object-store", 0)]
+        with FlussConnection(doc["bootstrap_servers"]) as conn:
+            _, snaps = create_pk(conn, "s3db.t", 100, buckets=2)
+        os.environ["AWS_SHARED_CREDENTIALS_FILE"] = store["credentials_file"]
+        try:
+            s3 = pafs.S3FileSystem(endpoint_override=store["endpoint"].split("://")[1],
+                                   scheme="http", region=store["region"])
+            objects = {f.path for f in s3.get_file_info(pafs.FileSelector(
+                f"{store['bucket']}/snapshots", recursive=True))}
+        finally:
+            del os.environ["AWS_SHARED_CREDENTIALS_FILE"]
+        assert {s.path.removeprefix("s3://") for s in snaps.values()} <= objects
+        res = fs("cluster", "start", env_dir=d)
+        assert res.returncode == 0 and status(d)["remote_data_dir"] == "s3://fluss/snapshots"
+    finally:
+        fs("cluster", "stop", env_dir=d)
+    assert not status(d)["remote_storage"]["alive"]
+
+
+def test_a_cluster_keeps_the_remote_storage_it_was_started_with(tmp_path):
+    d = tmp_path / "c"
+    try:
+        assert fs("cluster", "start", env_dir=d).returncode == 0
+        res = fs("cluster", "start", "--remote-storage", "s3", env_dir=d)
+        assert res.returncode != 0
+        assert "remote storage is a local directory; stop it and use another --dir" in res.stderr
+        assert status(d)["remote_storage"] is None
+    finally:
+        fs("cluster", "stop", env_dir=d)

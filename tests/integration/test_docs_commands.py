@@ -82,6 +82,9 @@ COVERED: dict[str, tuple[str, ...]] = {
         "/tmp/apache-fluss --tablets 2)",
         "fluss-spark cluster status --dir /tmp/apache-fluss",
         "fluss-spark cluster stop --dir /tmp/apache-fluss",
+        "export FLUSS_BOOTSTRAP_SERVERS=$(fluss-spark cluster start --engine apache-fluss "
+        "--remote-storage s3 --dir /tmp/fluss-s3)",
+        "fluss-spark cluster status --dir /tmp/fluss-s3 --json",
     ),
 }
 
@@ -96,6 +99,8 @@ SKIPPED: dict[str, tuple[str, ...]] = {
         "spark.pyspark.python=python3 local:///opt/jobs/batch_aggregate.py --table demo.orders "
         "--group-by paid --sum amount",
     ),
+    "runs until Ctrl-C; the Spark tests' `standalone` fixture starts the same master and "
+    "workers (fluss_spark/testing/standalone.py)": ("./dev.sh standalone --workers 2",),
     "installs the project into .venv (CI runs `./dev.sh test` itself); the demo is "
     "examples/quickstart.py, which this test runs": ("./dev.sh demo", "./dev.sh test"),
     "the test suite itself": (

@@ -1,0 +1,48 @@
+"""RemoteStorage: the S3 settings a client reads remote.data.dir with, checked at once."""
+
+from __future__ import annotations
+
+import pyarrow.fs as pafs
+import pytest
+
+from fluss_spark.client.remote_storage import RemoteStorage, filesystem
+from fluss_spark.connector.options import parse_options
+from fluss_spark.errors import ConfigError
+
+STORE = RemoteStorage("http://127.0.0.1:8333", "us-east-1", "AKID", "sekrit")
+
+
+def test_s3_paths_use_the_settings_and_keep_the_bucket_in_the_path():
+    for scheme in ("s3", "s3a", "s3n"):
+        fs, path = filesystem(f"{scheme}://fluss/remote/kv/snap-1/CURRENT", STORE)
+        assert isinstance(fs, pafs.S3FileSystem)
+        assert path == "fluss/remote/kv/snap-1/CURRENT"
+    assert filesystem("s3://b/x", STORE)[0] is filesystem("s3://b/y", STORE)[0]   # one per store
+
+
+def test_local_paths_ignore_the_s3_settings(tmp_path):
+    fs, path = filesystem(str(tmp_path / "f"), STORE)
+    assert isinstance(fs, pafs.LocalFileSystem) and path == str(tmp_path / "f")
+
+
+def test_the_secret_key_is_never_in_a_repr():
+    assert "sekrit" not in repr(STORE)
+    options = parse_options({"bootstrap.servers": "h:1", "table": "db.t",
+                             "s3.endpoint": "http://127.0.0.1:8333", "s3.access-key": "AKID",
+                             "s3.secret-key": "sekrit"})
+    assert options.storage == RemoteStorage("http://127.0.0.1:8333", None, "AKID", "sekrit")
+    assert "sekrit" not in repr(options)
+
+
+def test_no_s3_option_leaves_pyarrows_defaults():
+    assert parse_options({"bootstrap.servers": "h:1", "table": "db.t"}).storage is None
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"s3.access-key": "AKID"}, "access key and secret key go together"),
+    ({"s3.secret-key": "x"}, "access key and secret key go together"),
+    ({"s3.endpoint": "127.0.0.1:8333"}, "must be an http:// or https:// URL"),
+])
+def test_bad_s3_options_are_refused_naming_what_to_do(options, error):
+    with pytest.raises(ConfigError, match=error):
+        parse_options({"bootstrap.servers": "h:1", "table": "db.t", **options})
