@@ -16,6 +16,7 @@ Spark checks every yielded ``pyarrow.RecordBatch`` against ``to_arrow_schema(sch
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,8 +28,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, Dat
                                MapType, ShortType, StringType, StructField, StructType,
                                TimestampNTZType, TimestampType, TimeType)
 
-from fluss_spark.client.cluster import (CHANGE_TYPE, CHANGELOG_FIELDS, COMMIT_TIMESTAMP, INSERT,
-                                        LOG_OFFSET)
+from fluss_spark.client.cluster import CHANGE_TYPE, COMMIT_TIMESTAMP, INSERT, LOG_OFFSET
 from fluss_spark.errors import ConfigError
 
 TABLE_COLUMN = "_table"
@@ -38,7 +38,9 @@ META_COLUMNS = (CHANGE_TYPE, LOG_OFFSET, COMMIT_TIMESTAMP)
 #: ``log_offset - 1``: the last changelog offset the snapshot includes, so ordering a bucket's rows
 #: by ``_log_offset`` is ordering them in time, even across a snapshot replaced after data loss.
 SNAPSHOT_CHANGE_TYPE = INSERT
-_COMMIT_TIMESTAMP_TYPE = CHANGELOG_FIELDS[2].type
+#: ``_commit_timestamp`` as Spark takes it (a TimestampType column: microseconds, UTC), so the
+#: snapshot rows' nulls need no cast.
+_COMMIT_TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 
 _META_FIELDS = [StructField(CHANGE_TYPE, StringType(), True),
                 StructField(LOG_OFFSET, LongType(), True),
@@ -216,14 +218,17 @@ def _int64s(value: int, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.full(n, value, np.int64))])
 
 
+@functools.lru_cache(maxsize=8)
+def _snapshot_meta(log_offset: int, n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The three metadata columns of ``n`` snapshot rows: the same for every full batch of a
+    split, so they are built once (Arrow arrays are immutable and may be shared)."""
+    return (_constant(SNAPSHOT_CHANGE_TYPE, n), _int64s(log_offset - 1, n),
+            pa.nulls(n, _COMMIT_TIMESTAMP_TYPE))
+
+
 def with_snapshot_metadata(batch: pa.RecordBatch, log_offset: int = 0) -> pa.RecordBatch:
     """Add the metadata columns of rows of a snapshot covering offsets ``[0, log_offset)``:
     ``+I``, ``_log_offset = log_offset - 1``, no commit timestamp."""
-    n = batch.num_rows
-    arrays = list(batch.columns) + [
-        _constant(SNAPSHOT_CHANGE_TYPE, n),
-        _int64s(log_offset - 1, n),
-        pa.nulls(n, _COMMIT_TIMESTAMP_TYPE),
-    ]
+    arrays = list(batch.columns) + list(_snapshot_meta(log_offset, batch.num_rows))
     names = list(batch.schema.names) + list(META_COLUMNS)
     return pa.RecordBatch.from_arrays(arrays, names=names)
