@@ -53,12 +53,15 @@ def detect_engine(bootstrap_servers: str, timeout_s: float = 5.0) -> str:
 def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_s: float = 60.0,
                  username: str | None = None, password: str | None = None,
                  tls: "TlsClientConfig | None" = None,
-                 storage: "RemoteStorage | None" = None) -> Cluster:
+                 storage: "RemoteStorage | None" = None,
+                 short_circuit_reads: bool = False) -> Cluster:
     """The ``Cluster`` at ``bootstrap_servers``: this project's servers (``EmbeddedCluster``) or an
     Apache Fluss cluster (``ApacheFlussWireCluster``); ``engine`` ``auto`` probes, except with
     ``tls``: only this project's servers speak TLS to this client, and a plaintext probe of a
     TLS listener would only be refused. ``storage``: how the client reads the files an Apache
-    Fluss cluster points it to (this project's servers read their own files)."""
+    Fluss cluster points it to (this project's servers read their own files);
+    ``short_circuit_reads``: snapshot scans read the files of this project's tablet servers on
+    the client's host directly."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == AUTO and tls is not None:
@@ -77,4 +80,5 @@ def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_
                                               storage=storage or RemoteStorage())
     from fluss_spark.client.embedded.cluster import EmbeddedCluster
     return EmbeddedCluster.connect(bootstrap_servers, request_timeout_s=request_timeout_s,
-                                   username=username, password=password, tls=tls)
+                                   username=username, password=password, tls=tls,
+                                   short_circuit_reads=short_circuit_reads)

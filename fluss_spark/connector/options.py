@@ -126,6 +126,11 @@ KV_READ = choice("scan.kv.read", ("auto", "snapshot", "live"), "auto",
                  "snapshot), live (a live scan session per bucket, opened while the batch is "
                  "planned: Apache Fluss's SCAN_KV), or auto (live where snapshots are read from "
                  "files and the servers offer live scans, else snapshot).")
+SHORT_CIRCUIT = boolean("scan.kv.short-circuit", False,
+                        "Read a KV snapshot's file directly, without a socket, where the embedded "
+                        "tablet server holding it runs on the reader's host (like HDFS's "
+                        "short-circuit reads): the server still checks the open, the lease keeps "
+                        "the file; a file the reader cannot open is read over the connection.")
 LIVE_MAX_BUCKETS = integer("scan.kv.live.max-buckets-per-trigger", 16,
                            "Most buckets whose live scan sessions one micro-batch opens (each is "
                            "read whole by one task).", minimum=1)
@@ -175,7 +180,7 @@ SOURCE_OPTIONS: list[Option] = [
     LEASE_ID, LEASE_DURATION, LEASE_GRACE, MAX_OFFSETS_PER_TRIGGER, MIN_OFFSETS_PER_TRIGGER,
     MAX_TRIGGER_DELAY,
     FAIL_ON_DATA_LOSS, PARTITION_DISCOVERY_INTERVAL, SCAN_BATCH_BYTES, SPLIT_MAX_ROWS, KV_READ,
-    LIVE_MAX_BUCKETS, ENGINE,
+    SHORT_CIRCUIT, LIVE_MAX_BUCKETS, ENGINE,
     REQUEST_TIMEOUT,
     LEASE_ACQUIRE_RETRIES,
     SECURITY_PROTOCOL, SASL_MECHANISM, SASL_USERNAME, SASL_PASSWORD, SSL_ENABLED, SSL_CA_FILE,
@@ -211,6 +216,7 @@ class SourceOptions:
     scan_batch_bytes: int = SCAN_BATCH_BYTES.default
     split_max_rows: int = SPLIT_MAX_ROWS.default
     kv_read: str = KV_READ.default
+    short_circuit: bool = SHORT_CIRCUIT.default
     live_max_buckets: int = LIVE_MAX_BUCKETS.default
     request_timeout_ms: int = REQUEST_TIMEOUT.default
     engine: str = ENGINE.default
@@ -231,7 +237,7 @@ class SourceOptions:
     def connect(self) -> "Cluster":
         """The cluster at these options' servers, with their timeout, credentials and remote
         storage settings."""
-        return connect_with(self, self.storage)
+        return connect_with(self, self.storage, self.short_circuit)
 
 
 class ConnectionFields(Protocol):
@@ -262,16 +268,18 @@ class ConnectionFields(Protocol):
     def ssl_verify_hostname(self) -> bool: ...
 
 
-def connect_with(o: ConnectionFields, storage: RemoteStorage | None = None) -> "Cluster":
+def connect_with(o: ConnectionFields, storage: RemoteStorage | None = None,
+                 short_circuit: bool = False) -> "Cluster":
     """The cluster at ``o``'s servers, with its engine, timeout, credentials and TLS
-    (``storage``: how the client reads the cluster's remote files)."""
+    (``storage``: how the client reads the cluster's remote files; ``short_circuit``: snapshot
+    files of local tablet servers are read directly)."""
     from fluss_spark.client import TlsClientConfig
     from fluss_spark.client.backends import open_cluster
     tls = TlsClientConfig(o.ssl_ca_file, o.ssl_verify_hostname) if o.ssl_enabled else None
     return open_cluster(o.bootstrap_servers, engine=o.engine,
                         request_timeout_s=o.request_timeout_ms / 1000.0,
                         username=o.sasl_username, password=o.sasl_password, tls=tls,
-                        storage=storage)
+                        storage=storage, short_circuit_reads=short_circuit)
 
 
 #: Options of Spark's Kafka source, lower-cased -> what this source takes instead.
@@ -353,6 +361,7 @@ def parse_options(raw: Mapping[str, Any]) -> SourceOptions:
         scan_batch_bytes=SCAN_BATCH_BYTES.get(values),
         split_max_rows=SPLIT_MAX_ROWS.get(values),
         kv_read=KV_READ.get(values),
+        short_circuit=SHORT_CIRCUIT.get(values),
         live_max_buckets=LIVE_MAX_BUCKETS.get(values),
         lease_acquire_retries=LEASE_ACQUIRE_RETRIES.get(values),
         storage=_remote_storage(values),

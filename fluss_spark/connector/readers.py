@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _LIVE_REOPENS = 2
 
 _ClusterKey = tuple[str, int, str | None, str | None, bool, str | None, bool,
-                   RemoteStorage | None]
+                   RemoteStorage | None, bool]
 _CLUSTERS: dict[_ClusterKey, Cluster] = {}
 _CLUSTERS_LOCK = threading.Lock()
 
@@ -39,7 +39,7 @@ _CLUSTERS_LOCK = threading.Lock()
 def _key(options: SourceOptions) -> _ClusterKey:
     return (options.bootstrap_servers, options.request_timeout_ms, options.sasl_username,
             options.sasl_password, options.ssl_enabled, options.ssl_ca_file,
-            options.ssl_verify_hostname, options.storage)
+            options.ssl_verify_hostname, options.storage, options.short_circuit)
 
 
 def cached_cluster(options: SourceOptions) -> Cluster:

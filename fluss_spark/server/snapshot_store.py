@@ -10,20 +10,9 @@ from __future__ import annotations
 import os
 import posixpath
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fluss_spark.errors import StorageError
-
-
-def resolve(path_or_uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and in-filesystem path of a URI (``s3://...``) or local path."""
-    if "://" in path_or_uri:
-        try:
-            return pafs.FileSystem.from_uri(path_or_uri)
-        except (pa.ArrowInvalid, OSError, ValueError) as e:
-            raise StorageError(f"cannot open snapshot store {path_or_uri!r}: {e}") from None
-    return pafs.LocalFileSystem(), os.path.abspath(path_or_uri)
+from fluss_spark.protocol.snapshot_file import resolve
 
 
 def snapshot_name(table_id: int, bucket: int, snapshot_id: int,

@@ -167,3 +167,30 @@ def test_an_abandoned_scan_closes_its_session(conn, pk_table):
         [session] = mine()
         assert session["next_row"] == session["rows_served"]
     assert mine() == []
+
+
+def test_a_short_circuit_read_maps_the_file_and_falls_back_when_it_cannot(conn, pk_table,
+                                                                          monkeypatch):
+    """On the tablet's host a scan reads the snapshot file itself (no session on the server);
+    a file this process cannot open is read over the connection instead, exactly."""
+    from fluss_spark.client.embedded.kv_scanner import KvScanner
+    from fluss_spark.protocol.snapshot_file import SnapshotFile
+    info, snap = pk_table
+    expected = snapshot_file_rows(snap.path)
+    opened, real = [], SnapshotFile.open_local
+    monkeypatch.setattr(SnapshotFile, "open_local",
+                        classmethod(lambda cls, path: opened.append(path) or real(path)))
+    scanner = KvScanner(conn, info, short_circuit=True)
+    with scanner.scan(0, projection=["name", "id"], start_row=1_000, limit=15_000) as scan:
+        first = next(scan)
+        assert not [s for s in conn.admin().list_scanners() if s["table_id"] == info.table_id]
+        got = pa.Table.from_batches([first, *scan])
+    assert got.equals(expected.select(["name", "id"]).slice(1_000, 15_000))
+    assert opened == [snap.path] and scan.log_offset == snap.log_offset
+
+    def refused(cls, path):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(SnapshotFile, "open_local", classmethod(refused))
+    scan = scanner.scan(0, batch_size_bytes=64 * 1024)
+    assert scan.read_all().equals(expected)
+    assert scanner.short_circuit is False

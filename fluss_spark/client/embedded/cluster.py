@@ -29,9 +29,11 @@ class EmbeddedCluster:
     @classmethod
     def connect(cls, bootstrap_servers: str, *, request_timeout_s: float = 60.0,
                 username: str | None = None, password: str | None = None,
-                tls: TlsClientConfig | None = None) -> "EmbeddedCluster":
+                tls: TlsClientConfig | None = None,
+                short_circuit_reads: bool = False) -> "EmbeddedCluster":
         return cls(FlussConnection(bootstrap_servers, request_timeout_s=request_timeout_s,
-                                   username=username, password=password, tls=tls))
+                                   username=username, password=password, tls=tls,
+                                   short_circuit_reads=short_circuit_reads))
 
     def capabilities(self) -> Capabilities:
         # Asked once: the coordinator's API set does not change under a running connection.

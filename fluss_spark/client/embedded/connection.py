@@ -58,8 +58,11 @@ class FlussConnection:
                  username: str | None = None, password: str | None = None,
                  ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
                  max_response_bytes: int = MAX_FRAME_BYTES,
-                 tls: TlsClientConfig | None = None, refused_timeout_s: float = 4.0):
+                 tls: TlsClientConfig | None = None, refused_timeout_s: float = 4.0,
+                 short_circuit_reads: bool = False):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        #: Snapshot scans on a tablet server's own host read its files directly (``KvScanner``).
+        self.short_circuit_reads = short_circuit_reads
         self.refused_timeout_s = float(refused_timeout_s)
         #: Since when every server asked for metadata refused the connection (None: one answers).
         self._refused_since: float | None = None

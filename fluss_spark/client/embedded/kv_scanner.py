@@ -6,6 +6,14 @@ reopening at the next row (``start_row``): no row is yielded twice and none is s
 response is first retried with the same ``call_seq_id``, which the server answers with the
 identical batch. A live scan reads a point-in-time view that dies with its session, so there a
 lost session is an error.
+
+Short-circuit reads: on the tablet server's own host, a snapshot scan asks for the snapshot's
+file instead of its rows (``local_read``); where the server answers with it (a local file in the
+table's current schema, a client the server sees on its host) the client maps the file and
+reads the rows itself, without a socket, as HDFS's short-circuit reads do. The open is checked
+like any other (the table's ACLs, the snapshot registered); the lease keeps the file. A file the
+client cannot open (another user, another mount) turns short-circuit reads off for the scanner
+and the rows come over the connection.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from fluss_spark.protocol.arrow_ipc import bytes_to_table
 from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.protocol.messages import (CloseScan, ContinueScan, ListKvSnapshotsRequest,
                                            OpenScan, ScanKvResponse, SnapshotInfo)
+from fluss_spark.protocol.snapshot_file import SnapshotFile
 from fluss_spark.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -134,7 +143,7 @@ class KvScanner:
     def __init__(self, conn, table_info, *, continue_retries: int = 2,
                  open_timeout_s: float = 60.0, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, prefetch: bool = True,
-                 partition: str | None = None):
+                 partition: str | None = None, short_circuit: bool | None = None):
         self._conn = conn
         self.table = table_info
         part = partitions.lookup(conn, table_info, partition)
@@ -146,6 +155,10 @@ class KvScanner:
         # connection may carry no limits of its own).
         self.ipc_limits: IpcLimits = getattr(conn, "ipc_limits", CLIENT_IPC_LIMITS)
         self.prefetch = prefetch
+        #: Ask for snapshot files on the tablet's host (see the module docstring); by default
+        #: as the connection says.
+        self.short_circuit = (bool(getattr(conn, "short_circuit_reads", False))
+                              if short_circuit is None else short_circuit)
         self.continue_retries = continue_retries
         self.open_timeout_s = open_timeout_s
         self._sleep, self._clock = sleep, clock
@@ -215,11 +228,21 @@ class KvScanner:
                 if scanner_id is None:
                     remaining = None if limit is None else limit - scan.rows
                     rpc, resp = self._open(scan.bucket, scan.snapshot_id, scan.live, projection,
-                                           remaining, expected, batch_size)
+                                           remaining, expected, batch_size,
+                                           local_read=self.short_circuit and not scan.live)
                     seq = 0
                     if lost is not None:              # the server may still hold it: free it
                         self._close_session(*lost)
                         lost = None
+                    if resp.local_file is not None:
+                        local = self._local_batches(scan, resp, projection)
+                        if local is None:             # not readable here: over the connection
+                            continue
+                        has_more = False
+                        for batch in local:
+                            scan.rows += batch.num_rows
+                            yield batch
+                        continue
                 else:
                     seq += 1
                     if ahead is not None:
@@ -317,12 +340,12 @@ class KvScanner:
                 self._close_session(rpc, scanner_id)
 
     def _open(self, bucket: int, snapshot_id: int | None, live: bool, projection, limit,
-              start_row, batch_size):
+              start_row, batch_size, local_read: bool = False):
         request = OpenScan(
             table_id=self.table.table_id, bucket=bucket, batch_size_bytes=batch_size,
             call_seq_id=0, snapshot_id=None if live else snapshot_id, live=live,
             projection=tuple(projection) if projection is not None else None, limit=limit,
-            start_row=start_row, partition_id=self.partition_id)
+            start_row=start_row, partition_id=self.partition_id, local_read=local_read or None)
 
         def attempt():
             rpc = self._conn.tablet_for(self.table.table_id, bucket, self.partition_id)
@@ -365,6 +388,43 @@ class KvScanner:
                  "reopening at the next row", self.where, scan.bucket, scan.snapshot_id,
                  scan.rows, type(error).__name__)
         return None
+
+    def _local_batches(self, scan: KvScan, resp: ScanKvResponse,
+                       projection) -> Iterator[pa.RecordBatch] | None:
+        """The rows a short-circuit open named, read from the mapped snapshot file; None (and
+        short-circuit reads off) when this process cannot open that file as that snapshot."""
+        path = resp.local_file
+        assert path is not None
+        try:
+            snapshot = SnapshotFile.open_local(path)
+        except (OSError, FlussError) as e:
+            log.info("reading %s directly failed (%s); reading its rows over the connection",
+                     path, e)
+            self.short_circuit = False
+            return None
+        if (snapshot.table_id, snapshot.bucket, snapshot.snapshot_id) != (
+                self.table.table_id, scan.bucket, scan.snapshot_id):
+            snapshot.close()
+            raise FlussError(f"the tablet server named {path} as snapshot {scan.snapshot_id} of "
+                             f"{self.where} bucket {scan.bucket}, but it holds snapshot "
+                             f"{snapshot.snapshot_id} of table id {snapshot.table_id} bucket "
+                             f"{snapshot.bucket}")
+        scan.log_offset = resp.log_offset
+        if scan.schema is None:
+            scan.schema = (snapshot.schema if projection is None
+                           else pa.schema([snapshot.schema.field(c) for c in projection]))
+        assert resp.row_start is not None
+        return self._file_rows(snapshot, resp.row_start, resp.row_count, projection)
+
+    @staticmethod
+    def _file_rows(snapshot: SnapshotFile, start: int, count: int,
+                   projection) -> Iterator[pa.RecordBatch]:
+        """Rows [start, start + count) of the file, a record batch of it at a time."""
+        with snapshot:
+            for lo, hi in snapshot.batch_ranges(start, start + count):
+                for batch in snapshot.read_slice(lo, hi - lo, projection).to_batches():
+                    if batch.num_rows:
+                        yield batch
 
     def _decode(self, records: bytes | memoryview, bucket: int) -> pa.Table:
         return bytes_to_table(records, limits=self.ipc_limits,

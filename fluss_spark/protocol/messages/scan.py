@@ -14,7 +14,9 @@ from fluss_spark.protocol.messages.meta import COLUMN, MAX_COLUMNS
 SCANNER_ID = Str(max_len=128, min_len=1)
 #: Fields that only an open request may carry.
 OPEN_FIELDS = ("table_id", "bucket", "snapshot_id", "live", "projection", "limit", "start_row",
-               "partition_id")
+               "partition_id", "local_read")
+#: The longest snapshot file path a response names.
+MAX_PATH = 4096
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class ScanKvResponse(Message):
     snapshot_id: int | None = wire(Int(), None)
     row_start: int | None = wire(Int(), None)
     row_count: int = wire(Int(), 0)
+    #: Answer to an open with ``local_read``: the snapshot file on this host holding the rows
+    #: [row_start, row_start + row_count) the client reads itself (no records, no session).
+    local_file: str | None = wire(Str(max_len=MAX_PATH, min_len=1), None, omit_none=True)
 
 
 class ScanKvRequest(Request[ScanKvResponse]):
@@ -86,12 +91,17 @@ class OpenScan(ScanKvRequest):
     start_row: int = wire(Int(), 0)
     #: The partition of a partitioned table; absent for an unpartitioned one.
     partition_id: int | None = wire(Int(), None, omit_none=True)
+    #: A client on the tablet's own host asks for the snapshot file instead of its rows (a
+    #: short-circuit read); the server answers ``local_file`` only where it can.
+    local_read: bool | None = wire(Bool(), None, omit_none=True)
 
     def check(self) -> None:
         if self.call_seq_id != 0:
             raise self.ERROR(f"an open request must have call_seq_id 0, got {self.call_seq_id}")
         if self.live and self.snapshot_id is not None:
             raise self.ERROR("give either snapshot_id or live: true, not both")
+        if self.live and self.local_read:
+            raise self.ERROR("local_read reads a snapshot's file: a live scan has none")
         if not self.live and self.snapshot_id is None:
             raise self.ERROR("an open request needs snapshot_id (a registered KV snapshot) or "
                              "live: true (the bucket's current state)")

@@ -17,6 +17,7 @@ Contract (messages in ``protocol/messages/scan.py``):
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -32,6 +33,8 @@ from fluss_spark.protocol.messages import (CloseScan, ContinueScan, ListScanners
                                            ListScannersResponse, OpenScan, ScanKvRequest,
                                            ScanKvResponse, ScannerInfo)
 from fluss_spark.server.tablet.scan_cursor import Batch, LiveCursor, SnapshotCursor
+from fluss_spark.transport.dispatch import current_peer_address
+from fluss_spark.transport.locality import is_local_address
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +225,10 @@ class ScannerManager:
                                      "state; read its changelog with FETCH_LOG instead")
         self.server.learn_columns(bucket, req.projection or ())
         columns = _check_projection(req.projection, bucket.schema, name)
+        if req.local_read:
+            local = self._local_file(req, bucket, name)
+            if local is not None:
+                return local
         budget = min(req.batch_size_bytes, self.max_batch_bytes)
         now = self._clock()
         session = ScanSession(uuid.uuid4().hex, req.table_id, req.bucket, req.live, budget,
@@ -275,13 +282,7 @@ class ScannerManager:
             except BaseException:
                 view.close()
                 raise
-        record = self.server.snapshot_record(req.table_id, req.bucket, req.snapshot_id,
-                                             req.partition_id)
-        if record is None:
-            raise KvSnapshotNotExist(
-                f"KV snapshot {req.snapshot_id} of table {name} bucket {req.bucket} is not "
-                "registered (it may have been garbage-collected; list the latest snapshots and "
-                "lease the one you read)")
+        record = self._snapshot_record(req, name)
         try:
             snapshot = self._open_snapshot(record.path)
         except FileNotFoundError:
@@ -300,6 +301,42 @@ class ScannerManager:
             if close is not None:
                 close()
             raise
+
+    def _snapshot_record(self, req: OpenScan, name):
+        record = self.server.snapshot_record(req.table_id, req.bucket, req.snapshot_id,
+                                             req.partition_id)
+        if record is None:
+            raise KvSnapshotNotExist(
+                f"KV snapshot {req.snapshot_id} of table {name} bucket {req.bucket} is not "
+                "registered (it may have been garbage-collected; list the latest snapshots and "
+                "lease the one you read)")
+        return record
+
+    def _local_file(self, req: OpenScan, bucket, name) -> ScanKvResponse | None:
+        """The answer to a short-circuit open: the snapshot's file and the rows to read from it,
+        when the client is on this host and the file is a local one in the table's current
+        schema; None: serve the rows over the connection as usual."""
+        if not is_local_address(current_peer_address()):
+            return None
+        record = self._snapshot_record(req, name)
+        if "://" in record.path:
+            return None
+        try:
+            snapshot = self._open_snapshot(record.path)
+        except (FileNotFoundError, KvSnapshotNotExist):
+            return None            # the usual open reports it
+        try:
+            if snapshot.schema.names != bucket.schema.names:
+                return None        # older columns: the server conforms them
+            rows = max(0, snapshot.num_rows - req.start_row)
+            if req.limit is not None:
+                rows = min(rows, req.limit)
+            return ScanKvResponse(local_file=os.path.abspath(record.path), has_more=False,
+                                  log_offset=snapshot.log_offset,
+                                  snapshot_id=snapshot.snapshot_id, row_start=req.start_row,
+                                  row_count=rows)
+        finally:
+            snapshot.close()
 
     # -- continue and close ---------------------------------------------------------------------
     def _continue(self, req: ContinueScan) -> ScanKvResponse:

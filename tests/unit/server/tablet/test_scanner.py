@@ -591,3 +591,32 @@ def test_oversized_projection_is_refused_quickly(manager):
     with pytest.raises(InvalidScanRequest, match="twice: a"):
         manager.scan_wire(open_body(1, projection=["a", "b"] * 4_000))
     assert time.monotonic() - started < 2
+
+
+# -- short-circuit reads --------------------------------------------------------------------------
+def test_a_local_client_gets_the_snapshot_file_and_the_rows_to_read_from_it(server, manager):
+    from fluss_spark.transport.dispatch import run_as
+    rec = server.take_snapshot(TABLE, 0)
+    body = open_body(rec.snapshot_id, start_row=1000, limit=500, local_read=True)
+    resp = run_as(None, manager.scan_wire, body, address="127.0.0.1")
+    assert resp["local_file"] == rec.path and resp["records"] is None
+    assert (resp["row_start"], resp["row_count"], resp["has_more"]) == (1000, 500, False)
+    assert (resp["snapshot_id"], resp["log_offset"]) == (rec.snapshot_id, rec.log_offset)
+    assert "scanner_id" not in resp and manager.list_wire()["scanners"] == ()
+    past_the_end = run_as(None, manager.scan_wire, open_body(rec.snapshot_id, start_row=2990,
+                                                             local_read=True),
+                          address="127.0.0.1")
+    assert past_the_end["row_count"] == 10
+
+
+def test_a_remote_client_asking_for_the_file_gets_its_rows(server, manager):
+    from fluss_spark.transport.dispatch import run_as
+    rec = server.take_snapshot(TABLE, 0)
+    resp = run_as(None, manager.scan_wire, open_body(rec.snapshot_id, local_read=True),
+                  address="192.0.2.7")
+    assert "local_file" not in resp and resp["records"] and resp["row_start"] == 0
+
+
+def test_a_live_scan_cannot_ask_for_a_file(server, manager):
+    with pytest.raises(InvalidScanRequest, match="a live scan has none"):
+        manager.scan_wire(open_body(live=True, local_read=True))
