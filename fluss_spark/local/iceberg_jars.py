@@ -22,21 +22,25 @@ GROUP = "org.apache.iceberg"
 RUNTIME = "iceberg-spark-runtime-4.0_2.13"
 RUNTIME_VERSION = "1.11.0"
 
-#: The runtime (shaded: nothing transitive) and, because Iceberg's JDBC catalog (the Spark side
-#: of pyiceberg's SQL catalog) needs the driver of the catalog's database and the runtime has
-#: none, the SQLite JDBC driver. Sizes and SHA-256 sums of Maven Central's files.
-JARS = JarSet(f"{GROUP}:{RUNTIME}:{RUNTIME_VERSION} and the SQLite JDBC driver",
-              f"iceberg/{RUNTIME}-{RUNTIME_VERSION}", (
+#: The runtime (shaded: nothing transitive); because Iceberg's JDBC catalog (the Spark side of
+#: pyiceberg's SQL catalog) needs the driver of the catalog's database and the runtime has none,
+#: the SQLite JDBC driver; and Iceberg's AWS bundle (``S3FileIO`` with the AWS SDK it needs,
+#: same version as the runtime) for warehouses in S3. Sizes and SHA-256 sums of Maven Central's
+#: files.
+JARS = JarSet(f"{GROUP}:{RUNTIME}:{RUNTIME_VERSION}, the SQLite JDBC driver and "
+              "Iceberg's AWS bundle", f"iceberg/{RUNTIME}-{RUNTIME_VERSION}", (
     Jar(GROUP, RUNTIME, RUNTIME_VERSION, 47926285,
         "63c3b812549dc232c1920865ff42436df8604a9bbacd693930985c06bd97e6dc"),
     Jar("org.xerial", "sqlite-jdbc", "3.54.1.0", 12132578,
         "f8dce420a6016278497f4f0560f65602b9db858de141b541cf91a4644ebe4639"),
+    Jar(GROUP, "iceberg-aws-bundle", RUNTIME_VERSION, 63613165,
+        "38f01da7e96850cdd05e6616d758b77b43314b712a8808e3f9a824d56976162f"),
 ))
 
 
 def spark_jars() -> str:
-    """The ``spark.jars`` value that puts the runtime and the SQLite JDBC driver on the
-    classpath of a SparkSession (fetching them first if needed)."""
+    """The ``spark.jars`` value that puts the runtime, the SQLite JDBC driver and the AWS
+    bundle on the classpath of a SparkSession (fetching them first if needed)."""
     return ",".join(str(j) for j in JARS.ensure())
 
 

@@ -43,7 +43,7 @@ from fluss_spark.tiering.lake_catalog import (CATALOG_NAME, LAKE_FILE, TIERING_D
                                               default_catalog_properties, find_lake_root,
                                               identifier, open_catalog, table_dir,
                                               write_lake_file)
-from fluss_spark.tiering.lake_files import local_path, referenced_files
+from fluss_spark.tiering.lake_files import delete_unused, referenced_files
 from fluss_spark.tiering.lake_partitions import (check_partitioning, partition_spec,
                                                  spec_columns, touched_partitions)
 from fluss_spark.tiering.round_files import RoundFiles, RoundWriter
@@ -449,9 +449,10 @@ class LakeTable:
     def expire(self, older_than_ms: int, retain_last: int = 1,
                orphan_grace_ms: int = 3_600_000) -> dict:
         """Expire snapshots older than ``older_than_ms`` (epoch ms), keeping the last
-        ``retain_last`` and the current one; then, for a local warehouse, delete the files only
-        expired snapshots used, and files no snapshot ever committed (orphans of rounds killed
-        before their commit) older than ``orphan_grace_ms``. Returns what was removed."""
+        ``retain_last`` and the current one; then delete (in a local warehouse or an object
+        store) the files only expired snapshots used, and files no snapshot ever committed
+        (orphans of rounds killed before their commit) older than ``orphan_grace_ms``. Returns
+        what was removed."""
         tbl = self.iceberg()
         snaps = sorted(tbl.metadata.snapshots, key=lambda s: s.timestamp_ms)
         keep = {s.snapshot_id for s in snaps[-max(1, retain_last):]}
@@ -464,23 +465,7 @@ class LakeTable:
             tbl.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
             tbl = self.iceberg()
         after = referenced_files(tbl, tbl.metadata.snapshots)
-        removed: list[str] = []
-        root = local_path(tbl.location())
-        if root is not None:
-            now_ms = int(self.clock() * 1000)
-            for sub in ("data", "metadata"):
-                d = root / sub
-                if not d.is_dir():
-                    continue
-                for p in d.rglob("*"):
-                    if not p.is_file() or str(p) in after:
-                        continue
-                    if p.name.endswith(".metadata.json"):
-                        continue    # the catalog and pyiceberg manage metadata files
-                    old = now_ms - p.stat().st_mtime * 1000 > orphan_grace_ms
-                    if str(p) in before or old:
-                        p.unlink(missing_ok=True)
-                        removed.append(str(p))
+        removed = delete_unused(tbl, before, after, int(self.clock() * 1000), orphan_grace_ms)
         return {"table": self.name, "expired_snapshots": [s.snapshot_id for s in expired],
                 "removed_files": len(removed), "snapshots": len(tbl.metadata.snapshots)}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -32,14 +33,38 @@ def default_catalog_properties(lake_root: str | Path) -> dict[str, str]:
 
 
 _SECRET = re.compile(r"secret|password|token|credential|session", re.IGNORECASE)
+#: pyiceberg's environment variables of the lake's catalog (``PYICEBERG_CATALOG__<NAME>__<KEY>``).
+ENV_PREFIX = f"PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__"
+
+
+def is_secret(key: str) -> bool:
+    """Whether a catalog property holds a secret (it comes from the environment only)."""
+    return bool(_SECRET.search(key))
+
+
+def env_variable(key: str) -> str:
+    """The environment variable of catalog property ``key``: ``s3.secret-access-key`` ->
+    ``PYICEBERG_CATALOG__FLUSS_LAKE__S3__SECRET_ACCESS_KEY``."""
+    return ENV_PREFIX + key.replace(".", "__").replace("-", "_").upper()
+
+
+def env_properties(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The catalog properties in ``PYICEBERG_CATALOG__FLUSS_LAKE__*`` variables, read now.
+
+    Read here, not by pyiceberg: pyiceberg reads its variables once, at import, and turns the
+    ``_`` of the catalog name into ``-`` too (``fluss-lake``), so it never finds this catalog's.
+    The key is mapped as pyiceberg maps it (``__`` -> ``.``, ``_`` -> ``-``, lower case)."""
+    env = os.environ if environ is None else environ
+    return {k[len(ENV_PREFIX):].lower().replace("__", ".").replace("_", "-"): v
+            for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
 
 
 def write_lake_file(lake_root: str | Path, catalog: dict[str, str]) -> None:
     """Record the lake's catalog (without secrets) so readers of the lake find it."""
-    secret = sorted(k for k in catalog if _SECRET.search(k))
+    secret = sorted(k for k in catalog if is_secret(k))
     if secret:
         raise LakeError(f"catalog properties {', '.join(secret)} look secret: pass them as "
-                        f"PYICEBERG_CATALOG__{CATALOG_NAME.upper()}__<NAME> environment "
+                        f"{ENV_PREFIX}<NAME> environment "
                         "variables, not as options")
     d = Path(lake_root) / TIERING_DIR
     d.mkdir(parents=True, exist_ok=True)
@@ -68,10 +93,17 @@ def catalog_properties(lake_root: str | Path) -> dict[str, str]:
 _CATALOGS: dict[tuple, Any] = {}
 
 
+def connection_properties(lake_root: str | Path,
+                          properties: dict[str, str] | None = None) -> dict[str, str]:
+    """What opens the lake's catalog: its recorded properties (or ``properties``) over those of
+    the ``PYICEBERG_CATALOG__FLUSS_LAKE__*`` variables (the secrets)."""
+    return {**env_properties(), **(properties or catalog_properties(lake_root))}
+
+
 def open_catalog(lake_root: str | Path, properties: dict[str, str] | None = None):
     """The pyiceberg catalog of a lake (one per process and lake: it holds a connection pool)."""
     from pyiceberg.catalog import load_catalog
-    props = dict(properties or catalog_properties(lake_root))
+    props = connection_properties(lake_root, properties)
     key = (str(Path(lake_root).absolute()), tuple(sorted(props.items())))
     cat = _CATALOGS.get(key)
     if cat is None:
@@ -109,6 +141,7 @@ def find_lake_root(path: str | Path) -> Path:
                     "run the tiering job first")
 
 
-__all__ = ["CATALOG_NAME", "LAKE_FILE", "TIERING_DIR", "CommitConflict", "LakeError",
-           "catalog_properties", "default_catalog_properties", "find_lake_root", "identifier",
+__all__ = ["CATALOG_NAME", "ENV_PREFIX", "LAKE_FILE", "TIERING_DIR", "CommitConflict",
+           "LakeError", "catalog_properties", "connection_properties", "default_catalog_properties",
+           "env_properties", "env_variable", "find_lake_root", "identifier", "is_secret",
            "open_catalog", "table_dir", "write_lake_file"]

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET
 from fluss_spark.tiering.apply import append_rows, conform, fold_changes
-from fluss_spark.tiering.lake_catalog import LakeError
+from fluss_spark.tiering.lake_catalog import LakeError, env_properties, env_variable, is_secret
 from fluss_spark.tiering.lake_schema import decode_schema, to_storage
 
 #: What each task of a round hands back (``mapInArrow``'s output schema): one row per data file
@@ -70,11 +70,30 @@ class RoundFiles:
         return cls(files, touched, rows_in)
 
 
-def _table_io(metadata_json: str, io_properties: dict) -> tuple[Any, Any]:
+def shippable(io_properties: dict) -> tuple[dict, tuple[str, ...]]:
+    """``io_properties`` without the secrets this process took from its environment (they
+    never travel with a task: each process takes them from its own), and their names. Others
+    (e.g. credentials a REST catalog hands out with a table) stay."""
+    env = env_properties()
+    secrets = tuple(sorted(k for k, v in io_properties.items()
+                           if is_secret(k) and env.get(k) == v))
+    return {k: v for k, v in io_properties.items() if k not in secrets}, secrets
+
+
+def _table_io(metadata_json: str, io_properties: dict,
+              secrets: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """The table's metadata and file IO, with the secrets of this process's environment."""
     from pyiceberg.io import load_file_io
     from pyiceberg.table.metadata import TableMetadataUtil
+    env = env_properties()
+    missing = [k for k in secrets if k not in env]
+    if missing:
+        names = ", ".join(env_variable(k) for k in missing)
+        raise LakeError(f"this process has no {names} in its environment, which the lake's "
+                        f"warehouse needs: give it to the Spark executors too (e.g. --conf "
+                        f"spark.executorEnv.{env_variable(missing[0])}=...)")
     md = TableMetadataUtil.parse_raw(metadata_json)
-    return md, load_file_io(io_properties, md.location)
+    return md, load_file_io({**env, **io_properties}, md.location)
 
 
 def _write_files(md: Any, io: Any, data: pa.Table) -> tuple[Any, ...]:
@@ -92,13 +111,15 @@ class RoundWriter:
 
     ``metadata_json`` is the table's metadata without its snapshot history (the writer needs the
     schema, the partition spec, the location and the write properties); ``io_properties`` open
-    the warehouse's file system.
+    the warehouse's file system, with the secrets named by ``secrets`` taken from the
+    environment of the process that writes (``PYICEBERG_CATALOG__FLUSS_LAKE__*``).
     """
 
     metadata_json: str
     io_properties: dict
     fluss_schema: str
     primary_key: tuple[str, ...]
+    secrets: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, tbl: Any, fluss_schema: str, primary_key: Sequence[str]) -> "RoundWriter":
@@ -106,8 +127,9 @@ class RoundWriter:
         md = tbl.metadata.model_copy(update={"snapshots": [], "snapshot_log": [],
                                              "metadata_log": [], "refs": {},
                                              "current_snapshot_id": None})
-        return cls(md.model_dump_json(), dict(tbl.io.properties), fluss_schema,
-                   tuple(primary_key))
+        io_properties, secrets = shippable(dict(tbl.io.properties))
+        return cls(md.model_dump_json(), io_properties, fluss_schema, tuple(primary_key),
+                   secrets)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``mapInArrow``: one task's rows in, its ``RESULT_SCHEMA`` rows out."""
@@ -118,7 +140,7 @@ class RoundWriter:
 
     def write(self, changes: pa.Table) -> RoundFiles:
         """Write ``changes`` as data files (PK: folded by key, each key's last row, sorted)."""
-        md, io = _table_io(self.metadata_json, self.io_properties)
+        md, io = _table_io(self.metadata_json, self.io_properties, self.secrets)
         rows = conform(changes, decode_schema(self.fluss_schema), keep=(CHANGE_TYPE, LOG_OFFSET))
         touched = None
         if self.primary_key:
@@ -130,7 +152,8 @@ class RoundWriter:
 
     def without_keys(self, touched: pa.Table) -> "KeyRemover":
         """What rewrites the table's data files holding any of ``touched`` (copy-on-write)."""
-        return KeyRemover(self.metadata_json, self.io_properties, self.primary_key, touched)
+        return KeyRemover(self.metadata_json, self.io_properties, self.primary_key, touched,
+                          self.secrets)
 
     @staticmethod
     def results(written: RoundFiles) -> Iterable[pa.RecordBatch]:
@@ -160,13 +183,14 @@ class KeyRemover:
     io_properties: dict
     primary_key: tuple[str, ...]
     touched: pa.Table
+    secrets: tuple[str, ...] = ()
 
     def __call__(self, data_file: Any) -> tuple[Any, tuple[Any, ...]] | None:
         """None when ``data_file`` holds no touched key; else (the file, its replacement
         files: its other rows, none when every row was touched)."""
         import numpy as np
         import pyarrow.parquet as pq
-        md, io = _table_io(self.metadata_json, self.io_properties)
+        md, io = _table_io(self.metadata_json, self.io_properties, self.secrets)
         key = list(self.primary_key)
         storage = md.schema().as_arrow()
         with io.new_input(data_file.file_path).open() as fh:
@@ -203,4 +227,4 @@ def rows_with_keys(keys: pa.Table, wanted: pa.Table, key: list[str]) -> Any:
 
 
 __all__ = ["KeyRemover", "RESULT_SCHEMA", "RoundFiles", "RoundWriter", "SplitOverlap",
-           "rows_with_keys"]
+           "rows_with_keys", "shippable"]

@@ -6,7 +6,8 @@ table is loaded in the JVM by Iceberg's Java catalog (the JDBC catalog over the 
 catalog, or the REST catalog), wrapped in Iceberg's ``SparkTable`` and planned as a
 ``DataSourceV2Relation``: the rows come from Iceberg's Spark scan (its manifests, delete files and
 Parquet readers), not from pyiceberg. The runtime jar must be on the session's classpath
-(``spark.jars``: ``fluss_spark.local.iceberg_jars.spark_jars()``).
+(``spark.jars``: ``fluss_spark.local.iceberg_jars.spark_jars()``), and for a warehouse in S3
+Iceberg's AWS bundle (``S3FileIO``), which ``spark_jars()`` includes.
 """
 
 from __future__ import annotations
@@ -14,13 +15,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fluss_spark.tiering.lake import CATALOG_NAME, LakeError, catalog_properties, identifier
+from fluss_spark.tiering.lake import CATALOG_NAME, LakeError, identifier
+from fluss_spark.tiering.lake_catalog import connection_properties
 
 _JAVA_CATALOGS: dict[tuple, Any] = {}
 
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+
+
+def java_properties(props: dict[str, str]) -> dict[str, str]:
+    """pyiceberg catalog properties as Iceberg's Java catalogs take them (besides ``type`` and
+    ``uri``). The ``s3.*`` keys have the same names in both, except the region
+    (``client.region``); an ``s3://`` warehouse is read with ``S3FileIO``, path-style unless
+    pyiceberg was told to address buckets as virtual hosts."""
+    out = {k: v for k, v in props.items() if k not in ("type", "uri")}
+    if str(props.get("warehouse", "")).startswith(("s3://", "s3a://")) and "io-impl" not in props:
+        out["io-impl"] = S3_FILE_IO
+        virtual = str(props.get("s3.force-virtual-addressing", "false")).lower() == "true"
+        out.setdefault("s3.path-style-access", str(not virtual).lower())
+        if "s3.region" in props:
+            out.setdefault("client.region", props["s3.region"])
+    return out
+
 
 def _java_catalog(spark: Any, lake_root: Path) -> Any:
-    props = catalog_properties(lake_root)
+    props = connection_properties(lake_root)
     key = (id(spark), tuple(sorted(props.items())))
     cat = _JAVA_CATALOGS.get(key)
     if cat is not None:
@@ -43,9 +62,8 @@ def _java_catalog(spark: Any, lake_root: Path) -> Any:
     else:
         raise LakeError(f"catalog type {kind!r} of lake {lake_root} is not readable from Spark "
                         "here (sql and rest are)")
-    for k, v in props.items():
-        if k not in ("type", "uri"):
-            jprops.put(k, v)
+    for k, v in java_properties(props).items():
+        jprops.put(k, v)
     try:
         java_class: Any = jvm
         for part in cls.split("."):
@@ -83,4 +101,4 @@ def read_lake_table(spark: Any, lake_root: str | Path, table: str,
                      spark)
 
 
-__all__ = ["read_lake_table"]
+__all__ = ["java_properties", "read_lake_table"]

@@ -255,6 +255,23 @@ def test_the_lake_file_records_a_catalog_without_secrets(tmp_path):
         catalog_properties(tmp_path)
 
 
+def test_catalog_properties_from_pyiceberg_variables_are_read_when_the_catalog_opens():
+    from fluss_spark.tiering.lake_catalog import env_properties, env_variable
+    assert env_variable("s3.secret-access-key") == \
+        "PYICEBERG_CATALOG__FLUSS_LAKE__S3__SECRET_ACCESS_KEY"
+    assert env_properties({"PYICEBERG_CATALOG__FLUSS_LAKE__S3__SECRET_ACCESS_KEY": "x",
+                           "pyiceberg_catalog__fluss_lake__s3__endpoint": "http://h",
+                           "PYICEBERG_CATALOG__OTHER__S3__ENDPOINT": "no",
+                           "AWS_SECRET_ACCESS_KEY": "no"}) == {
+        "s3.secret-access-key": "x", "s3.endpoint": "http://h"}
+
+
+def test_files_have_one_name_whatever_form_their_location_takes():
+    from fluss_spark.tiering.lake_files import file_key
+    assert file_key("/w/db/t/data/a.parquet") == file_key("file:///w/db/t/data/a.parquet")
+    assert file_key("s3://fluss/lake/db/t/data/a.parquet") == "s3:fluss/lake/db/t/data/a.parquet"
+
+
 def test_missing_tables_and_bad_names_are_reported(tmp_path):
     (tmp_path / "_tiering").mkdir()
     with pytest.raises(LakeError, match="no lake table db.nope"):

@@ -116,3 +116,22 @@ def test_the_copy_on_write_on_threads_equals_it_in_process(tmp_path):
         results[run.__name__] = t.read().sort_by("id").to_pylist()
     assert results["in_process"] == results["on_threads"]
     assert sum(r["v"] == "new" for r in results["on_threads"]) == len(range(0, 400, 7))
+
+
+def test_catalog_secrets_come_from_each_process_environment_never_with_the_task(tmp_path,
+                                                                               monkeypatch):
+    from fluss_spark.tiering.lake_catalog import LakeError
+    variable = "PYICEBERG_CATALOG__FLUSS_LAKE__S3__SECRET_ACCESS_KEY"
+    monkeypatch.setenv(variable, "shh-42")
+    t = table(tmp_path)
+    assert t.iceberg().io.properties["s3.secret-access-key"] == "shh-42"   # the driver's catalog
+    writer = t.writer()
+    assert writer.secrets == ("s3.secret-access-key",)
+    assert b"shh-42" not in pickle.dumps(writer)
+    monkeypatch.delenv(variable)            # an executor started without it
+    with pytest.raises(LakeError, match=f"no {variable} in its environment.*"
+                                        f"spark.executorEnv.{variable}="):
+        run_tasks(writer, [rows([(1, "a")])])
+    monkeypatch.setenv(variable, "shh-42")  # given to the executors
+    written = RoundFiles.merge(run_tasks(writer, [rows([(1, "a")])]), writer.primary_key)
+    assert len(written.files) == 1
