@@ -94,10 +94,13 @@ class StandaloneSpark:
                                            "spark.executor.cores": "1",
                                            "spark.cores.max": "2", **conf})}
 
-    def worker_logs(self, apps: set[Path] | None = None) -> list[str]:
-        """The executors' stderr of every application (or of those not in ``apps``)."""
-        return [p.read_text(errors="replace") for app in set(self.applications()) - (apps or set())
+    def python_executors(self, apps: set[Path] | None = None) -> int:
+        """How many executors of every application (or of those not in ``apps``) ran Python
+        tasks, by their stderr."""
+        logs = [p.read_text(errors="replace")
+                for app in set(self.applications()) - (apps or set())
                 for p in app.glob("*/stderr")]
+        return len([t for t in logs if "Starting Python task execution" in t])
 
     def applications(self) -> list[Path]:
         """The work directories of the applications the workers ran."""

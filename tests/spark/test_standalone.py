@@ -33,11 +33,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.standalone]
 ROWS, MAX_ROWS = 20_000, 1_000
 
 
-def started_tasks(logs: list[str]) -> int:
-    """How many of the executors' logs show Python tasks."""
-    return len([t for t in logs if "Starting Python task execution" in t])
-
-
 def test_full_mode_on_two_workers_survives_a_killed_worker(spark, embedded_s3, table_name,
                                                            standalone, tmp_path):
     """The embedded engine, its snapshots in the object store: worker 0 killed -9 in the
@@ -82,7 +77,7 @@ def test_full_mode_on_two_workers_survives_a_killed_worker(spark, embedded_s3, t
         assert len(lease_ids) == 1
         assert watcher.ids(admin.get_table(table_name).table_id) <= lease_ids
     # Both workers ran tasks: the one fed by --py-files too.
-    assert started_tasks(spark_cluster.worker_logs(apps)) >= 2
+    assert spark_cluster.python_executors(apps) >= 2
 
 
 def test_apache_fluss_full_mode_reads_snapshot_files_on_the_executors(spark, apache_fluss_s3,
@@ -127,7 +122,7 @@ def test_apache_fluss_full_mode_reads_snapshot_files_on_the_executors(spark, apa
     assert snap_rows.count() == 4000 == snap_rows.select("id").distinct().count()
     assert len({o["lease_id"] for o in source_offsets(ckpt)}) == 1
     # This application's executors on both workers ran Python tasks.
-    assert started_tasks(spark_cluster.worker_logs(apps)) >= 2
+    assert spark_cluster.python_executors(apps) >= 2
 
 
 BATCH_READ = """

@@ -34,11 +34,6 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tier_tables.py"
 PK_ROWS, LOG_ROWS = 2_000, 500
 
 
-def started_tasks(logs: list[str]) -> int:
-    """How many of the executors' logs show Python tasks."""
-    return len([t for t in logs if "Starting Python task execution" in t])
-
-
 def lake_files(storage: RemoteStorage, prefix: str) -> set[str]:
     """``s3://`` URIs of the Parquet files under ``prefix`` (``bucket/path``) in the store."""
     from pyarrow.fs import FileSelector, FileType
@@ -95,7 +90,7 @@ def test_tiering_on_a_standalone_cluster_into_an_s3_warehouse(spark, embedded_s3
     assert secret not in (lake / "_tiering" / "lake.json").read_text()
     assert secret not in done.stdout + done.stderr
     # Executors on both workers ran the rounds' Python tasks (reads and data file writes).
-    assert started_tasks(spark_cluster.worker_logs(apps)) >= 2
+    assert spark_cluster.python_executors(apps) >= 2
 
     for k, v in secrets.items():
         monkeypatch.setenv(k, v)
