@@ -9,7 +9,9 @@ same conditions):
   file, warm page cache): the data is copied once, as a reader of the file would;
 - ``1 session``: one process scans the bucket over TCP scan sessions;
 - ``N sessions``: N processes, each scanning 1/N of the rows (``start_row`` / ``limit``), as N
-  Spark tasks would read one bucket.
+  Spark tasks would read one bucket;
+- ``N short-circuit``: the same scans with short-circuit reads (``scan.kv.short-circuit``): the
+  server checks the open and names the snapshot file, which the reader maps itself.
 
 Every scan checks that each of its rows arrived (row count and the sum of the ids). Two physical
 bounds are measured in the same run: ``memcpy`` of the file's bytes (numpy) and the loopback
@@ -53,10 +55,11 @@ def read_direct(path: str) -> tuple[int, int]:
     return table.num_rows, int(pa.compute.sum(table.column("id")).as_py())
 
 
-def _scan(servers: str, lo: int, hi: int, batch_size: int, ready, go, out) -> None:
+def _scan(servers: str, lo: int, hi: int, batch_size: int, short_circuit: bool, ready, go,
+          out) -> None:
     """One reader process: connect, wait for the start, scan rows [lo, hi), report."""
     from fluss_spark.client import FlussConnection
-    conn = FlussConnection(servers, request_timeout_s=120)
+    conn = FlussConnection(servers, request_timeout_s=120, short_circuit_reads=short_circuit)
     scanner = conn.kv_scanner("bench.scan")
     ready.wait()
     go.wait()
@@ -68,13 +71,15 @@ def _scan(servers: str, lo: int, hi: int, batch_size: int, ready, go, out) -> No
     conn.close()
 
 
-def read_sessions(servers: str, total_rows: int, parallel: int, batch_size: int) -> float:
+def read_sessions(servers: str, total_rows: int, parallel: int, batch_size: int,
+                  short_circuit: bool = False) -> float:
     """Seconds for ``parallel`` processes to scan the bucket; checks every row arrived."""
     ctx = mp.get_context("fork")
     ready, go, out = ctx.Barrier(parallel + 1), ctx.Barrier(parallel + 1), ctx.Queue()
     procs = [ctx.Process(target=_scan, args=(servers, total_rows * i // parallel,
                                              total_rows * (i + 1) // parallel, batch_size,
-                                             ready, go, out)) for i in range(parallel)]
+                                             short_circuit, ready, go, out))
+             for i in range(parallel)]
     for proc in procs:
         proc.start()
     ready.wait()                     # every reader connected: time the scans alone
@@ -168,6 +173,9 @@ def main(argv=None) -> int:
                     for k in sorted({1, a.parallel}):
                         label = f"{k} session{'s' if k > 1 else ''} {_size(batch)}"
                         runs[label] = read_sessions(cluster.bootstrap_servers, a.rows, k, batch)
+                for k in sorted({1, a.parallel}):
+                    runs[f"{k} short-circuit"] = read_sessions(cluster.bootstrap_servers, a.rows,
+                                                               k, sizes[0], short_circuit=True)
                 for label, secs in runs.items():
                     rows.setdefault(label, []).append(a.rows / secs / 1e6)
                     ratio.setdefault(label, []).append(direct / secs)
