@@ -38,6 +38,7 @@ from fluss_spark.config import parse_pairs
 from fluss_spark.errors import FlussError
 from fluss_spark.local.apache_fluss_jars import (DEFAULT_VERSION, ensure_filesystem_jars,
                                                  ensure_jars)
+from fluss_spark.local.object_store import REGION
 from fluss_spark.local.ports import free_port, port_open
 from fluss_spark.local.processes import LocalProcesses
 from fluss_spark.local.state_files import read_state_file
@@ -368,13 +369,17 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
         return self
 
     def jars(self) -> list[Path]:
-        """The server classpath: the release's jars, and its S3 filesystem with an object
-        store (Fluss finds filesystems on the classpath as well as in plugins/)."""
+        """The server classpath: the release's jars, and with an object store its S3
+        filesystem (Fluss finds filesystems on the classpath as well as in plugins/) and the
+        store's keys."""
         if self._jars is None:
             self._jars = ensure_jars(self.version)
-            if self.remote_storage is not None:
-                self._jars = self._jars + ensure_filesystem_jars(self.version,
-                                                                 self.remote_storage)
+            store = self.object_store
+            if store is not None:
+                # The store's keys reach Fluss's S3 filesystem through a core-site.xml on the
+                # classpath: Fluss logs every line of server.yaml, secrets included.
+                self._jars = [store.hadoop_site(self.base_dir / "security" / "hadoop"),
+                              *self._jars, *ensure_filesystem_jars(self.version, "s3")]
         return self._jars
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -416,7 +421,8 @@ class ApacheFlussProcesses(LocalProcesses[JavaServer]):
         store = self.object_store
         options = self.options if store is None else {
             # Path-style requests: the store is one host, with no per-bucket DNS names.
-            **store.fluss_options(), "s3.path-style-access": "true", **self.options}
+            "s3.endpoint": store.endpoint, "s3.region": REGION, "s3.path-style-access": "true",
+            **self.options}
         s.write_config(self.zookeeper_address, self.remote_data_uri, options, self.sasl)
         s.spawn(jars, self.heap, self._write_security())
         self._save_state()

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from xml.sax.saxutils import escape
 from typing import TextIO
 
 from fluss_spark.errors import FlussError
@@ -130,11 +131,23 @@ class ObjectStore:
                 "AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": REGION}
 
     def fluss_options(self) -> dict[str, str]:
-        """The ``s3.*`` settings of Fluss's S3 filesystem (server.yaml) and of the Spark
-        source's remote storage options."""
+        """The ``s3.*`` settings of the Spark source's remote storage options (the keys of
+        Fluss's S3 filesystem in server.yaml)."""
         key, secret = self.credentials
         return {"s3.endpoint": self.endpoint, "s3.region": REGION, "s3.access-key": key,
                 "s3.secret-key": secret}
+
+    def hadoop_site(self, directory: Path) -> Path:
+        """``directory`` with a ``core-site.xml`` (mode 600) holding the store's keys as
+        Hadoop's S3A settings, for a JVM that takes them from its classpath."""
+        key, secret = self.credentials
+        props = "".join(f"  <property><name>{escape(k)}</name><value>{escape(v)}</value>"
+                        "</property>\n"
+                        for k, v in (("fs.s3a.access.key", key), ("fs.s3a.secret.key", secret)))
+        write_secret_file(directory / "core-site.xml",
+                          f"<?xml version=\"1.0\"?>\n<configuration>\n{props}</configuration>\n",
+                          replace=True)
+        return directory
 
     def describe(self) -> dict:
         """What ``cluster status --json`` reports (no secret: the credentials file's path)."""
