@@ -10,7 +10,9 @@ runs in three groups, each a pytest process of its own with its own ``--basetemp
    every test on the Apache Fluss cluster: an integration file that names the ``apache_fluss``
    fixtures goes with the Spark tests, so the cluster is started once), ``python`` the unit tests
    and the rest of the integration tests, then the check of the package as a user installs it
-   (``.ci/wheel_check.py``), which fits in the time the ``jvm`` group takes longer.
+   (``.ci/wheel_check.py``), then the Spark tests on a standalone cluster (``STANDALONE``: their
+   master, workers and clusters are their own), which fit in the time the ``jvm`` group takes
+   longer.
 
 Each group's output is printed whole when it ends (``python`` first, as it ends first), with its
 own slowest tests. The exit status is the first failing group's. With test paths among the
@@ -35,6 +37,8 @@ TESTS = ROOT / "tests"
 #: Test files with a latency bound of about a second (a reply under 1 s during a flood).
 LATENCY_BOUND = ["tests/integration/test_rpc_probes.py"]
 WHEEL_CHECK = ".ci/wheel_check.py"
+#: Spark tests with a standalone master and workers of their own: the ``python`` lane's last.
+STANDALONE = ["tests/spark/test_standalone.py", "tests/spark/test_standalone_tiering.py"]
 _APACHE_FLUSS_FIXTURE = re.compile(r"\bapache_fluss(_for_faults)?\b")
 
 
@@ -46,7 +50,8 @@ def groups() -> dict[str, list[str]]:
     on_jvm = [p for p in integration
               if p not in alone and _APACHE_FLUSS_FIXTURE.search((ROOT / p).read_text())]
     rest = [p for p in integration if p not in alone and p not in on_jvm]
-    return {"alone": alone, "jvm": ["tests/spark", *on_jvm], "python": ["tests/unit", *rest]}
+    return {"alone": alone, "jvm": ["tests/spark", *on_jvm], "python": ["tests/unit", *rest],
+            "standalone": STANDALONE}
 
 
 def _pytest(args: list[str], paths: list[str], basetemp: Path, durations: int) -> list[str]:
@@ -73,9 +78,11 @@ def main(argv: list[str]) -> int:
     plan = groups()
     started = time.monotonic()
     status = subprocess.call(_pytest(argv, plan["alone"], base / "alone", 5), cwd=ROOT)
+    skip_standalone = [f"--ignore={p}" for p in plan["standalone"]]
     lanes = {"python": [_pytest(argv, plan["python"], base / "python", 20),
-                        [sys.executable, WHEEL_CHECK]],
-             "jvm": [_pytest(argv, plan["jvm"], base / "jvm", 20)]}
+                        [sys.executable, WHEEL_CHECK],
+                        _pytest(argv, plan["standalone"], base / "standalone", 10)],
+             "jvm": [_pytest([*argv, *skip_standalone], plan["jvm"], base / "jvm", 20)]}
     results: dict[str, int] = {}
     logs = {name: base / f"{name}.log" for name in lanes}
     threads = [threading.Thread(target=_lane, args=(cmds, logs[name], results, name))
@@ -84,7 +91,8 @@ def main(argv: list[str]) -> int:
         t.start()
     for t, name in zip(threads, lanes):
         t.join()
-        then = " then " + WHEEL_CHECK if name == "python" else ""
+        then = (f" then {WHEEL_CHECK} then {' '.join(plan['standalone'])}"
+                if name == "python" else f" but {' '.join(plan['standalone'])}")
         print(f"\n===== group {name}: {' '.join(plan[name])}{then} =====", flush=True)
         sys.stdout.write(logs[name].read_text())
         if status in (0, 5):
