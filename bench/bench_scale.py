@@ -1,4 +1,4 @@
-"""Snapshot phase at scale: how throughput, memory, the lease and the checkpoint grow with the table.
+"""Snapshot phase at scale: how rows/s, memory, the lease and the checkpoint grow with the table.
 
 Run::
 
@@ -24,10 +24,12 @@ Reported per (engine, N), ``--repeat`` runs (median of the times, maximum of the
 - time to first row: from ``start()`` to the end of the first micro-batch with rows (its
   progress event's ``timestamp`` plus its ``triggerExecution``: when its rows had reached the
   sink), and how many micro-batches read rows;
-- peak RSS, sampled from ``/proc/<pid>/status`` every ``--sample-ms`` during the query, of the
-  Spark Python workers (every Python process below the Spark JVM: ``pyspark.daemon``, the
-  workers it forks and the streaming source's runner; the largest single process and the
-  largest sum), of the tablet servers (the largest) and of the coordinator;
+- peak RSS (VmRSS), sampled from ``/proc/<pid>/status`` every ``--sample-ms`` during the
+  query, of the Spark Python workers (every Python process below the Spark JVM:
+  ``pyspark.daemon``, the workers it forks and the streaming source's runner; the largest
+  single process and the largest sum), of the tablet servers (the largest; also its anonymous
+  part, RssAnon, which leaves out mapped files such as the embedded snapshot files) and of the
+  coordinator;
 - the lease: the largest total size of the znodes under the engine's
   ``leases/kv_snapshot`` in ZooKeeper seen during the query (polled every 4 samples), with the
   znode count;
@@ -71,12 +73,13 @@ MB = 1 << 20
 
 
 # -- /proc --------------------------------------------------------------------------------------
-def rss_bytes(pid: int) -> int:
-    """The process's resident set now (0 once it is gone)."""
+def rss_bytes(pid: int, kind: str = "VmRSS") -> int:
+    """The process's resident set now (``kind`` RssAnon: its anonymous part, without mapped
+    files); 0 once it is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(kind + ":"):
                     return int(line.split()[1]) * 1024
     except (FileNotFoundError, ProcessLookupError):
         pass
@@ -146,10 +149,12 @@ class Peaks:
 
 
 class Sampler(threading.Thread):
-    """Samples the RSS of each group of processes every ``interval_s`` (``groups`` gives their
-    pids at each sample) and, every 4th sample, the lease znodes below ``lease_path``."""
+    """Samples the RSS of each group of processes every ``interval_s`` (``groups``: by name,
+    what gives their pids at each sample and the ``/proc/<pid>/status`` field to read) and,
+    every 4th sample, the lease znodes below ``lease_path``."""
 
-    def __init__(self, groups: dict[str, Callable[[], list[int]]], zk: KazooClient | None,
+    def __init__(self, groups: dict[str, tuple[Callable[[], list[int]], str]],
+                 zk: KazooClient | None,
                  lease_path: str | None, interval_s: float):
         super().__init__(daemon=True)
         self.groups, self.zk, self.lease_path = groups, zk, lease_path
@@ -160,8 +165,8 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         tick = 0
         while True:
-            for name, pids in self.groups.items():
-                sizes = [rss_bytes(p) for p in pids()]
+            for name, (pids, kind) in self.groups.items():
+                sizes = [rss_bytes(p, kind) for p in pids()]
                 self.peaks.merge(Peaks({name: max(sizes, default=0)}, {name: sum(sizes)}))
             if self.zk is not None and self.lease_path is not None and tick % 4 == 0:
                 size, count = znode_bytes(self.zk, self.lease_path)
@@ -284,8 +289,10 @@ class ScaleBench:
         def pids(role: str) -> Callable[[], list[int]]:
             return lambda: [s.pid for (r, _), s in cluster.servers.items()
                             if r == role and s.pid is not None]
-        return Sampler({"python": lambda: python_descendants(self.jvm_pid),
-                        "tablet": pids("tablet"), "coordinator": pids("coordinator")},
+        return Sampler({"python": (lambda: python_descendants(self.jvm_pid), "VmRSS"),
+                        "tablet": (pids("tablet"), "VmRSS"),
+                        "tablet anon": (pids("tablet"), "RssAnon"),
+                        "coordinator": (pids("coordinator"), "VmRSS")},
                        self.zk, self.engines.zk_roots[engine] + LEASE_ROOTS[engine],
                        self.sample_s)
 
@@ -332,7 +339,8 @@ def mb(n: int) -> str:
 def print_table(results: list[Result]) -> None:
     head = (f"{'engine':<13}{'rows':>12}{'wall s':>8}{'rows/s':>11}{'batch s':>9}"
             f"{'rows/s':>11}{'1st row s':>10}{'batches':>8}{'py MB':>7}{'py sum':>8}"
-            f"{'tablet':>8}{'coord':>7}{'lease B':>9}{'zn':>4}{'offsets B':>10}{'commits B':>10}")
+            f"{'tablet':>8}{'anon':>6}{'coord':>7}{'lease B':>9}{'zn':>4}{'offsets B':>10}"
+            f"{'commits B':>10}")
     print(head)
     for r in results:
         p = r.peaks
@@ -341,10 +349,12 @@ def print_table(results: list[Result]) -> None:
               f"{r.rows / batch:>11,.0f}{r.median('first_row_s'):>10.2f}"
               f"{r.largest('batches'):>8}{mb(p.rss_max['python']):>7}"
               f"{mb(p.rss_sum['python']):>8}{mb(p.rss_max['tablet']):>8}"
+              f"{mb(p.rss_max['tablet anon']):>6}"
               f"{mb(p.rss_max['coordinator']):>7}{p.lease_bytes:>9,}{p.lease_znodes:>4}"
               f"{r.largest('offsets_bytes'):>10,}{r.largest('commits_bytes'):>10,}")
     print("py MB: the largest Spark Python process, py sum: all of them at once, tablet: the "
-          "largest tablet server, coord: the coordinator (peak RSS in MB during the query); "
+          "largest tablet server (anon: without mapped files), coord: the coordinator (peak "
+          "RSS in MB during the query); "
           "lease B / zn: the lease znodes' bytes and count; offsets B: the largest offsets file; "
           "commits B: all commit files")
 
