@@ -76,18 +76,20 @@ CEILING = "ceiling"
 
 
 # -- the snapshots ------------------------------------------------------------------------------
-def covering_snapshots(servers: str, timeout_s: float) -> dict[int, tuple[int, int, int]]:
-    """``{bucket: (snapshot id, rows, log offset)}`` once each bucket's latest KV snapshot covers
-    every write of it (Apache Fluss snapshots periodically; the embedded one was triggered)."""
+def covering_snapshots(servers: str, timeout_s: float,
+                       table: str = TABLE) -> dict[int, tuple[int, int, int]]:
+    """``{bucket: (snapshot id, rows, log offset)}`` once each bucket's latest KV snapshot of
+    ``table`` covers every write of it (Apache Fluss snapshots periodically; the embedded one
+    was triggered)."""
     cluster = open_cluster(servers)
     found: dict = {}
     try:
-        end = {b: o for b, o in cluster.list_offsets(TABLE, spec="latest").items() if o}
+        end = {b: o for b, o in cluster.list_offsets(table, spec="latest").items() if o}
 
         def covered() -> bool:
-            found.update(cluster.latest_kv_snapshots(TABLE))
+            found.update(cluster.latest_kv_snapshots(table))
             return all(b in found and found[b].log_offset >= o for b, o in end.items())
-        wait_until(covered, timeout_s, f"KV snapshots of {TABLE} at {servers} covering {end}")
+        wait_until(covered, timeout_s, f"KV snapshots of {table} at {servers} covering {end}")
         return {b: (s.snapshot_id, s.row_count, s.log_offset) for b, s in sorted(found.items())}
     finally:
         cluster.close()

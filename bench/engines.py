@@ -1,5 +1,5 @@
-"""Both engines for a benchmark: one ZooKeeper, the embedded cluster and Apache Fluss, in a
-temporary directory, started together and stopped together."""
+"""Both engines for a benchmark (or one of them): one ZooKeeper, the embedded cluster and Apache
+Fluss, in a temporary directory, started together and stopped together."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from common import local_spark, make_rows  # bench/common.py
 from fluss_spark.client import FlussConnection
@@ -22,47 +22,68 @@ EMBEDDED, APACHE = "embedded", "apache-fluss"
 
 
 class Engines:
-    """ZooKeeper + the embedded cluster + Apache Fluss; ``servers`` by engine name."""
+    """ZooKeeper + the embedded cluster + Apache Fluss (or only the ``engines`` named);
+    ``servers`` by engine name, ``zk_roots``: the ZooKeeper path each engine keeps its data
+    under (the embedded cluster's chroot, Apache Fluss's ``zookeeper.path.root``)."""
 
-    def __init__(self, prefix: str, tablets: int, apache_options: dict[str, str] | None = None):
+    def __init__(self, prefix: str, tablets: int, apache_options: dict[str, str] | None = None,
+                 engines: Sequence[str] = (EMBEDDED, APACHE)):
+        unknown = sorted(set(engines) - {EMBEDDED, APACHE})
+        if unknown or not engines:
+            raise ValueError(f"unknown engine(s) {', '.join(unknown) or '(none given)'}: use "
+                             f"{EMBEDDED} and/or {APACHE}")
         self.work = Path(tempfile.mkdtemp(prefix=prefix))
         self.zk = ZooKeeperProcess(self.work / "zookeeper")
         self.embedded: EmbeddedProcesses | None = None
         self.apache: ApacheFlussProcesses | None = None
         self.spark: Any = None
+        self.servers: dict[str, str] = {}
+        self.zk_roots: dict[str, str] = {}
+        started = []
         try:
             self.zk.start()
-            t0 = time.perf_counter()
-            self.embedded = EmbeddedProcesses(
-                self.work / "embedded", tablets=tablets,
-                zookeeper=f"{self.zk.address}/bench-embedded-{uuid.uuid4().hex[:8]}")
-            self.embedded.start()
-            t1 = time.perf_counter()
-            self.apache = ApacheFlussProcesses(
-                self.work / "apache", tablets=tablets, zookeeper=self.zk.address,
-                options={"zookeeper.path.root": f"/bench-apache-{uuid.uuid4().hex[:8]}",
-                         **(apache_options or {})})
-            self.apache.start()
-            t2 = time.perf_counter()
+            if EMBEDDED in engines:
+                t0 = time.perf_counter()
+                self.zk_roots[EMBEDDED] = f"/bench-embedded-{uuid.uuid4().hex[:8]}"
+                self.embedded = EmbeddedProcesses(
+                    self.work / "embedded", tablets=tablets,
+                    zookeeper=f"{self.zk.address}{self.zk_roots[EMBEDDED]}")
+                self.embedded.start()
+                self.servers[EMBEDDED] = self.embedded.bootstrap_servers
+                started.append(f"embedded in {time.perf_counter() - t0:.1f}s")
+            if APACHE in engines:
+                t0 = time.perf_counter()
+                self.zk_roots[APACHE] = f"/bench-apache-{uuid.uuid4().hex[:8]}"
+                self.apache = ApacheFlussProcesses(
+                    self.work / "apache", tablets=tablets, zookeeper=self.zk.address,
+                    options={"zookeeper.path.root": self.zk_roots[APACHE],
+                             **(apache_options or {})})
+                self.apache.start()
+                self.servers[APACHE] = self.apache.bootstrap_servers
+                started.append(f"Apache Fluss {self.apache.version} in "
+                               f"{time.perf_counter() - t0:.1f}s")
         except BaseException:
             self.stop()
             raise
-        print(f"started embedded in {t1 - t0:.1f}s, Apache Fluss {self.apache.version} in "
-              f"{t2 - t1:.1f}s ({tablets} tablet server(s) each)")
-        self.servers = {EMBEDDED: self.embedded.bootstrap_servers,
-                        APACHE: self.apache.bootstrap_servers}
+        print(f"started {', '.join(started)} ({tablets} tablet server(s) each)")
 
     def load(self, table: str, schema: str, rows: int, buckets: int, chunk: int,
-             primary_key: Sequence[str] = ()) -> None:
-        """Create ``table`` in both engines and write ``common.make_rows`` [0, rows) in chunks of
-        ``chunk`` rows: appended to a log table, upserted into a primary-key table (then, in
-        the embedded one, snapshotted). The write times are printed, not measured."""
+             primary_key: Sequence[str] = ()) -> dict[str, float]:
+        """Create ``table`` in every engine and write ``common.make_rows`` [0, rows) in chunks
+        of ``chunk`` rows (never all rows at once): appended to a log table, upserted into a
+        primary-key table (then, in the embedded one, snapshotted). The write times are
+        printed, and returned by engine; they are not what the benchmarks measure."""
+        secs: dict[str, float] = {}
         for engine, write in ((EMBEDDED, _write_embedded), (APACHE, _write_apache)):
+            if engine not in self.servers:
+                continue
             t0 = time.perf_counter()
             write(self.servers[engine], table, schema, buckets, primary_key,
-                  [(lo, min(rows, lo + chunk)) for lo in range(0, rows, chunk)])
-            secs = time.perf_counter() - t0
-            print(f"wrote {rows:,} rows into {engine} in {secs:.1f}s ({rows / secs:,.0f} rows/s)")
+                  ((lo, min(rows, lo + chunk)) for lo in range(0, rows, chunk)))
+            secs[engine] = time.perf_counter() - t0
+            print(f"wrote {rows:,} rows into {engine} in {secs[engine]:.1f}s "
+                  f"({rows / secs[engine]:,.0f} rows/s)")
+        return secs
 
     def start_spark(self, app: str) -> Any:
         """The benchmark's SparkSession (``common.local_spark``), stopped first by ``stop``."""
@@ -81,7 +102,7 @@ class Engines:
 
 
 def _write_embedded(servers: str, table: str, schema: str, buckets: int,
-                    primary_key: Sequence[str], chunks: list[tuple[int, int]]) -> None:
+                    primary_key: Sequence[str], chunks: Iterable[tuple[int, int]]) -> None:
     with FlussConnection(servers) as conn:
         admin = conn.admin()
         admin.create_table(table, schema, primary_key=primary_key, num_buckets=buckets)
@@ -94,7 +115,7 @@ def _write_embedded(servers: str, table: str, schema: str, buckets: int,
 
 
 def _write_apache(servers: str, table: str, schema: str, buckets: int,
-                  primary_key: Sequence[str], chunks: list[tuple[int, int]]) -> None:
+                  primary_key: Sequence[str], chunks: Iterable[tuple[int, int]]) -> None:
     with PyFluss(servers) as pf:
         pf.create_table(table, schema, primary_key=primary_key, buckets=buckets)
         write = pf.upsert if primary_key else pf.append
