@@ -199,6 +199,17 @@ def decode_kv_values(values: Sequence[bytes], schema_of: Callable[[int], pa.Sche
                           schema_of, output)
 
 
+def decode_kv_ranges(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
+                     schema_of: Callable[[int], pa.Schema], output: pa.Schema) -> pa.RecordBatch:
+    """The rows of the KV values at ``buffer[begins[i]:ends[i]]`` (a uint8 array, e.g. the
+    decompressed blocks of a snapshot's files) as a batch of ``output``, as decode_kv_values."""
+    if not len(begins):
+        return _empty(output)
+    if ((begins < 0) | (ends < begins) | (ends > len(buffer))).any():
+        raise CorruptMessage(f"a KV value range lies outside its buffer of {len(buffer)} bytes")
+    return _decode_values(buffer, begins, ends, schema_of, output)
+
+
 #: A value record batch: int32 length (of what follows), int8 magic, int32 record count.
 _VALUE_BATCH_HEADER = 9
 _VALUE_BATCH_MAGIC = 0
@@ -303,4 +314,5 @@ def _decode_values(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
     return pa.record_batch(columns_out, schema=output)
 
 
-__all__ = ["SCHEMA_ID_SIZE", "decode_compacted_rows", "decode_kv_values", "decode_value_batch"]
+__all__ = ["SCHEMA_ID_SIZE", "decode_compacted_rows", "decode_kv_ranges", "decode_kv_values",
+           "decode_value_batch"]
