@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
-from fluss_spark.protocol.apache_fluss.row_bytes import Rows
+from fluss_spark.protocol.apache_fluss.row_bytes import Rows, unaligned
 
 #: The last bytes of a block-based table: checksum type, two block handles (padded), format
 #: version (uint32) and the magic number (uint64), little-endian.
@@ -108,28 +108,25 @@ def _blocks(file: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
     rows = Rows(file, offsets[packed], offsets[packed] + sizes[packed], None)
     rows.column = "(SST block size)"
     length, start = rows.varint(offsets[packed], None, wide=False)
-    start[kinds[packed] == SNAPPY] = offsets[packed][kinds[packed] == SNAPPY]   # its own header
+    snappy = kinds[packed] == SNAPPY
+    start[snappy] = offsets[packed][snappy]     # the size is snappy's own header
+    lengths = sizes.copy()
+    lengths[packed] = length
     raw = pa.py_buffer(file)
-    parts: list[np.ndarray | pa.Buffer] = []
-    codec_of = {k: pa.Codec(name) for k, name in CODECS.items()}
-    at = dict(zip(packed.tolist(), zip(start.tolist(), length.tolist())))
-    for i, (o, z, k) in enumerate(zip(offsets.tolist(), sizes.tolist(), kinds.tolist())):
-        if not k:
-            parts.append(file[o:o + z])
-            continue
-        begin, n = at[i]
-        try:
-            parts.append(codec_of[k].decompress(raw.slice(begin, o + z - begin),
-                                                decompressed_size=n))
-        except (OSError, pa.ArrowException) as e:
-            raise CorruptMessage(f"SST: a {CODECS[k]} block at {o} does not decompress: "
-                                 f"{e}") from None
-    arrays = [p if isinstance(p, np.ndarray) else np.frombuffer(p, dtype=np.uint8)
-              for p in parts]
-    lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-    base = np.zeros(len(arrays), dtype=np.int64)
+    parts: list[np.ndarray | pa.Buffer] = [file[o:o + z] for o, z in
+                                           zip(offsets.tolist(), sizes.tolist())]
+    codecs = {k: pa.Codec(name).decompress for k, name in CODECS.items()}
+    ends = offsets[packed] + sizes[packed]
+    try:
+        # One call per block: the codecs take one buffer at a time.
+        for i, k, b, e, n in zip(packed.tolist(), kinds[packed].tolist(), start.tolist(),
+                                 ends.tolist(), length.tolist()):
+            parts[i] = codecs[k](raw.slice(b, e - b), decompressed_size=n)
+    except (OSError, pa.ArrowException) as e:
+        raise CorruptMessage(f"SST: a compressed data block does not decompress: {e}") from None
+    base = np.zeros(len(parts), dtype=np.int64)
     np.cumsum(lengths[:-1], out=base[1:])
-    return np.concatenate(arrays), base, lengths
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), base, lengths
 
 
 def small_block_entries(block: np.ndarray) -> list[tuple[bytes, bytes]]:
@@ -226,7 +223,7 @@ def _varints3(rows: Rows, pos: np.ndarray) -> tuple[np.ndarray, ...]:
     """The three varints (shared, unshared, value size) at each of ``pos``, and their end."""
     buf = rows.buffer
     if len(pos) and pos.max() + 4 <= len(buf):
-        head = _unaligned(buf, "<u4")[pos]
+        head = unaligned(buf, "<u4")[pos]
         if not (head & 0x808080).any():
             # Each under 128, as keys and values of a few dozen bytes are: one byte each.
             rows.check(pos + 3, None)
@@ -374,7 +371,7 @@ def _keys(buffer: np.ndarray, e: _Entries) -> tuple[np.ndarray, np.ndarray, np.n
         at = key + unshared - _TRAILER
         if len(at) and at.max() + _TRAILER > len(buffer):
             raise CorruptMessage("SST: a key runs past its block")
-        trailer = _unaligned(buffer, "<u8")[at]
+        trailer = unaligned(buffer, "<u8")[at]
     return words, user, trailer
 
 
@@ -385,19 +382,11 @@ def _ranks(counts: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
 
 
-def _unaligned(buffer: np.ndarray, dtype: str) -> np.ndarray:
-    """``buffer`` seen as numbers of ``dtype`` starting at every byte: element i is the number
-    whose bytes are ``buffer[i:i + size]`` (the views overlap; nothing is copied)."""
-    size = np.dtype(dtype).itemsize
-    return np.ndarray((max(0, len(buffer) - size + 1),), dtype=dtype, buffer=buffer,
-                      strides=(1,))
-
-
 def _words(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
     """The little-endian uint32 at each of ``at``."""
     if len(at) and (at.min() < 0 or at.max() + 4 > len(buffer)):
         raise CorruptMessage("SST: a block's footer points outside it")
-    return _unaligned(buffer, "<u4")[at]
+    return unaligned(buffer, "<u4")[at]
 
 
 def _empty(expected: int) -> SstEntries:
