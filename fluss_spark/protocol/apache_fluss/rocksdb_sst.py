@@ -14,6 +14,7 @@ the table's own count; block checksums are not verified (RocksDB verifies them).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -113,15 +114,16 @@ def _blocks(file: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
     lengths = sizes.copy()
     lengths[packed] = length
     raw = pa.py_buffer(file)
-    parts: list[np.ndarray | pa.Buffer] = [file[o:o + z] for o, z in
-                                           zip(offsets.tolist(), sizes.tolist())]
+    parts: list[Any] = [None] * len(offsets)    # numpy slices and pyarrow buffers
+    for i in np.flatnonzero(kinds == 0).tolist():
+        parts[i] = file[offsets[i]:offsets[i] + sizes[i]]
     codecs = {k: pa.Codec(name).decompress for k, name in CODECS.items()}
     ends = offsets[packed] + sizes[packed]
     try:
         # One call per block: the codecs take one buffer at a time.
-        for i, k, b, e, n in zip(packed.tolist(), kinds[packed].tolist(), start.tolist(),
-                                 ends.tolist(), length.tolist()):
-            parts[i] = codecs[k](raw.slice(b, e - b), decompressed_size=n)
+        for i, k, b, stop, n in zip(packed.tolist(), kinds[packed].tolist(), start.tolist(),
+                                    ends.tolist(), length.tolist()):
+            parts[i] = codecs[k](raw.slice(b, stop - b), decompressed_size=n)
     except (OSError, pa.ArrowException) as e:
         raise CorruptMessage(f"SST: a compressed data block does not decompress: {e}") from None
     base = np.zeros(len(parts), dtype=np.int64)
