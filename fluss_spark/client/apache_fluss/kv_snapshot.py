@@ -31,7 +31,7 @@ from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.client.apache_fluss.remote_storage import filesystem
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
 from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_ranges, decode_kv_values
-from fluss_spark.protocol.apache_fluss.rocksdb_sst import live_values, read_sst
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import live_values, read_tables
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +152,10 @@ def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
         except FileNotFoundError:
             raise KvSnapshotNotExist(f"{files.describe()} is gone from remote storage ({remote} "
                                      "is missing): retention removed it") from None
-        try:
-            tables.append(read_sst(np.frombuffer(data, dtype=np.uint8)))
-        except (UnsupportedVersion, CorruptMessage) as e:
-            log.debug("%s: %s is read through RocksDB: %s", files.describe(), local, e)
-            return None
+        tables.append(np.frombuffer(data, dtype=np.uint8))
     try:
-        return SnapshotValues(*live_values(tables))
-    except UnsupportedVersion as e:
+        return SnapshotValues(*live_values(read_tables(tables)))
+    except (UnsupportedVersion, CorruptMessage) as e:
         log.debug("%s is read through RocksDB: %s", files.describe(), e)
         return None
 

@@ -14,7 +14,7 @@ the table's own count; block checksums are not verified (RocksDB verifies them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -50,9 +50,10 @@ _TRAILER = 8
 
 @dataclass(frozen=True)
 class SstEntries:
-    """The entries of one SST file in its order: user keys (rows of big-endian uint64 words,
-    zero-padded) and their lengths, sequence numbers, value types, and each value's
-    ``[begin, end)`` in ``buffer`` (the decompressed data blocks)."""
+    """The entries of some SST files, file after file, each in its (key) order: user keys
+    (rows of big-endian uint64 words, zero-padded) and their lengths, sequence numbers, value
+    types, each value's ``[begin, end)`` in ``buffer`` (the decompressed data blocks), and
+    where each file's entries start (``runs``)."""
 
     buffer: np.ndarray
     keys: np.ndarray
@@ -61,6 +62,7 @@ class SstEntries:
     kind: np.ndarray
     begin: np.ndarray
     end: np.ndarray
+    runs: np.ndarray
 
     def __len__(self) -> int:
         return len(self.sequence)
@@ -88,21 +90,23 @@ def _handle(data: memoryview, pos: int, end: int) -> tuple[tuple[int, int], int]
 
 def read_block(file: np.ndarray, handle: tuple[int, int]) -> np.ndarray:
     """The contents of the block at ``handle`` (offset, size), decompressed."""
-    buffer, base, lengths = _blocks(file, np.array([handle[0]], np.int64),
-                                    np.array([handle[1]], np.int64))
-    return buffer[int(base[0]):int(base[0] + lengths[0])]
+    parts, _ = _blocks(file, np.array([handle[0]], np.int64), np.array([handle[1]], np.int64))
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
 
 
 def _blocks(file: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The blocks at ``offsets`` (of ``sizes`` bytes) decompressed: (buffer, where each starts
-    in it, its length). Uncompressed blocks are read in place."""
+            ) -> tuple[list[Any], np.ndarray]:
+    """The blocks at ``offsets`` (of ``sizes`` bytes) decompressed: each as a buffer (a numpy
+    slice of ``file`` or a pyarrow buffer), and their lengths."""
     if ((offsets < 0) | (sizes < 0) | (offsets + sizes + BLOCK_TRAILER_SIZE > len(file))).any():
         raise CorruptMessage(f"SST: a block handle points past the file's end ({len(file)} bytes)")
     kinds = file[offsets + sizes]
+    parts: list[Any] = [None] * len(offsets)
+    for i in np.flatnonzero(kinds == 0).tolist():
+        parts[i] = file[offsets[i]:offsets[i] + sizes[i]]
     packed = np.flatnonzero(kinds)
     if not len(packed):
-        return file, offsets, sizes
+        return parts, sizes
     unknown = set(np.unique(kinds[packed]).tolist()) - set(CODECS)
     if unknown:
         raise UnsupportedVersion(f"SST: compression type {min(unknown)} is not read here")
@@ -114,9 +118,6 @@ def _blocks(file: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
     lengths = sizes.copy()
     lengths[packed] = length
     raw = pa.py_buffer(file)
-    parts: list[Any] = [None] * len(offsets)    # numpy slices and pyarrow buffers
-    for i in np.flatnonzero(kinds == 0).tolist():
-        parts[i] = file[offsets[i]:offsets[i] + sizes[i]]
     codecs = {k: pa.Codec(name).decompress for k, name in CODECS.items()}
     ends = offsets[packed] + sizes[packed]
     try:
@@ -126,9 +127,7 @@ def _blocks(file: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
             parts[i] = codecs[k](raw.slice(b, stop - b), decompressed_size=n)
     except (OSError, pa.ArrowException) as e:
         raise CorruptMessage(f"SST: a compressed data block does not decompress: {e}") from None
-    base = np.zeros(len(parts), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=base[1:])
-    return np.frombuffer(b"".join(parts), dtype=np.uint8), base, lengths
+    return parts, lengths
 
 
 def small_block_entries(block: np.ndarray) -> list[tuple[bytes, bytes]]:
@@ -188,9 +187,10 @@ def _property_int(props: dict[bytes, bytes], name: bytes) -> int:
 
 
 def _restart_intervals(buffer: np.ndarray, base: np.ndarray, sizes: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """``[start, stop)`` of every restart interval of the blocks at ``buffer[base:base+size]``:
-    a block ends with its restart offsets (uint32 each) and their count."""
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``[start, stop)`` of every restart interval of the blocks at ``buffer[base:base+size]``,
+    and each block's count of them: a block ends with its restart offsets (uint32 each) and
+    their count."""
     if (sizes < 4).any():
         raise CorruptMessage("SST: a block is shorter than its footer")
     footer = _words(buffer, base + sizes - 4)
@@ -206,7 +206,7 @@ def _restart_intervals(buffer: np.ndarray, base: np.ndarray, sizes: np.ndarray
     stops[np.cumsum(restarts) - 1] = data_end
     if ((starts < base[block]) | (starts >= stops)).any():
         raise CorruptMessage("SST: a block's restart points are out of order")
-    return starts, stops
+    return starts, stops, restarts
 
 
 @dataclass(frozen=True)
@@ -219,6 +219,8 @@ class _Entries:
     key: np.ndarray
     value: np.ndarray
     size: np.ndarray
+    #: Entries of each restart interval.
+    counts: np.ndarray
 
 
 def _varints3(rows: Rows, pos: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -269,15 +271,16 @@ def _walk(buffer: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> _Entries
         at = first[interval] + s
         for o, c in zip(out, cols):
             o[at] = c
-    return _Entries(*out)
+    shared, unshared, key, value, size = out
+    return _Entries(shared, unshared, key, value, size, counts)
 
 
 def _data_handles(file: np.ndarray, index: tuple[int, int], delta: bool
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, sizes) of the data blocks, from the index block."""
     block = read_block(file, index)
-    starts, stops = _restart_intervals(block, np.zeros(1, np.int64),
-                                       np.array([len(block)], np.int64))
+    starts, stops, _ = _restart_intervals(block, np.zeros(1, np.int64),
+                                          np.array([len(block)], np.int64))
     if delta:
         # Value delta encoding: ``shared, unshared, key, offset, size``, no value length. Each
         # entry must be a restart point (Fluss writes index blocks with a restart interval of
@@ -300,8 +303,9 @@ def _data_handles(file: np.ndarray, index: tuple[int, int], delta: bool
     return offset, size
 
 
-def read_sst(file: np.ndarray) -> SstEntries:
-    """Every entry of the SST file ``file`` (its bytes, uint8), in the file's (key) order."""
+def _table(file: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(offsets, sizes) of the file's data blocks and its entry count, from its footer, index
+    and properties; UnsupportedVersion for a table this reader does not take."""
     meta, index = _footer(file)
     props = _properties(file, meta)
     comparator = props.get(b"rocksdb.comparator", b"")
@@ -310,24 +314,46 @@ def read_sst(file: np.ndarray) -> SstEntries:
     for name in _MUST_BE_ZERO:
         if name in props and _property_int(props, name):
             raise UnsupportedVersion(f"SST: table property {name.decode()} is not 0")
-    expected = _property_int(props, b"rocksdb.num.entries")
     delta = (b"rocksdb.index.value.is.delta.encoded" in props
              and _property_int(props, b"rocksdb.index.value.is.delta.encoded") != 0)
     offsets, sizes = _data_handles(file, index, delta)
     count = _property_int(props, b"rocksdb.num.data.blocks")
     if len(offsets) != count:
         raise CorruptMessage(f"SST: {len(offsets)} data blocks indexed, the table says {count}")
-    if not len(offsets):
-        return _empty(expected)
-    buffer, base, lengths = _blocks(file, offsets.astype(np.int64), sizes.astype(np.int64))
-    entries = _walk(buffer, *_restart_intervals(buffer, base, lengths))
-    if len(entries.size) != expected:
-        raise CorruptMessage(f"SST: {len(entries.size)} entries found, the table says "
-                             f"{expected}")
+    return (offsets.astype(np.int64), sizes.astype(np.int64),
+            _property_int(props, b"rocksdb.num.entries"))
+
+
+def read_tables(files: Sequence[np.ndarray]) -> SstEntries:
+    """Every entry of the SST files ``files`` (each its bytes, uint8): all their blocks are
+    decompressed into one buffer and walked together, so more files cost no more passes."""
+    parts: list[Any] = []
+    lengths, blocks, expected = [], [], []
+    for file in files:
+        offsets, sizes, count = _table(file)
+        some, length = _blocks(file, offsets, sizes)
+        parts += some
+        lengths.append(length)
+        blocks.append(len(some))
+        expected.append(count)
+    if not parts:
+        return _empty(sum(expected))
+    size = np.concatenate(lengths)
+    buffer = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    base = np.zeros(len(size), dtype=np.int64)
+    np.cumsum(size[:-1], out=base[1:])
+    starts, stops, restarts = _restart_intervals(buffer, base, size)
+    entries = _walk(buffer, starts, stops)
+    # Each file's entries (those of its blocks' restart intervals) against its own count.
+    per_block = np.add.reduceat(entries.counts, np.cumsum(restarts) - restarts)
+    found = [int(c.sum()) for c in np.split(per_block, np.cumsum(blocks)[:-1])]
+    if found != expected:
+        raise CorruptMessage(f"SST: {found} entries found, the tables say {expected}")
     words, user_length, trailer = _keys(buffer, entries)
+    runs = np.cumsum([0] + found[:-1]).astype(np.int64)
     return SstEntries(buffer, words, user_length, trailer >> np.uint64(8),
                       (trailer & np.uint64(0xFF)).astype(np.uint8), entries.value,
-                      entries.value + entries.size)
+                      entries.value + entries.size, runs)
 
 
 def _keys(buffer: np.ndarray, e: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -396,34 +422,19 @@ def _empty(expected: int) -> SstEntries:
         raise CorruptMessage(f"SST: no data blocks, the table says {expected} entries")
     none = np.empty(0, dtype=np.int64)
     return SstEntries(np.empty(0, dtype=np.uint8), np.empty((0, 1), dtype=np.uint64), none,
-                      none.astype(np.uint64), none.astype(np.uint8), none, none)
+                      none.astype(np.uint64), none.astype(np.uint8), none, none, none)
 
 
-def live_values(files: list[SstEntries]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The values a RocksDB read of these files (one database) sees, in key order: one buffer
-    and each value's ``[begin, end)`` in it. Of a key's entries the newest (highest sequence
-    number) wins; a deletion there hides the key."""
-    files = [f for f in files if len(f)]
-    if not files:
-        none = np.empty(0, dtype=np.int64)
-        return np.empty(0, dtype=np.uint8), none, none
-    if len(files) == 1:
-        f = files[0]
-        keys, length, sequence, kind, begin, end, buffer = (
-            f.keys, f.key_length, f.sequence, f.kind, f.begin, f.end, f.buffer)
-    else:
-        width = max(f.keys.shape[1] for f in files)
-        keys = np.zeros((sum(map(len, files)), width), dtype=np.uint64)
-        row = 0
-        for f in files:
-            keys[row:row + len(f), :f.keys.shape[1]] = f.keys
-            row += len(f)
-        length, sequence, kind = (np.concatenate([getattr(f, a) for f in files])
-                                  for a in ("key_length", "sequence", "kind"))
-        shift = np.cumsum([0] + [len(f.buffer) for f in files[:-1]])
-        begin = np.concatenate([f.begin + s for f, s in zip(files, shift)])
-        end = np.concatenate([f.end + s for f, s in zip(files, shift)])
-        buffer = np.concatenate([f.buffer for f in files])
+def live_values(table: SstEntries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The values a RocksDB read of these files (one database) sees, in key order: their
+    buffer and each value's ``[begin, end)`` in it. Of a key's entries the newest (highest
+    sequence number) wins; a deletion there hides the key."""
+    keys, length, sequence, kind, begin, end, buffer = (
+        table.keys, table.key_length, table.sequence, table.kind, table.begin, table.end,
+        table.buffer)
+    if not len(kind):
+        return buffer, begin, end
+    merge = len(table.runs) > 1     # a file alone is in key order, newest first
     unknown = (kind != VALUE) & (kind != DELETION) & (kind != SINGLE_DELETION)
     if unknown.any():
         raise UnsupportedVersion(f"SST: entries of value type {int(kind[unknown][0])} are not "
@@ -432,14 +443,14 @@ def live_values(files: list[SstEntries]) -> tuple[np.ndarray, np.ndarray, np.nda
         # The low byte of a key of under 8 bytes is padding: the length goes there, and one
         # number orders and compares keys as their bytes do.
         keys = keys[:, 0] | length.astype(np.uint64)
-        if len(files) > 1:
+        if merge:
             # The files are sorted runs, which a stable sort (timsort) merges in about a pass.
             order = np.argsort(keys, kind="stable")
             keys, sequence, kind, begin, end = (a[order] for a in (keys, sequence, kind, begin,
                                                                      end))
         differs = keys[1:] != keys[:-1]
     else:
-        if len(files) > 1:
+        if merge:
             order = np.lexsort((length,) + tuple(keys[:, w] for w in
                                                  reversed(range(keys.shape[1]))))
             keys, length, sequence, kind, begin, end = (
@@ -457,4 +468,4 @@ def live_values(files: list[SstEntries]) -> tuple[np.ndarray, np.ndarray, np.nda
     return buffer, begin[live], end[live]
 
 
-__all__ = ["SstEntries", "live_values", "read_block", "read_sst", "small_block_entries"]
+__all__ = ["SstEntries", "live_values", "read_block", "read_tables", "small_block_entries"]

@@ -17,7 +17,7 @@ from rocksdict import (AccessType, BlockBasedOptions, DBCompressionType, Options
                        WriteOptions)
 
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
-from fluss_spark.protocol.apache_fluss.rocksdb_sst import live_values, read_sst
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import live_values, read_tables
 
 
 def fluss_options(compression=DBCompressionType.lz4, format_version: int = 5) -> Options:
@@ -47,9 +47,12 @@ def rocksdb_values(path: Path) -> list[bytes]:
         db.close()
 
 
+def sst_files(path: Path) -> list[np.ndarray]:
+    return [np.fromfile(f, dtype=np.uint8) for f in sorted(path.glob("*.sst"))]
+
+
 def sst_values(path: Path) -> list[bytes]:
-    tables = [read_sst(np.fromfile(f, dtype=np.uint8)) for f in sorted(path.glob("*.sst"))]
-    buffer, begin, end = live_values(tables)
+    buffer, begin, end = live_values(read_tables(sst_files(path)))
     return [buffer[b:e].tobytes() for b, e in zip(begin.tolist(), end.tolist())]
 
 
@@ -81,10 +84,11 @@ def test_fluss_layout_several_files_updates_and_deletes_read_as_rocksdb_does(tmp
             batch[k] = None if rng.random() < 0.1 else value
         rounds.append(batch)
     write_rounds(tmp_path, fluss_options(), rounds)
-    tables = [read_sst(np.fromfile(f, dtype=np.uint8)) for f in tmp_path.glob("*.sst")]
-    assert len(tables) == 4 and any((t.kind == 0).any() for t in tables)
+    files = sst_files(tmp_path)
+    table = read_tables(files)
+    assert len(files) == 4 and len(table.runs) == 4 and (table.kind == 0).any()
     expected = rocksdb_values(tmp_path)
-    assert 3000 < len(expected) < sum(map(len, tables))
+    assert 3000 < len(expected) < len(table)
     assert sst_values(tmp_path) == expected
 
 
@@ -116,9 +120,8 @@ def test_versions_kept_by_snapshots_in_one_file_newest_wins(tmp_path):
     db.flush()
     held.clear()
     db.close()
-    (sst,) = tmp_path.glob("*.sst")
-    table = read_sst(np.fromfile(sst, dtype=np.uint8))
-    assert len(table) == 5 and sorted(table.kind.tolist()) == [0, 1, 1, 1, 1]
+    table = read_tables(sst_files(tmp_path))
+    assert len(table.runs) == 1 and sorted(table.kind.tolist()) == [0, 1, 1, 1, 1]
     assert sst_values(tmp_path) == rocksdb_values(tmp_path) == [b"newest"]
 
 
@@ -126,13 +129,14 @@ def test_other_layouts_are_refused_and_damage_is_caught(tmp_path):
     write_rounds(tmp_path / "v6", fluss_options(format_version=6), [{b"k": b"v"}])
     (v6,) = (tmp_path / "v6").glob("*.sst")
     with pytest.raises(UnsupportedVersion, match="format version 6"):
-        read_sst(np.fromfile(v6, dtype=np.uint8))
+        read_tables([np.fromfile(v6, dtype=np.uint8)])
     write_rounds(tmp_path / "v5", fluss_options(), [{bytes([i]): b"v" * 50 for i in range(200)}])
     (v5,) = (tmp_path / "v5").glob("*.sst")
     data = np.fromfile(v5, dtype=np.uint8)
     with pytest.raises(CorruptMessage, match="SST"):
-        read_sst(data[:40])
+        read_tables([data[:40]])
     damaged = data.copy()
     damaged[100:140] = 0xFF     # inside the first data block
     with pytest.raises((CorruptMessage, UnsupportedVersion), match="SST"):
-        read_sst(damaged)
+        read_tables([damaged])
+    assert read_tables([]).runs.size == 0
