@@ -236,6 +236,8 @@ def _varints3(rows: Rows, pos: np.ndarray) -> tuple[np.ndarray, ...]:
     a, p = rows.varint(pos, None, wide=False)
     b, p = rows.varint(p, None, wide=False)
     c, p = rows.varint(p, None, wide=False)
+    if ((a < 0) | (b < 0) | (c < 0)).any():
+        raise CorruptMessage("SST: a block entry has a negative length")
     return a.astype(np.int64), b.astype(np.int64), c.astype(np.int64), p
 
 
@@ -252,7 +254,7 @@ def _walk(buffer: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> _Entries
         value = p + unshared
         nxt = value + size
         stop = stops[interval]
-        if ((unshared < 0) | (size < 0) | (nxt > stop)).any():
+        if (nxt > stop).any():
             raise CorruptMessage("SST: a block entry runs past its restart interval")
         if not found and shared.any():
             raise CorruptMessage("SST: a restart point's key shares bytes with the one before")
@@ -260,17 +262,15 @@ def _walk(buffer: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> _Entries
         going = nxt < stop
         interval, pos = interval[going], nxt[going]
     # Entry s of interval i goes to (entries of the intervals before i) + s.
-    counts = np.zeros(len(starts), dtype=np.int64)
-    for step in found:
-        counts[step[0]] += 1
+    counts = np.bincount(np.concatenate([step[0] for step in found]), minlength=len(starts))
     first = np.zeros(len(starts), dtype=np.int64)
     np.cumsum(counts[:-1], out=first[1:])
-    n = int(counts.sum())
-    out = [np.empty(n, dtype=np.int64) for _ in range(5)]
-    for s, (interval, *cols) in enumerate(found):
-        at = first[interval] + s
-        for o, c in zip(out, cols):
-            o[at] = c
+    at = np.concatenate([first[step[0]] + s for s, step in enumerate(found)])
+    out = []
+    for c in range(1, 6):
+        column = np.empty(len(at), dtype=np.int64)
+        column[at] = np.concatenate([step[c] for step in found])
+        out.append(column)
     shared, unshared, key, value, size = out
     return _Entries(shared, unshared, key, value, size, counts)
 
