@@ -1,10 +1,10 @@
 """RocksDB block-based table files (SST) decoded without RocksDB: keys and value positions.
 
 A KV snapshot of Apache Fluss is a RocksDB checkpoint. Taking its rows through a RocksDB
-iterator costs a Python object per row; here each file's data blocks are decompressed with
-pyarrow's codecs into one buffer and walked in numpy passes, one pass per entry of a restart
-interval (every 16th entry's offset is stored in its block), so a file of a million entries
-costs a few dozen array operations. Only the layout Fluss writes is read -- block-based table
+iterator costs a Python object per row; here the data blocks of a snapshot's files are
+decompressed with pyarrow's codecs into one buffer and walked in numpy passes, one pass per
+entry of a restart interval (every 16th entry's offset is stored in its block), so a million
+entries cost a few dozen array operations. Only the layout Fluss writes is read -- block-based table
 format versions 2 to 5, binary-search index and data blocks, no range deletions or merge
 operands -- and everything else is refused with ``UnsupportedVersion``, for the caller to read
 the file with RocksDB itself. Every read is bounds-checked and the entries are counted against
@@ -388,18 +388,16 @@ def _keys(buffer: np.ndarray, e: _Entries) -> tuple[np.ndarray, np.ndarray, np.n
     for c in range(width):
         byte = np.where(user > c, column(c), np.uint8(0))
         words[:, c // 8] |= byte.astype(np.uint64) << np.uint64(8 * (7 - c % 8))
-    trailer = np.zeros(n, dtype=np.uint64)
-    # Usually within the key's own bytes; a newer version of the same key shares some.
-    own = bool(np.all(unshared >= _TRAILER))
-    for j in range(_TRAILER):
-        if own:
-            break
-        trailer |= column(user + j).astype(np.uint64) << np.uint64(8 * j)
-    if own:
+    # The trailer is usually all in the key's own bytes; an older version of the same key,
+    # right after it, shares some of it.
+    if np.all(unshared >= _TRAILER):
         at = key + unshared - _TRAILER
         if len(at) and at.max() + _TRAILER > len(buffer):
             raise CorruptMessage("SST: a key runs past its block")
-        trailer = unaligned(buffer, "<u8")[at]
+        return words, user, unaligned(buffer, "<u8")[at]
+    trailer = np.zeros(n, dtype=np.uint64)
+    for j in range(_TRAILER):
+        trailer |= column(user + j).astype(np.uint64) << np.uint64(8 * j)
     return words, user, trailer
 
 
