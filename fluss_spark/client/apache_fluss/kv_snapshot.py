@@ -44,7 +44,7 @@ _FIRST_CHUNK_ROWS = 128
 _MAX_CHUNK_ROWS = 1 << 20
 #: A snapshot whose SST files hold more bytes than this is read through RocksDB from a local
 #: copy: decoded in memory, its blocks would stay in memory (decompressed) while it is read.
-MAX_IN_MEMORY_SST_BYTES = 256 << 20
+MAX_IN_MEMORY_SST_BYTES = 128 << 20
 #: The files of a checkpoint besides its SST files that hold no rows.
 _ROWLESS_FILES = ("CURRENT", "MANIFEST-", "OPTIONS-")
 

@@ -164,6 +164,7 @@ def test_fluss_table_files_are_decoded_in_memory_and_read_by_row(tmp_path, cache
     files = make_snapshot(tmp_path, 3000, options=fluss_options())
     values = read_values(files)
     assert isinstance(values, SnapshotValues) and len(values) == 3000
+    assert read_values(files, max_bytes=1000) is None      # too large to hold: RocksDB
     assert count_rows(files, cache) == 3000 and len(cache) == 1
     got = []
     for lo in range(0, 3000, 1000):
