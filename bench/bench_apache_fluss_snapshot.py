@@ -39,9 +39,11 @@ Measured, ``--repeat`` times with the order of the three sources rotating, the m
   of Apache Fluss may skip the copy, ~10 ms per 500k-row bucket here.)
 
 The table gives rows/s and the ratios Apache Fluss / ceiling, embedded / ceiling and Apache
-Fluss / embedded (of rows/s: below 1 means slower). ``--profile`` then runs one client-only read
-(copies dropped first) of Apache Fluss (and, for comparison, of the embedded cluster) under
-cProfile and prints its top entries.
+Fluss / embedded (of rows/s: below 1 means slower) of the medians; the lines after it give the
+same ratios paired run by run (each run's sources read back to back, so drift of a shared
+machine's speed cancels) as min/median/max, and the load average before and after.
+``--profile`` then runs one client-only read (copies dropped first) of Apache Fluss (and, for
+comparison, of the embedded cluster) under cProfile and prints its top entries.
 """
 
 from __future__ import annotations
@@ -153,6 +155,17 @@ def export_batches(servers: str, snaps: dict[int, tuple[int, int, int]], target:
     return rows, count
 
 
+def print_paired(times: dict[tuple[str, str], list[float]]) -> None:
+    """Ratios of rows/s paired run by run, min/median/max."""
+    pairs = [(APACHE, CEILING, "spark"), (APACHE, CEILING, "spark (batches)"),
+             (EMBEDDED, CEILING, "spark"), (EMBEDDED, CEILING, "spark (batches)"),
+             (APACHE, EMBEDDED, "client")]
+    for name, base, reader in pairs:
+        ratios = sorted(b / a for a, b in zip(times[(name, reader)], times[(base, reader)]))
+        print(f"paired {name} / {base}, {reader}: min/median/max {ratios[0]:.2f}/"
+              f"{statistics.median(ratios):.2f}/{ratios[-1]:.2f}")
+
+
 def main(argv=None) -> int:
     ap = parser(__doc__, rows=1_000_000, buckets=2, repeat=3, write_batch_rows=50_000)
     ap.add_argument("--tablets", type=int, default=1, help="tablet servers of each cluster")
@@ -205,6 +218,7 @@ def main(argv=None) -> int:
 
         names = (EMBEDDED, APACHE, CEILING)
         times: dict[tuple[str, str], list[float]] = {}
+        load_before = os.getloadavg()
         for i in range(args.repeat):
             order = names[i % 3:] + names[:i % 3]
             line = []
@@ -251,6 +265,9 @@ def main(argv=None) -> int:
                       f"{args.rows / secs:>13,.0f}{vs_ceiling:>12}{vs_embedded:>13}")
         print("ratios are of rows/s: vs ceiling = source / ceiling, vs embedded = Apache Fluss / "
               "embedded")
+        print_paired(times)
+        print(f"load average (1, 5, 15 min) before the runs {load_before}, after "
+              f"{os.getloadavg()}")
 
         if args.profile:
             # Copies dropped first, so that each profiled read copies and opens the checkpoints.

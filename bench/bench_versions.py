@@ -10,6 +10,8 @@ machine's speed cancels out) and its median printed. The bench scripts check the
     .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench write_fetch --rounds 6
     .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench scan --rounds 8
     .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench scan_cpu --rounds 4
+    .venv/bin/python bench/bench_versions.py --baseline /tmp/base --bench apache_fluss_snapshot \
+        --rounds 2
 
 ``scan_cpu`` compares CPU time, which a machine busy with other work disturbs far less than
 wall time.
@@ -42,9 +44,16 @@ BENCHES = {
     "scan_cpu": ("bench/bench_scan_cpu.py", ["--rows", "1500000", "--scans", "10"],
                  re.compile(r"^(?P<name>scan \d+MB)\s+wall\s+(?P<wall>[\d,]+) rows/s\s+"
                             r"cpu\s+(?P<rate>[\d,]+) rows/cpu-s", re.M)),
+    # Apache Fluss's rows/s by reader (Spark wall, Spark micro-batches, client read), and its
+    # paired ratios to the ceiling (each run's own), as "rates" to compare between the trees.
+    "apache_fluss_snapshot": (
+        "bench/bench_apache_fluss_snapshot.py", ["--rows", "1000000", "--repeat", "3"],
+        re.compile(r"^(?:apache-fluss\s+(?P<name>spark \(batches\)|spark|client)\s+[\d,]+\s+"
+                   r"[\d.]+\s+(?P<rate>[\d,]+)|paired (?P<pair>apache-fluss / \S+, [a-z() ]+): "
+                   r"min/median/max [\d.]+/(?P<ratio>[\d.]+)/)", re.M)),
 }
 #: Benches whose script is taken from this checkout for both trees.
-OWN_SCRIPT = {"scan_cpu"}
+OWN_SCRIPT = {"scan_cpu", "apache_fluss_snapshot"}
 
 
 def run(tree: Path, script: str, args: list[str], pattern: re.Pattern[str]) -> dict[str, float]:
@@ -57,7 +66,10 @@ def run(tree: Path, script: str, args: list[str], pattern: re.Pattern[str]) -> d
         sys.exit(f"{script} failed in {tree}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     rates = {}
     for m in pattern.finditer(out.stdout):
-        name = m["name"] + (f" ({m['path']})" if "path" in m.groupdict() else "")
+        if m.groupdict().get("pair"):
+            rates[f"{m['pair']} (ratio)"] = float(m["ratio"])
+            continue
+        name = m["name"] + (f" ({m['path']})" if m.groupdict().get("path") else "")
         rates[name] = float(m["rate"].replace(",", ""))
         if "wall" in m.groupdict():
             rates[name + " (wall)"] = float(m["wall"].replace(",", ""))

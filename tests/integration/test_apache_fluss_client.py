@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
+from fluss_spark.client.apache_fluss.kv_snapshot import read_values
 from fluss_spark.client.cluster import Capabilities, Cluster
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist, UnsupportedVersion
 from fluss_spark.protocol.apache_fluss.api import (SERVER_TYPE_COORDINATOR, SERVER_TYPE_TABLET,
@@ -205,6 +206,11 @@ def test_snapshot_rows_are_the_table_in_key_order_and_resumable(fluss, tables):
         assert all(batch.schema == fluss.get_table(pk).schema for batch in batches)
         got[b] = _rows(batches)
         assert len(got[b]) == s.row_count
+        # Fluss 0.9.1's checkpoints are in the layout decoded in memory, without RocksDB: the
+        # rows above came that way (values equal to RocksDB's: tests/unit/protocol/
+        # test_apache_fluss_rocksdb_sst.py).
+        values = read_values(fluss.kv_snapshot_files(pk, b, s.snapshot_id))
+        assert values is not None and len(values) == s.row_count
     assert sorted(r for rs in got.values() for r in rs) == [(1, "x2", 11), (3, "z", 30)]
     # A projection, and a resumed read (rows [1, 2) of the bucket that has two rows, if any).
     b, s = max(snapshots.items(), key=lambda kv: kv[1].row_count)

@@ -3,11 +3,14 @@
 Fluss 0.9.1 serves no snapshot rows over the wire. A snapshot is an (incremental) RocksDB
 checkpoint in ``remote.data.dir``: GET_KV_SNAPSHOT_METADATA names its files (the remote path and
 the file's name inside the checkpoint) and the log offset it covers; the snapshot's directory
-also holds ``_METADATA``, a JSON document with the row count. A reader copies the files into a
-local directory through a pyarrow filesystem (local, S3, HDFS, GCS ... by the path's scheme),
-opens the copy read-only with RocksDB and decodes the values (a schema id, then a compacted row)
-in batches, to Arrow. Iteration is in key order, so rows ``[start, start + n)`` are the same
-rows every time: a retried split reads exactly what the first attempt read.
+also holds ``_METADATA``, a JSON document with the row count. A reader reads the files through
+a pyarrow filesystem (local, S3, HDFS, GCS ... by the path's scheme) and decodes the values (a
+schema id, then a compacted row) in batches, to Arrow. Its SST files are decoded in memory
+(``protocol/apache_fluss/rocksdb_sst.py``: no Python object per row); a snapshot in a layout
+that reader does not take (or larger than ``MAX_IN_MEMORY_SST_BYTES``) is copied into a local
+directory and read through RocksDB instead. Either way rows come in key order, so rows
+``[start, start + n)`` are the same rows every time: a retried split reads exactly what the
+first attempt read.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Generator, Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.client.remote_storage import RemoteStorage, filesystem
-from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist
-from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_values
+from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
+from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_ranges, decode_kv_values
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import live_values, read_tables
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,11 @@ _ROW_OVERHEAD_BYTES = 16
 #: Rows of a read's first batch, before the size of a value is known; and the most of any batch.
 _FIRST_CHUNK_ROWS = 128
 _MAX_CHUNK_ROWS = 1 << 20
+#: A snapshot whose SST files hold more bytes than this is read through RocksDB from a local
+#: copy: decoded in memory, its blocks would stay in memory (decompressed) while it is read.
+MAX_IN_MEMORY_SST_BYTES = 128 << 20
+#: The files of a checkpoint besides its SST files that hold no rows.
+_ROWLESS_FILES = ("CURRENT", "MANIFEST-", "OPTIONS-")
 
 
 @dataclass(frozen=True)
@@ -130,8 +140,57 @@ def _open_checkpoint(directory: str, what: str) -> _OnePassCheckpoint:
     return _OnePassCheckpoint(db, read)
 
 
+@dataclass(frozen=True)
+class SnapshotValues:
+    """A snapshot's live values in key order, decoded from its SST files: value ``i`` is
+    ``buffer[begin[i]:end[i]]``."""
+
+    buffer: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.begin)
+
+    def close(self) -> None:
+        """Nothing to release but memory (the cache closes what it holds)."""
+
+
+def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
+                ) -> SnapshotValues | None:
+    """The snapshot's values decoded from its SST files in memory; None when the checkpoint
+    holds other row files (a write-ahead log ...), is larger than ``max_bytes``, or is in a
+    layout only RocksDB reads."""
+    if not all(local.endswith(".sst") or local.startswith(_ROWLESS_FILES)
+               for _, local in files.files):
+        return None
+    tables, total = [], 0
+    for remote, local in files.files:
+        if not local.endswith(".sst"):
+            continue
+        fs, path = filesystem(remote, files.storage)
+        try:
+            with fs.open_input_file(path) as f:
+                total += f.size()
+                if total > max_bytes:
+                    return None
+                data = f.read_buffer()
+        except FileNotFoundError:
+            raise KvSnapshotNotExist(f"{files.describe()} is gone from remote storage ({remote} "
+                                     "is missing): retention removed it") from None
+        tables.append(np.frombuffer(data, dtype=np.uint8))
+    try:
+        return SnapshotValues(*live_values(read_tables(tables)))
+    except (UnsupportedVersion, CorruptMessage) as e:
+        log.debug("%s is read through RocksDB: %s", files.describe(), e)
+        return None
+
+
 def _copy_and_open(files: KvSnapshotFiles) -> Callable[[str], Any]:
     def open_into(directory: str) -> Any:
+        values = read_values(files)
+        if values is not None:
+            return values
         download(files, directory)
         return _open_checkpoint(directory, files.describe())
     return open_into
@@ -145,6 +204,8 @@ def count_rows(files: KvSnapshotFiles, cache: CheckpointCache = CHECKPOINTS) -> 
     """Count the snapshot's rows by reading its checkpoint (for snapshots without a row count)."""
     entry = cache.acquire(files.directory, _copy_and_open(files))
     try:
+        if isinstance(entry.db, SnapshotValues):
+            return len(entry.db)
         return sum(1 for _ in entry.db.keys())
     finally:
         cache.release(entry)
@@ -180,8 +241,11 @@ class CheckpointScan:
     def _read(self) -> Generator[pa.RecordBatch, None, None]:
         files = self._files()
         entry = self._cache.acquire(files.directory, _copy_and_open(files))
-        row = self._start
         stop = None if self._limit is None else self._start + max(0, int(self._limit))
+        if isinstance(entry.db, SnapshotValues):
+            yield from self._read_decoded(entry, entry.db, stop)
+            return
+        row = self._start
         cursor = None
         finished = False
         try:
@@ -199,18 +263,40 @@ class CheckpointScan:
                     # Saved before the last yield: a reader stops asking once it has its rows.
                     cursor = (row, rows)    # the next split of this snapshot starts here
                 if values:
-                    mean = sum(map(len, values)) / len(values) + _ROW_OVERHEAD_BYTES
-                    chunk = max(1, min(_MAX_CHUNK_ROWS, int(self._batch_bytes // mean)))
+                    chunk = self._chunk_rows(sum(map(len, values)) / len(values))
                     yield decode_kv_values(values, self._schema_of, self._output)
                 if finished or row == stop:
                     return
         finally:
             self._cache.release(entry, cursor, finished=finished)
 
+    def _read_decoded(self, entry: Any, values: SnapshotValues, stop: int | None
+                      ) -> Iterator[pa.RecordBatch]:
+        """Rows ``[start, stop)`` of values decoded in memory: taken by index, no cursor."""
+        finished = False
+        try:
+            row, end = self._start, len(values) if stop is None else min(stop, len(values))
+            if row < end:
+                sizes = values.end[row:end] - values.begin[row:end]
+                chunk = self._chunk_rows(float(np.mean(sizes)))
+                for lo in range(row, end, chunk):
+                    hi = min(end, lo + chunk)
+                    yield decode_kv_ranges(values.buffer, values.begin[lo:hi],
+                                           values.end[lo:hi], self._schema_of, self._output)
+            finished = end == len(values)
+        finally:
+            self._cache.release(entry, finished=finished)
+
+    def _chunk_rows(self, mean_value_bytes: float) -> int:
+        """Rows of a batch of about ``batch_size_bytes`` of values of this mean size."""
+        mean = mean_value_bytes + _ROW_OVERHEAD_BYTES
+        return max(1, min(_MAX_CHUNK_ROWS, int(self._batch_bytes // mean)))
+
     def close(self) -> None:
         if self._batches is not None:
             self._batches.close()   # runs the generator's cleanup when it stopped mid-way
 
 
-__all__ = ["CHECKPOINTS", "CheckpointScan", "KvSnapshotFiles", "METADATA_FILE", "count_rows",
-           "download", "filesystem", "read_row_count"]
+__all__ = ["CHECKPOINTS", "CheckpointScan", "KvSnapshotFiles", "MAX_IN_MEMORY_SST_BYTES",
+           "METADATA_FILE", "SnapshotValues", "count_rows", "download", "filesystem",
+           "read_row_count", "read_values"]

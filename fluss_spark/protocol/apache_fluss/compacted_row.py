@@ -10,14 +10,12 @@ import pyarrow as pa
 from fluss_spark.errors import ConfigError, CorruptMessage, UnsupportedVersion
 from fluss_spark.protocol.apache_fluss.binary_array import decode_nested, nested_supported
 from fluss_spark.protocol.apache_fluss.row_bytes import (NANOS_PER_MILLI, PER_MILLI, Rows,
-                                                         arrow_array, big_decimal, decimal128,
-                                                         strings, time_from_millis, validity,
-                                                         spread)
+                                                         arrow_array, big_decimal, byte_rows,
+                                                         decimal128, strings, time_from_millis,
+                                                         validity, spread)
 
 # A KV value is this many bytes of schema id (int16, little-endian), then one compacted row.
 SCHEMA_ID_SIZE = 2
-
-_sliding = np.lib.stride_tricks.sliding_window_view
 
 # Bytes of the types written with a fixed width (everything else is a varint or length-prefixed).
 _FIXED_WIDTH = {pa.bool_(): 1, pa.int8(): 1, pa.int16(): 2, pa.float32(): 4, pa.float64(): 8}
@@ -80,7 +78,7 @@ def _decode(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
     if (rows.pos < 0).any():
         rows.fail(np.flatnonzero(rows.pos < 0), None, "starts before the buffer")
     rows.check(rows.pos + header_size, None)
-    header = _sliding(buffer, header_size)[rows.pos]
+    header = byte_rows(buffer, rows.pos, header_size)
     rows.pos += header_size
     for i in range(last + 1):
         f = schema.field(i)
@@ -199,6 +197,17 @@ def decode_kv_values(values: Sequence[bytes], schema_of: Callable[[int], pa.Sche
                           schema_of, output)
 
 
+def decode_kv_ranges(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
+                     schema_of: Callable[[int], pa.Schema], output: pa.Schema) -> pa.RecordBatch:
+    """The rows of the KV values at ``buffer[begins[i]:ends[i]]`` (a uint8 array, e.g. the
+    decompressed blocks of a snapshot's files) as a batch of ``output``, as decode_kv_values."""
+    if not len(begins):
+        return _empty(output)
+    if ((begins < 0) | (ends < begins) | (ends > len(buffer))).any():
+        raise CorruptMessage(f"a KV value range lies outside its buffer of {len(buffer)} bytes")
+    return _decode_values(buffer, begins, ends, schema_of, output)
+
+
 #: A value record batch: int32 length (of what follows), int8 magic, int32 record count.
 _VALUE_BATCH_HEADER = 9
 _VALUE_BATCH_MAGIC = 0
@@ -303,4 +312,5 @@ def _decode_values(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
     return pa.record_batch(columns_out, schema=output)
 
 
-__all__ = ["SCHEMA_ID_SIZE", "decode_compacted_rows", "decode_kv_values", "decode_value_batch"]
+__all__ = ["SCHEMA_ID_SIZE", "decode_compacted_rows", "decode_kv_ranges", "decode_kv_values",
+           "decode_value_batch"]

@@ -21,6 +21,24 @@ PER_MILLI = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 _INT32_MAX = 2**31 - 1
 
 
+def unaligned(buffer: np.ndarray, dtype: str) -> np.ndarray:
+    """``buffer`` (uint8) seen as numbers of ``dtype`` starting at every byte: element i is the
+    number whose bytes are ``buffer[i:i + size]`` (the views overlap; nothing is copied).
+    Indexing it gathers numbers at arbitrary offsets in one pass."""
+    size = np.dtype(dtype).itemsize
+    return np.ndarray((max(0, len(buffer) - size + 1),), dtype=dtype, buffer=buffer,
+                      strides=(1,))
+
+
+def byte_rows(buffer: np.ndarray, p: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` bytes at each of ``p`` (all within ``buffer``) as rows of a (len(p),
+    width) uint8 array."""
+    if width in (1, 2, 4, 8):
+        # A gather of whole numbers is several times faster than of rows of a window view.
+        return unaligned(buffer, f"u{width}")[p].view(np.uint8).reshape(-1, width)
+    return _sliding(buffer, width)[p]
+
+
 class Rows:
     """The rows being decoded: their buffer, read positions, bounds and labels for errors."""
 
@@ -87,7 +105,7 @@ class Rows:
         self.check(p + width, sel)
         if not len(p):
             return np.empty((0, width), dtype=np.uint8)
-        return _sliding(self.buffer, width)[p]
+        return byte_rows(self.buffer, p, width)
 
     def words(self, p: np.ndarray, sel: np.ndarray | None, width: int, dtype: str
               ) -> np.ndarray:

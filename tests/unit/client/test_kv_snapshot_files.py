@@ -3,6 +3,8 @@
 A "remote" snapshot here is a RocksDB checkpoint made with rocksdict in a local directory,
 holding values encoded like Fluss's (schema id + compacted row, by the reference encoder of the
 decoder's tests), and named by a ``KvSnapshotFiles`` the way GET_KV_SNAPSHOT_METADATA names one.
+rocksdict's default table options (format version 6) are read through RocksDB; those of Fluss
+(``fluss_options``) are decoded in memory.
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ from rocksdict import Options, Rdict
 
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
-                                                         count_rows, read_row_count)
+                                                         SnapshotValues, count_rows,
+                                                         read_row_count, read_values)
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist
 from tests.unit.protocol.test_apache_fluss_compacted_row import kv_value
+from tests.unit.protocol.test_apache_fluss_rocksdb_sst import fluss_options
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
 
 
-def make_snapshot(root: Path, rows: int, *, row_count: int | None = None) -> KvSnapshotFiles:
+def make_snapshot(root: Path, rows: int, *, row_count: int | None = None,
+                  options: Options | None = None) -> KvSnapshotFiles:
     """A checkpoint of ``rows`` rows (keys in id order) laid out as Fluss stores one: private
     files in ``snap-0/`` (renamed), SST files in ``shared/``, and ``snap-0/_METADATA``."""
     db_dir = root / "db"
-    db = Rdict(str(db_dir), options=Options(raw_mode=True))
+    db = Rdict(str(db_dir), options=options or Options(raw_mode=True))
     for i in range(rows):
         db[i.to_bytes(8, "big")] = kv_value(1, SCHEMA, [i, f"v{i}"])
     db.flush()
@@ -38,7 +43,8 @@ def make_snapshot(root: Path, rows: int, *, row_count: int | None = None) -> KvS
     shared.mkdir()
     files = []
     for n, f in enumerate(sorted(p for p in db_dir.iterdir() if p.is_file())):
-        if f.name == "LOCK" or f.name.startswith("LOG"):
+        if f.name in ("LOCK", "IDENTITY", "rocksdict-config.json") or f.name.startswith("LOG") \
+                or f.name.endswith(".log"):
             continue
         target = (shared if f.suffix == ".sst" else snap) / f"file-{n}"
         f.rename(target)
@@ -152,3 +158,24 @@ def test_copies_of_dead_processes_are_swept(tmp_path):
     (root / str(os.getpid())).mkdir()
     CheckpointCache(root=str(root))
     assert sorted(os.listdir(root)) == [str(os.getpid())]
+
+
+def test_fluss_table_files_are_decoded_in_memory_and_read_by_row(tmp_path, cache):
+    files = make_snapshot(tmp_path, 3000, options=fluss_options())
+    values = read_values(files)
+    assert isinstance(values, SnapshotValues) and len(values) == 3000
+    assert read_values(files, max_bytes=1000) is None      # too large to hold: RocksDB
+    assert count_rows(files, cache) == 3000 and len(cache) == 1
+    got = []
+    for lo in range(0, 3000, 1000):
+        got += ids(scan(files, cache, start=lo, limit=1000, batch_bytes=4096))
+        assert len(cache) == (1 if lo + 1000 < 3000 else 0)  # read to the end: let go
+    assert got == list(range(3000))
+    assert [b.column("v")[0].as_py() for b in scan(files, cache, start=2999)] == ["v2999"]
+    # A file RocksDB alone reads (here a write-ahead log) sends the whole read through it.
+    wal = tmp_path / "shared" / "wal"
+    wal.write_bytes(b"")
+    with_wal = KvSnapshotFiles(table="db.t", bucket=0, snapshot_id=0, log_offset=3000,
+                               files=files.files + ((str(wal), "000099.log"),))
+    assert read_values(with_wal) is None
+    assert ids(scan(with_wal, cache, start=5, limit=3)) == [5, 6, 7]
