@@ -34,6 +34,20 @@ from fluss_spark.testing.doc_commands import ROOT, Block, Command, all_blocks
 
 #: Commands another test runs, by that test.
 COVERED: dict[str, tuple[str, ...]] = {
+    "tests/spark/test_standalone_tiering.py::test_tiering_on_a_standalone_cluster_into_an_s3_"
+    "warehouse": (
+        "export PYICEBERG_CATALOG__FLUSS_LAKE__S3__ACCESS_KEY_ID=...",
+        "export PYICEBERG_CATALOG__FLUSS_LAKE__S3__SECRET_ACCESS_KEY=...",
+        "spark-submit --master spark://master:7077 --py-files dist/fluss_spark.zip --conf "
+        "spark.executorEnv.PYICEBERG_CATALOG__FLUSS_LAKE__S3__ACCESS_KEY_ID="
+        "\"$PYICEBERG_CATALOG__FLUSS_LAKE__S3__ACCESS_KEY_ID\" --conf "
+        "spark.executorEnv.PYICEBERG_CATALOG__FLUSS_LAKE__S3__SECRET_ACCESS_KEY="
+        "\"$PYICEBERG_CATALOG__FLUSS_LAKE__S3__SECRET_ACCESS_KEY\" examples/tier_tables.py "
+        "--bootstrap-servers \"$FLUSS_BOOTSTRAP_SERVERS\" --lake /srv/lake --pattern 'shop\\..*' "
+        "--catalog type=sql --catalog uri=sqlite:////srv/lake/_tiering/catalog.db --catalog "
+        "warehouse=s3://fluss/lake --catalog s3.endpoint=http://store:8333 --catalog "
+        "s3.region=us-east-1",
+    ),
     "tests/spark/test_cli_tier.py::test_tier_run_once_then_status": (
         "fluss-spark tier run --lake /tmp/lake --pattern 'shop\\.orders' --once",
         "fluss-spark tier status --lake /tmp/lake",
