@@ -191,8 +191,10 @@ class ObjectStore:
         return self
 
     def stop(self, timeout_s: float = 20.0) -> None:
-        signal_pid(self.pid, signal.SIGTERM)
-        wait_dead([(self.pid, self._proc)], timeout_s)
+        # Only the store itself: a pid from the state file may belong to another process now.
+        if self.alive:
+            signal_pid(self.pid, signal.SIGTERM)
+            wait_dead([(self.pid, self._proc)], timeout_s)
         self.pid, self._proc = None, None
         if (self.directory / STATE_FILE).exists():
             self._save()

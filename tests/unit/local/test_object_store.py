@@ -32,3 +32,19 @@ def test_a_machine_without_go_gets_one_line_saying_what_to_install(tmp_path, mon
     monkeypatch.setattr(object_store.shutil, "which", lambda name: None)
     with pytest.raises(FlussError, match="install Go 1.26 or newer"):
         object_store.weed_binary(out=None)
+
+
+def test_stop_never_signals_a_process_that_is_not_the_store(tmp_path):
+    """A pid left in the state file that another process took since is left alone."""
+    import subprocess
+    import sys
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        store = ObjectStore(tmp_path / "store")
+        store.pid = other.pid
+        assert not store.alive
+        store.stop(timeout_s=1)
+        assert other.poll() is None and store.pid is None
+    finally:
+        other.kill()
+        other.wait()
