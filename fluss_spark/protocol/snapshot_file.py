@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -125,15 +124,6 @@ class SnapshotFile:
             return None
         blocks = self._pages[1]
         return blocks[last - 1][1] - blocks[first][0]
-
-    def batch_ranges(self, start: int, end: int) -> Iterator[tuple[int, int]]:
-        """``[lo, hi)`` row ranges covering rows ``[start, end)``, one per record batch."""
-        end = min(end, self.num_rows)
-        i = max(bisect.bisect_right(self._starts, start) - 1, 0)
-        while i < len(self._starts) and self._starts[i] < end:
-            nxt = self._starts[i + 1] if i + 1 < len(self._starts) else self.num_rows
-            yield max(start, self._starts[i]), min(end, nxt)
-            i += 1
 
     @classmethod
     def open_local(cls, path: str) -> "SnapshotFile":

@@ -419,12 +419,12 @@ class KvScanner:
     @staticmethod
     def _file_rows(snapshot: SnapshotFile, start: int, count: int,
                    projection) -> Iterator[pa.RecordBatch]:
-        """Rows [start, start + count) of the file, a record batch of it at a time."""
+        """Rows [start, start + count) of the file, a record batch of it at a time (slices of
+        the mapped file: nothing is copied)."""
         with snapshot:
-            for lo, hi in snapshot.batch_ranges(start, start + count):
-                for batch in snapshot.read_slice(lo, hi - lo, projection).to_batches():
-                    if batch.num_rows:
-                        yield batch
+            for batch in snapshot.read_slice(start, count, projection).to_batches():
+                if batch.num_rows:
+                    yield batch
 
     def _decode(self, records: bytes | memoryview, bucket: int) -> pa.Table:
         return bytes_to_table(records, limits=self.ipc_limits,
