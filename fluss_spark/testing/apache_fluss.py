@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
+from fluss_spark.client.apache_fluss.cluster import NEW_TABLE_LEADERS_S
 from fluss_spark.client.apache_fluss.pyfluss_writer import until_answered
 
 #: SQL type names of the schema strings this module accepts, as Arrow types (pyfluss maps Arrow
@@ -130,11 +131,22 @@ class PyFluss:
 
         async def go() -> int:
             await self.admin.create_database(db, ignore_if_exists=True)
-            await self.admin.create_table(self.path(name), desc, False)
-            table_id = (await self.admin.get_table_info(self.path(name))).table_id
-            if not partition_keys:
-                await until_answered(lambda: self._latest_offsets(name), timeout_s)
-            return table_id
+            deadline = time.monotonic() + timeout_s
+            while True:
+                await self.admin.create_table(self.path(name), desc, False)
+                table_id = (await self.admin.get_table_info(self.path(name))).table_id
+                if partition_keys:
+                    return table_id
+                settle_s = min(NEW_TABLE_LEADERS_S, deadline - time.monotonic())
+                try:
+                    await until_answered(lambda: self._latest_offsets(name), settle_s)
+                    return table_id
+                except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
+                    if time.monotonic() >= deadline:
+                        raise
+                # A table the coordinator lost (as ApacheFlussCluster.create_table explains)
+                # never gets leaders: it is new and empty, so it is created again.
+                await self.admin.drop_table(self.path(name), ignore_if_not_exists=True)
         return self._run(go())
 
     def drop_table(self, name: str) -> None:

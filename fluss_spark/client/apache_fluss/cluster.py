@@ -22,7 +22,7 @@ from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabiliti
                                         RecordBatchStream, TableAdmin, Unavailable)
 from fluss_spark.client.writes import RowWriter, TableWrites
 from fluss_spark.errors import (ConfigError, KvSnapshotNotExist, LeaderNotAvailable,
-                                NonPrimaryKeyTable, UnsupportedVersion)
+                                NonPrimaryKeyTable, TableAlreadyExist, UnsupportedVersion)
 from fluss_spark.protocol.apache_fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS,
                                                    OFFSET_EARLIEST, OFFSET_LATEST,
                                                    OFFSET_TIMESTAMP, PARTITION_APIS)
@@ -36,8 +36,14 @@ from fluss_spark.protocol.apache_fluss.table_json import parse_table_json, table
 from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
 from fluss_spark.protocol.partitions import check_partition_keys
 from fluss_spark.protocol.schema_change import add_columns
+from fluss_spark.retry import retry
 
 log = logging.getLogger(__name__)
+
+#: How long a new table may go without bucket leaders before it is taken for lost (leaders
+#: come within a second), and how often it is then created again.
+NEW_TABLE_LEADERS_S = 15.0
+NEW_TABLE_ATTEMPTS = 3
 
 #: Listings of a table's latest snapshots tried when retention removes one while it is listed.
 _LISTING_ATTEMPTS = 3
@@ -120,8 +126,35 @@ class ApacheFlussWireCluster:
                           bucket_key=None if bucket_key is None else tuple(bucket_key),
                           buckets=buckets, properties=dict(properties or {}),
                           partition_keys=tuple(keys))
-        self.conn.call_coordinator(CreateTableRequest(
-            table_path=split_table_name(name), table_json=body, ignore_if_exists=ignore_if_exists))
+        for attempt in range(NEW_TABLE_ATTEMPTS):
+            try:
+                self.conn.call_coordinator(CreateTableRequest(
+                    table_path=split_table_name(name), table_json=body, ignore_if_exists=False))
+            except TableAlreadyExist:
+                if ignore_if_exists and attempt == 0:
+                    return
+                raise
+            # A partitioned table gets its buckets with each partition.
+            if keys or self._led_within(name, NEW_TABLE_LEADERS_S):
+                return
+            # Fluss 0.9.1's coordinator can miss the ZooKeeper event of a table created just
+            # after another (its cache reads the node's data before handling the creation), and
+            # then never gives that table leaders until it restarts. The table is ours, new and
+            # unwritable, so it is dropped and created again.
+            log.warning("table %s got no bucket leaders in %.0f s; dropping and creating it "
+                        "again", name, NEW_TABLE_LEADERS_S)
+            self.drop_table(name)
+        raise LeaderNotAvailable(
+            f"table {name} was created {NEW_TABLE_ATTEMPTS} times and its buckets got no leader "
+            "each time; check the coordinator's log, or restart the coordinator")
+
+    def _led_within(self, name: str, timeout_s: float) -> bool:
+        """Whether every bucket of ``name`` has a leader within ``timeout_s``."""
+        try:
+            retry(lambda: self._fresh_leaders(name), timeout_s=timeout_s)
+            return True
+        except LeaderNotAvailable:
+            return False
 
     def drop_table(self, name: str, *, ignore_if_not_exists: bool = True) -> None:
         self.conn.call_coordinator(DropTableRequest(table_path=split_table_name(name),
