@@ -26,6 +26,7 @@ from typing import Any, Callable, Generator, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.client.remote_storage import RemoteStorage, filesystem
@@ -42,6 +43,9 @@ _ROW_OVERHEAD_BYTES = 16
 #: Rows of a read's first batch, before the size of a value is known; and the most of any batch.
 _FIRST_CHUNK_ROWS = 128
 _MAX_CHUNK_ROWS = 1 << 20
+#: Rows decoded at a time, a batch's pieces joined after: decoding takes about ten times its
+#: rows' bytes in temporary arrays, which for a whole 4 MB batch was most of a worker's memory.
+_DECODE_ROWS = 1 << 15
 #: A snapshot whose SST files hold more bytes than this is read through RocksDB from a local
 #: copy: decoded in memory, its blocks stay in memory (decompressed, with their keys) while it
 #: is read, about 16 times the files' bytes at the peak (bench/bench_scale.py: a 2.5M-row
@@ -95,6 +99,11 @@ def read_row_count(files: KvSnapshotFiles) -> int | None:
     return int(count) if isinstance(count, int) and count >= 0 else None
 
 
+def _gone(files: KvSnapshotFiles, remote: str) -> KvSnapshotNotExist:
+    return KvSnapshotNotExist(f"{files.describe()} is gone from remote storage ({remote} is "
+                              "missing): retention removed it")
+
+
 def download(files: KvSnapshotFiles, into: str) -> None:
     """Copy the snapshot's files into the directory ``into`` under their checkpoint names."""
     for remote, local in files.files:
@@ -105,8 +114,7 @@ def download(files: KvSnapshotFiles, into: str) -> None:
             with fs.open_input_stream(path) as src, open(os.path.join(into, local), "wb") as dst:
                 shutil.copyfileobj(src, dst, 4 << 20)
         except FileNotFoundError:
-            raise KvSnapshotNotExist(f"{files.describe()} is gone from remote storage ({remote} "
-                                     "is missing): retention removed it") from None
+            raise _gone(files, remote) from None
 
 
 class _OnePassCheckpoint:
@@ -167,21 +175,24 @@ def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
     if not all(local.endswith(".sst") or local.startswith(_ROWLESS_FILES)
                for _, local in files.files):
         return None
-    tables, total = [], 0
-    for remote, local in files.files:
-        if not local.endswith(".sst"):
-            continue
-        fs, path = filesystem(remote, files.storage)
+    ssts = [(remote, *filesystem(remote, files.storage))
+            for remote, local in files.files if local.endswith(".sst")]
+    # Sized before any is read: a snapshot over the limit costs no read of its first files.
+    total = 0
+    for remote, fs, path in ssts:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise _gone(files, remote)
+        total += info.size or 0
+    if total > max_bytes:
+        return None
+    tables = []
+    for remote, fs, path in ssts:
         try:
             with fs.open_input_file(path) as f:
-                total += f.size()
-                if total > max_bytes:
-                    return None
-                data = f.read_buffer()
+                tables.append(np.frombuffer(f.read_buffer(), dtype=np.uint8))
         except FileNotFoundError:
-            raise KvSnapshotNotExist(f"{files.describe()} is gone from remote storage ({remote} "
-                                     "is missing): retention removed it") from None
-        tables.append(np.frombuffer(data, dtype=np.uint8))
+            raise _gone(files, remote) from None
     try:
         return SnapshotValues(*live_values(read_tables(tables)))
     except (UnsupportedVersion, CorruptMessage) as e:
@@ -201,6 +212,17 @@ def _copy_and_open(files: KvSnapshotFiles) -> Callable[[str], Any]:
 
 #: This process's local copies of checkpoints (see ``checkpoint_cache``).
 CHECKPOINTS = CheckpointCache()
+
+
+def _pieces(lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """``[lo, hi)`` in ranges of at most ``_DECODE_ROWS`` rows."""
+    for a in range(lo, hi, _DECODE_ROWS):
+        yield a, min(hi, a + _DECODE_ROWS)
+
+
+def _joined(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of ``pieces`` (one copy of their rows, none for a single piece)."""
+    return pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
 
 
 def count_rows(files: KvSnapshotFiles, cache: CheckpointCache = CHECKPOINTS) -> int:
@@ -258,16 +280,23 @@ class CheckpointScan:
             chunk = _FIRST_CHUNK_ROWS
             while True:
                 want = chunk if stop is None else min(chunk, stop - row)
-                values = list(islice(rows, want))
-                row += len(values)
-                if len(values) < want:
+                pieces, got, size = [], 0, 0
+                while got < want:
+                    values = list(islice(rows, min(_DECODE_ROWS, want - got)))
+                    if not values:
+                        break
+                    got += len(values)
+                    size += sum(map(len, values))
+                    pieces.append(decode_kv_values(values, self._schema_of, self._output))
+                row += got
+                if got < want:
                     finished = True
                 elif row == stop:
                     # Saved before the last yield: a reader stops asking once it has its rows.
                     cursor = (row, rows)    # the next split of this snapshot starts here
-                if values:
-                    chunk = self._chunk_rows(sum(map(len, values)) / len(values))
-                    yield decode_kv_values(values, self._schema_of, self._output)
+                if got:
+                    chunk = self._chunk_rows(size / got)
+                    yield _joined(pieces)
                 if finished or row == stop:
                     return
         finally:
@@ -284,8 +313,10 @@ class CheckpointScan:
                 chunk = self._chunk_rows(float(np.mean(sizes)))
                 for lo in range(row, end, chunk):
                     hi = min(end, lo + chunk)
-                    yield decode_kv_ranges(values.buffer, values.begin[lo:hi],
-                                           values.end[lo:hi], self._schema_of, self._output)
+                    yield _joined([decode_kv_ranges(values.buffer, values.begin[a:b],
+                                                    values.end[a:b], self._schema_of,
+                                                    self._output)
+                                   for a, b in _pieces(lo, hi)])
             finished = end == len(values)
         finally:
             self._cache.release(entry, finished=finished)

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from rocksdict import Options, Rdict
 
+from fluss_spark.client.apache_fluss import kv_snapshot
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
                                                          SnapshotValues, count_rows,
@@ -179,3 +180,15 @@ def test_fluss_table_files_are_decoded_in_memory_and_read_by_row(tmp_path, cache
                                files=files.files + ((str(wal), "000099.log"),))
     assert read_values(with_wal) is None
     assert ids(scan(with_wal, cache, start=5, limit=3)) == [5, 6, 7]
+
+
+@pytest.mark.parametrize("options", [None, "fluss"], ids=["rocksdb", "in-memory"])
+def test_batches_decoded_in_pieces_equal_batches_decoded_whole(tmp_path, cache, monkeypatch,
+                                                               options):
+    files = make_snapshot(tmp_path, 3000, options=fluss_options() if options else None)
+    whole = list(scan(files, cache, start=7, batch_bytes=1 << 20))
+    monkeypatch.setattr(kv_snapshot, "_DECODE_ROWS", 64)
+    pieces = list(scan(files, cache, start=7, batch_bytes=1 << 20))
+    assert [b.num_rows for b in pieces] == [b.num_rows for b in whole]
+    assert pa.Table.from_batches(pieces).equals(pa.Table.from_batches(whole))
+    assert ids(pieces) == list(range(7, 3000))
