@@ -45,7 +45,7 @@ _FIRST_CHUNK_ROWS = 128
 _MAX_CHUNK_ROWS = 1 << 20
 #: Rows decoded at a time, a batch's pieces joined after: decoding takes about ten times its
 #: rows' bytes in temporary arrays, which for a whole 4 MB batch was most of a worker's memory.
-_DECODE_ROWS = 1 << 15
+_DECODE_ROWS = 1 << 14
 #: A snapshot whose SST files hold more bytes than this is read through RocksDB from a local
 #: copy: decoded in memory, its blocks stay in memory (decompressed, with their keys) while it
 #: is read, about 16 times the files' bytes at the peak (bench/bench_scale.py: a 2.5M-row
@@ -112,7 +112,7 @@ def download(files: KvSnapshotFiles, into: str) -> None:
         fs, path = filesystem(remote, files.storage)
         try:
             with fs.open_input_stream(path) as src, open(os.path.join(into, local), "wb") as dst:
-                shutil.copyfileobj(src, dst, 4 << 20)
+                shutil.copyfileobj(src, dst, 1 << 20)
         except FileNotFoundError:
             raise _gone(files, remote) from None
 

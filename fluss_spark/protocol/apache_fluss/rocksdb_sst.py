@@ -128,12 +128,15 @@ def _blocks(file: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
     lengths[packed] = length
     raw = pa.py_buffer(file)
     codecs = {k: pa.Codec(name).decompress for k, name in CODECS.items()}
+    # The blocks live only until they are joined into one buffer: from the C allocator, the
+    # memory they free serves the numpy arrays that follow (Arrow's own pool keeps it).
+    pool = pa.system_memory_pool()
     ends = offsets[packed] + sizes[packed]
     try:
         # One call per block: the codecs take one buffer at a time.
         for i, k, b, stop, n in zip(packed.tolist(), kinds[packed].tolist(), start.tolist(),
                                     ends.tolist(), length.tolist()):
-            parts[i] = codecs[k](raw.slice(b, stop - b), decompressed_size=n)
+            parts[i] = codecs[k](raw.slice(b, stop - b), decompressed_size=n, memory_pool=pool)
     except (OSError, pa.ArrowException) as e:
         raise CorruptMessage(f"SST: a compressed data block does not decompress: {e}") from None
     return parts, lengths
@@ -293,7 +296,8 @@ def _walk(buffer: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> _Entries
     position in the interval, over every interval still going."""
     rows = Rows(buffer, starts, None, None)
     rows.column = "(SST entry)"
-    found: list[tuple[np.ndarray, ...]] = []
+    # Per pass: the intervals still going, then each entry's shared, unshared, key, value, size.
+    found: tuple[list[np.ndarray], ...] = ([], [], [], [], [], [])
     interval = np.arange(len(starts), dtype=np.int64)
     pos = starts
     while len(interval):
@@ -303,20 +307,22 @@ def _walk(buffer: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> _Entries
         stop = stops[interval]
         if (nxt > stop).any():
             raise CorruptMessage("SST: a block entry runs past its restart interval")
-        if not found and shared.any():
+        if not found[0] and shared.any():
             raise CorruptMessage("SST: a restart point's key shares bytes with the one before")
-        found.append((interval, shared, unshared, p, value, size))
+        for pieces, part in zip(found, (interval, shared, unshared, p, value, size)):
+            pieces.append(part)
         going = nxt < stop
         interval, pos = interval[going], nxt[going]
     # Entry s of interval i goes to (entries of the intervals before i) + s.
-    counts = np.bincount(np.concatenate([step[0] for step in found]), minlength=len(starts))
+    counts = np.bincount(np.concatenate(found[0]), minlength=len(starts))
     first = np.zeros(len(starts), dtype=np.int64)
     np.cumsum(counts[:-1], out=first[1:])
-    at = np.concatenate([first[step[0]] + s for s, step in enumerate(found)])
+    at = np.concatenate([first[step] + s for s, step in enumerate(found[0])])
     out = []
-    for c in range(1, 6):
+    for parts in found[1:]:
         column = np.empty(len(at), dtype=np.int64)
-        column[at] = np.concatenate([step[c] for step in found])
+        column[at] = np.concatenate(parts)
+        parts.clear()       # each pass's pieces go as their column is built: a lower peak
         out.append(column)
     shared, unshared, key, value, size = out
     return _Entries(shared, unshared, key, value, size, counts)
@@ -387,6 +393,7 @@ def read_tables(files: Sequence[np.ndarray]) -> SstEntries:
         return _empty(sum(expected))
     size = np.concatenate(lengths)
     buffer = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    del parts, some     # the blocks, now copied into ``buffer``, go before the walk's arrays come
     base = np.zeros(len(size), dtype=np.int64)
     np.cumsum(size[:-1], out=base[1:])
     starts, stops, restarts = _restart_intervals(buffer, base, size)
