@@ -48,7 +48,7 @@ _MAX_CHUNK_ROWS = 1 << 20
 _DECODE_ROWS = 1 << 14
 #: A snapshot whose SST files hold more bytes than this is read through RocksDB from a local
 #: copy: decoded in memory, its blocks stay in memory (decompressed, with their keys) while it
-#: is read, about 16 times the files' bytes at the peak (bench/bench_scale.py: a 2.5M-row
+#: is read, about ten times the files' bytes at the peak (bench/bench_scale.py: a 2.5M-row
 #: bucket of ~60 MB of SST files took a Spark Python worker to 1 GB), so a worker stays bounded
 #: whatever the bucket's size.
 MAX_IN_MEMORY_SST_BYTES = 16 << 20
