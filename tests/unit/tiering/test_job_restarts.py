@@ -31,6 +31,11 @@ class FakeQuery:
     def stop(self):
         self.isActive = False
 
+    def awaitTermination(self, timeout=None):
+        self.waited = timeout
+        self.isActive = False       # the query ends while the job waits for it
+        return True
+
 
 class JobWithoutSpark(TieringJob):
     """TieringJob whose queries are FakeQuery objects started from a script of failures."""
@@ -173,6 +178,12 @@ def test_a_one_shot_run_waits_for_the_restarted_query(tmp_path):
     # Every poll's status reached on_poll (the round lines): the failure, then the restart.
     assert [p["tables"]["db.t"]["error"] for p in polls][:1] == [TRANSIENT]
     assert polls[-1]["tables"]["db.t"] == {"error": None, "restarts": 1}
+
+
+def test_a_one_shot_run_ends_when_its_query_does_not_at_the_next_poll(tmp_path):
+    j, _ = job(tmp_path, [None], available_now=True, poll_interval_s=3600.0)
+    j.run()
+    assert j.queries["db.t"].waited == 3600.0 and not j.errors
 
 
 def test_stop_during_a_backoff_starts_nothing(tmp_path):

@@ -34,11 +34,10 @@ def test_a_buckets_splits_share_a_task_unless_they_are_all_snapshot_rows():
 def fluss():
     cluster = FakeCluster()
     cluster.add_table("db.pk", schema="id BIGINT NOT NULL, v STRING", buckets=1)
-    cluster.add_snapshot("db.pk", 0, 4, [{"id": i, "v": f"s{i}"} for i in range(6)], 3)
-    cluster.append_log("db.pk", 0, [
-        ("+I", {"id": 0, "v": "s0"}), ("+I", {"id": 1, "v": "s1"}), ("+I", {"id": 2, "v": "s2"}),
-        ("-U", {"id": 1, "v": "s1"}), ("+U", {"id": 1, "v": "new"}),
-        ("-D", {"id": 2, "v": "s2"}), ("+I", {"id": 42, "v": "n"})])
+    cluster.add_snapshot("db.pk", 0, 4, [{"id": i, "v": f"s{i}"} for i in range(6)], 0)
+    # After the snapshot: key 1 updated, key 2 deleted, key 42 inserted.
+    changes = [("-U", 1, "s1"), ("+U", 1, "new"), ("-D", 2, "s2"), ("+I", 42, "n")]
+    cluster.append_log("db.pk", 0, [(ct, {"id": k, "v": v}) for ct, k, v in changes])
     return cluster
 
 
@@ -52,12 +51,12 @@ def test_a_task_reading_a_snapshot_and_its_changelog_writes_the_buckets_state(tm
     shipped = pickle.loads(pickle.dumps(source.streamReader(source.schema())))
     assert shipped.writer == lake.writer() and shipped.cluster_factory is cached_cluster
     reader = RoundReader(options, shipped.writer, cluster_factory=lambda _: fluss)
-    task = BucketSplits((SnapshotSplit(info.table_id, "db.pk", 0, 4, 0, 6, "L", 3),
-                         LogSplit(info.table_id, "db.pk", 0, 3, 7)))
+    task = BucketSplits((SnapshotSplit(info.table_id, "db.pk", 0, 4, 0, 6, "L", 0),
+                         LogSplit(info.table_id, "db.pk", 0, 0, 4)))
     results = pa.Table.from_batches(list(reader.read(task)), schema=RESULT)
     written = RoundFiles.merge(results, ("id",))
     assert written.rows_in == 6 + 4
-    lake.commit_files(written, query_id="q", batch_id=0, fluss_offsets={"log": {"0": 7}})
+    lake.commit_files(written, query_id="q", batch_id=0, fluss_offsets={"log": {"0": 4}})
     assert lake.read().sort_by("id").to_pylist() == fluss.state("db.pk", 0)
 
 
