@@ -72,9 +72,10 @@ def read_once(spark, servers: str, table: str, work: Path, expected: int) -> flo
 def tier_once(spark, servers: str, table: str, work: Path, expected: int) -> float:
     """Seconds for the tiering job (AvailableNow, fresh lake) to tier ``table``, start to end."""
     lake = Path(tempfile.mkdtemp(dir=work, prefix="lake-"))
+    # The job as `fluss-spark tier run --once` runs it (default poll interval: it ends when its
+    # query does).
     config = TieringConfig(lake=lake, bootstrap_servers=servers,
-                           table_pattern=table.replace(".", r"\."), available_now=True,
-                           poll_interval_s=0.05)
+                           table_pattern=table.replace(".", r"\."), available_now=True)
     job = TieringJob(spark, config)
     t0 = time.perf_counter()
     try:

@@ -28,24 +28,25 @@ def check_node_dependencies() -> None:
 check_node_dependencies()
 
 
-def register(spark: Any) -> None:
-    """Register the ``fluss`` data source with ``spark`` (idempotent).
+def register(spark: Any, source: Any = None) -> None:
+    """Register the ``fluss`` data source (or another ``source`` class, e.g. the tiering job's)
+    with ``spark`` (idempotent).
 
     Where Spark already found it by itself (the ``pyspark_fluss`` module is importable), this
     does nothing: registering again would replace that registration, and Spark would warn about
     it for every query.
     """
-    if _registered(spark):
-        return
-    from fluss_spark.connector.source import FlussDataSource
+    if source is None:
+        from fluss_spark.connector.source import FlussDataSource
+        source = FlussDataSource
+    if not _registered(spark, source.name()):
+        spark.dataSource.register(source)
 
-    spark.dataSource.register(FlussDataSource)
 
-
-def _registered(spark: Any) -> bool:
+def _registered(spark: Any, name: str) -> bool:
     try:
         return bool(spark._jsparkSession.sessionState().dataSourceManager()
-                    .dataSourceExists("fluss"))
+                    .dataSourceExists(name))
     except Exception:  # noqa: BLE001 - Spark Connect or another version: just register
         return False
 

@@ -104,10 +104,11 @@ class TieringJob:
 
     def start(self) -> "TieringJob":
         from fluss_spark.connector import register
+        from fluss_spark.tiering.round_source import RoundSource
         self._lock()
         self._check_lake()
         self.record = JobRecord.load_or_create(self.lake_root, self.config)
-        register(self.spark)
+        register(self.spark, RoundSource)
         self.discover()
         if not self.queries:
             raise TieringError(f"no table on {self.config.bootstrap_servers} matches "
@@ -353,7 +354,20 @@ class TieringJob:
                     return doc
             if deadline is not None and self.clock() >= deadline:
                 return doc
-            time.sleep(self.config.poll_interval_s)
+            self._wait(self.config.poll_interval_s)
+
+    def _wait(self, timeout_s: float) -> None:
+        """Up to ``timeout_s``, less when a running query stops first: a ``--once`` job ends as
+        its last query does, and a failed query is seen at once, not at the next poll."""
+        from pyspark.errors import StreamingQueryException
+        active = [q for q in self.queries.values() if q.isActive]
+        if not active:
+            time.sleep(timeout_s)
+            return
+        try:
+            active[0].awaitTermination(timeout_s)
+        except StreamingQueryException:
+            pass    # the next poll reads the failure from the query
 
 
 __all__ = ["CHECKPOINTS", "DROPPED", "JOB_FILE", "LOCK_FILE", "TieringConfig", "TieringError",

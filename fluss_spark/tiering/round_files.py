@@ -1,25 +1,26 @@
 """A round's data files, written where its rows are (on the executors), and what comes back.
 
 A tiering round is written in two steps. Each Spark task of the round (one split of the fluss
-source: a bucket's changelog range or a range of its snapshot rows) turns its rows into Iceberg
-data files itself (``RoundWriter``, run by ``mapInArrow``) and hands back only their metadata:
-the pickled ``DataFile`` of every file, for a PK table the keys the task touched, and how many
-rows it read. The driver then makes the round ONE Iceberg commit (``LakeTable.commit_files``).
-No row travels to the driver.
+source: a bucket's changelog range or a range of its snapshot rows) turns the rows it reads into
+Iceberg data files itself (``RoundWriter``, called by ``round_source``'s partition reader) and
+hands back only their metadata: the pickled ``DataFile`` of every file, for a PK table the keys
+the task touched, and how many rows it read. The driver then makes the round ONE Iceberg commit
+(``LakeTable.commit_files``). No row travels to the driver.
 
-Folding a PK round task by task is exact because the fluss source never puts one key in two
-splits of a micro-batch: a key lives in one bucket, a bucket's snapshot rows are split by
-disjoint row ranges, and a bucket reads either snapshot rows or ONE changelog range per
-micro-batch (``connector/splits.py``). ``RoundFiles.merge`` checks it: a key touched by two tasks
-raises ``SplitOverlap``, and the round is applied from the driver instead.
+Folding a PK round task by task is exact because no key reaches two tasks of a micro-batch: a
+key lives in one bucket, a bucket's snapshot rows are split by disjoint row ranges, and
+``round_source`` gives any other splits of one bucket to one task. ``RoundFiles.merge`` checks
+it: a key touched by two tasks raises ``SplitOverlap`` (the round is refused, nothing
+committed).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import pickle
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ from fluss_spark.tiering.apply import append_rows, conform, fold_changes
 from fluss_spark.tiering.lake_catalog import LakeError, env_properties, env_variable, is_secret
 from fluss_spark.tiering.lake_schema import decode_schema, to_storage
 
-#: What each task of a round hands back (``mapInArrow``'s output schema): one row per data file
+#: What each task of a round hands back (the rows of ``round_source``): one row per data file
 #: (``file``: the pickled ``DataFile``), one with the touched keys of a PK table (``keys``: Arrow
 #: IPC), and one with the number of rows the task read (``rows-in``).
 RESULT_SCHEMA = "kind STRING, payload BINARY, rows BIGINT"
@@ -131,8 +132,18 @@ class RoundWriter:
         return cls(md.model_dump_json(), io_properties, fluss_schema, tuple(primary_key),
                    secrets)
 
+    def to_json(self) -> str:
+        """The writer as text (a Spark option: ``round_source``)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RoundWriter":
+        d = json.loads(text)
+        return cls(d["metadata_json"], d["io_properties"], d["fluss_schema"],
+                   tuple(d["primary_key"]), tuple(d["secrets"]))
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """``mapInArrow``: one task's rows in, its ``RESULT_SCHEMA`` rows out."""
+        """One task's rows in, its ``RESULT_SCHEMA`` rows out."""
         chunks = list(batches)
         if not chunks:
             return

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fluss_spark.client.cluster import CHANGE_TYPE, LOG_OFFSET, TableInfo
+from fluss_spark.client.cluster import TableInfo
 from fluss_spark.connector.offsets import OffsetError, SourceOffset, TablePos, decode
 from fluss_spark.connector.startup import await_sources
 from fluss_spark.tiering.config import TieringConfig, TieringError
 from fluss_spark.tiering.lake import LakeError, LakeTable, MapTasks, on_threads
-from fluss_spark.tiering.round_files import RESULT_SCHEMA, RoundFiles, SplitOverlap
+from fluss_spark.tiering.round_files import RoundFiles
+from fluss_spark.tiering.round_source import FORMAT as ROUND_FORMAT, WRITER_OPTION
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ def _position(t: TablePos) -> dict:
 class TableSink:
     """The ``foreachBatch`` function of one table's query: one round -> one lake commit."""
 
-    def __init__(self, table: str, lake: LakeTable, checkpoint: Path, columns: list[str],
+    def __init__(self, table: str, lake: LakeTable, checkpoint: Path,
+                 primary_key: tuple[str, ...] = (),
                  retain_versions: int = 20, compact_max_files: int = 32,
                  spark_lock: Any = None, lease_id: str | None = None,
                  snapshot_retention_s: float | None = 86_400.0, copy_on_write: str = "auto"):
@@ -84,7 +86,7 @@ class TableSink:
         self.copy_on_write = copy_on_write
         self.lease_id = lease_id
         self.snapshot_retention_s = snapshot_retention_s
-        self.columns = columns
+        self.primary_key = primary_key
         #: Shared by the sinks of one job (see ``TieringJob.spark_lock``): rounds are written
         #: one at a time, never while another query's source is initializing.
         self.spark_lock = spark_lock or threading.Lock()
@@ -125,19 +127,11 @@ class TableSink:
             self._maintain()
 
     def _write(self, df: Any) -> RoundFiles:
-        """The round's data files, written by the tasks that read its rows (only their metadata
-        comes to the driver; see ``round_files``)."""
-        rows = df.select(*[f"`{c}`" for c in self.columns], CHANGE_TYPE, LOG_OFFSET)
-        writer = self.lake.writer()
+        """The round's data files, written by the tasks that read its rows: the micro-batch of
+        ``round_source`` is their metadata (no row comes to the driver, nor into the JVM)."""
         with self.spark_lock:
-            results = rows.mapInArrow(writer, RESULT_SCHEMA).toArrow()
-        try:
-            return RoundFiles.merge(results, writer.primary_key)
-        except SplitOverlap as e:
-            # Not expected from the fluss source (see round_files); fold the round on the driver.
-            log.warning("table %s: %s; the round is folded on the driver", self.table, e)
-            with self.spark_lock:
-                return writer.write(rows.toArrow())
+            results = df.toArrow()
+        return RoundFiles.merge(results, self.primary_key)
 
     def _rewriter(self, df: Any) -> MapTasks:
         """Where a PK round's copy-on-write runs (``TieringConfig.copy_on_write``)."""
@@ -197,7 +191,9 @@ def start_table_query(spark: Any, config: TieringConfig, lease_id: str, info: Ta
     lake.create(table=info.name, table_id=info.table_id, schema=info.schema,
                 primary_key=info.primary_key, bucket_key=info.bucket_key,
                 num_buckets=info.num_buckets, partition_keys=info.partition_keys)
-    reader = (spark.readStream.format("fluss")
+    writer = lake.writer()
+    reader = (spark.readStream.format(ROUND_FORMAT)
+              .option(WRITER_OPTION, writer.to_json())
               .option("bootstrap.servers", config.bootstrap_servers)
               .option("table", info.name)
               .option("scan.startup.mode", "full")
@@ -207,7 +203,7 @@ def start_table_query(spark: Any, config: TieringConfig, lease_id: str, info: Ta
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
     for k, v in config.source_options.items():
         reader = reader.option(k, str(v))
-    sink = TableSink(info.name, lake, checkpoint, list(info.schema.names), config.retain_versions,
+    sink = TableSink(info.name, lake, checkpoint, writer.primary_key, config.retain_versions,
                      config.compact_max_files, spark_lock, lease_id,
                      config.snapshot_retention_s, config.copy_on_write)
     writer = (reader.load().writeStream.queryName(f"tier_{info.name.replace('.', '_')}")

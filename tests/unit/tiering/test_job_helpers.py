@@ -130,7 +130,7 @@ def _log_lake(tmp_path, rounds=3):
 def test_a_batch_that_does_not_follow_the_lakes_last_round_is_refused(tmp_path):
     from fluss_spark.tiering.table_query import TableSink
     lake = _log_lake(tmp_path)
-    sink = TableSink("db.log", lake, tmp_path / "ckpt", ["k"])
+    sink = TableSink("db.log", lake, tmp_path / "ckpt")
     sink._check_start("query-1", 3)        # the next batch
     sink._check_start("query-1", 0)        # a first batch is not checked here
     sink._check_start("other-query", 7)    # refused by the commit itself (another query)
@@ -141,7 +141,7 @@ def test_a_batch_that_does_not_follow_the_lakes_last_round_is_refused(tmp_path):
 def test_the_sink_compacts_a_table_of_many_files_and_expires_old_snapshots(tmp_path):
     from fluss_spark.tiering.table_query import TableSink
     lake = _log_lake(tmp_path, rounds=4)
-    sink = TableSink("db.log", lake, tmp_path / "ckpt", ["k"], retain_versions=1,
+    sink = TableSink("db.log", lake, tmp_path / "ckpt", retain_versions=1,
                      compact_max_files=2, snapshot_retention_s=0.0)
     sink._maintain()
     st = lake.state()

@@ -8,6 +8,7 @@ import pytest
 
 from fluss_spark.errors import KvSnapshotNotExist, NetworkError, RequestTimeout
 from fluss_spark.tiering.config import TieringConfig, TieringError
+from fluss_spark.tiering import job as job_module
 from fluss_spark.tiering.job import DROPPED, TieringJob
 from fluss_spark.tiering.restarts import restartable
 from fluss_spark.testing.clock import FakeClock
@@ -30,6 +31,11 @@ class FakeQuery:
 
     def stop(self):
         self.isActive = False
+
+    def awaitTermination(self, timeout=None):
+        self.waited = timeout
+        self.isActive = False       # the query ends while the job waits for it
+        return True
 
 
 class JobWithoutSpark(TieringJob):
@@ -173,6 +179,15 @@ def test_a_one_shot_run_waits_for_the_restarted_query(tmp_path):
     # Every poll's status reached on_poll (the round lines): the failure, then the restart.
     assert [p["tables"]["db.t"]["error"] for p in polls][:1] == [TRANSIENT]
     assert polls[-1]["tables"]["db.t"] == {"error": None, "restarts": 1}
+
+
+def test_a_one_shot_run_ends_when_its_query_does_not_at_the_next_poll(tmp_path, monkeypatch):
+    def no_sleep(seconds):
+        raise AssertionError(f"the job slept {seconds} s instead of waiting on its query")
+    monkeypatch.setattr(job_module.time, "sleep", no_sleep)
+    j, _ = job(tmp_path, [None], available_now=True, poll_interval_s=3600.0)
+    j.run()
+    assert j.queries["db.t"].waited == 3600.0 and not j.errors
 
 
 def test_stop_during_a_backoff_starts_nothing(tmp_path):

@@ -29,8 +29,9 @@ def table(root, pk=True):
 
 
 def run_tasks(writer: RoundWriter, parts: list[pa.Table]) -> pa.Table:
-    """What ``mapInArrow`` collects: each task's result rows, the writer shipped by pickle."""
-    shipped = pickle.loads(pickle.dumps(writer))
+    """What the round source collects: each task's result rows, the writer passed as an option
+    and shipped by pickle."""
+    shipped = pickle.loads(pickle.dumps(RoundWriter.from_json(writer.to_json())))
     out = [b for part in parts for b in shipped(iter(part.to_batches()))]
     return pa.Table.from_batches(out, schema=RESULT)
 
@@ -65,7 +66,7 @@ def test_a_log_round_of_several_tasks_is_appended_once(tmp_path):
     assert sorted(t.read().column("id").to_pylist()) == list(range(15))
 
 
-def test_a_key_touched_by_two_tasks_is_refused_so_the_round_is_folded_elsewhere(tmp_path):
+def test_a_key_touched_by_two_tasks_is_refused(tmp_path):
     t = table(tmp_path)
     writer = t.writer()
     results = run_tasks(writer, [rows([(1, "a")], "+I", 0), rows([(1, "b")], "+U", 1)])
