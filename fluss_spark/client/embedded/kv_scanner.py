@@ -138,7 +138,9 @@ class KvScanner:
         How long an open keeps retrying ``TooManyScanners`` (on top of the connection's own
         retries).
     prefetch:
-        Ask for a session's next batch while the current one is consumed.
+        Ask for a session's next batches while the current one is consumed: a snapshot scan
+        keeps two requests in flight on a connection of its own (``PagesAhead``), a live scan
+        one on the shared connection.
     """
 
     def __init__(self, conn, table_info, *, continue_retries: int = 2,
