@@ -79,14 +79,16 @@ class RpcConnection(SocketChannel):
                                f"expected {cid}")
         return resp.raise_for_error()
 
-    def pipeline(self) -> "PipelinedConnection":
+    def pipeline(self, window_bytes: int | None = None) -> "PipelinedConnection":
         """A new connection of its own to the same server, with the same settings, that sends
-        requests before the responses to earlier ones are read (``transport.pipeline``)."""
+        requests before the responses to earlier ones are read (``transport.pipeline``);
+        ``window_bytes``: what the responses in flight may add up to."""
         from fluss_spark.transport.pipeline import PipelinedConnection
         return PipelinedConnection(self.host, self.port, timeout_s=self.timeout_s,
                                    connect_timeout_s=self.connect_timeout_s,
                                    credentials=self._credentials,
-                                   max_response_bytes=self.max_response_bytes, tls=self.tls)
+                                   max_response_bytes=self.max_response_bytes, tls=self.tls,
+                                   window_bytes=window_bytes)
 
     def supports(self, api_key: ApiKey) -> bool:
         """Whether the server offers ``api_key`` (asked once per connection object)."""

@@ -11,6 +11,7 @@ server sends ahead; this process holds only the responses it has read.
 from __future__ import annotations
 
 import collections
+import socket
 from typing import Any, TypeVar
 
 from fluss_spark.protocol.api import api_name
@@ -30,8 +31,12 @@ class PipelinedConnection(RpcConnection):
     in use as long as it wants. ``call`` works as on any connection when nothing is in flight.
     """
 
-    def __init__(self, *args: Any, pool_size: int = 4, **kwargs: Any):
+    def __init__(self, *args: Any, pool_size: int = 4, window_bytes: int | None = None,
+                 **kwargs: Any):
+        """``window_bytes``: the responses in flight at most (requests ahead times their size);
+        the socket's receive buffer is set to hold them from the start (``receive_buffer``)."""
         super().__init__(*args, **kwargs)
+        self.window_bytes = window_bytes
         #: Requests sent whose responses are not read yet, oldest first: (correlation id, request).
         self._in_flight: collections.deque[tuple[int, Request[Any]]] = collections.deque()
         self._pool = ReceivePool(pool_size)
@@ -66,6 +71,35 @@ class PipelinedConnection(RpcConnection):
             payload = self._guarded(f"request {api_name(request.API_KEY)}", read)
         return request.decode_response(self._answer(payload, cid))
 
+    def _on_connect(self, sock: socket.socket) -> None:
+        size = receive_buffer(self.window_bytes, _rmem_max())
+        if size is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+        super()._on_connect(sock)
+
     def _close_locked(self) -> None:
         self._in_flight.clear()              # their responses went with the socket
         super()._close_locked()
+
+
+def receive_buffer(window_bytes: int | None, rmem_max: int | None) -> int | None:
+    """The SO_RCVBUF to ask for so a new socket's window holds ``window_bytes`` at once (Linux
+    doubles what is asked, up to twice ``rmem_max``), or None to leave the kernel's autotuning.
+
+    Autotuning starts a connection at 128 KB and grows it only as the reader drains, which cost
+    a fresh scan connection its first pages (a 4M-row scan over 4 MB pages ran 10-20% longer).
+    A fixed buffer ends autotuning, so it is set only where it holds every response in flight
+    (then nothing more could be gained: the reader never asks for more than that ahead).
+    """
+    if window_bytes is None or rmem_max is None or 2 * rmem_max < window_bytes:
+        return None
+    return (window_bytes + 1) // 2
+
+
+def _rmem_max() -> int | None:
+    """The largest receive buffer a process may ask for (Linux), None where unknown."""
+    try:
+        with open("/proc/sys/net/core/rmem_max") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None

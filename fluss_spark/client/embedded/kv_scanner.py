@@ -26,9 +26,10 @@ from typing import Callable, Generator, Iterator
 
 import pyarrow as pa
 
+from fluss_spark import config
 from fluss_spark.client.cluster import LiveScanStart
 from fluss_spark.client.embedded import partitions
-from fluss_spark.client.embedded.pages_ahead import PagesAhead
+from fluss_spark.client.embedded.pages_ahead import DEFAULT_DEPTH, PagesAhead
 from fluss_spark.errors import (ApiError, ConfigError, FlussError, KvSnapshotNotExist,
                                 LiveScanLost, NetworkError, ScannerExpired, TooManyScanners,
                                 UnknownScannerId)
@@ -292,7 +293,10 @@ class KvScanner:
         pipeline = getattr(rpc, "pipeline", None)
         if pipeline is None:
             return None
-        return PagesAhead(pipeline(), scanner_id, first_seq, batch_size,
+        # The pages in flight (a server clamps larger asks, by default to
+        # kv.scanner.max-batch-size, and cuts pages a little under what is asked).
+        window = DEFAULT_DEPTH * min(batch_size, config.SCANNER_MAX_BATCH_SIZE.default)
+        return PagesAhead(pipeline(window), scanner_id, first_seq, batch_size,
                           retries=self.continue_retries, sleep=self._sleep)
 
     def _close_session(self, rpc, scanner_id: str) -> None:

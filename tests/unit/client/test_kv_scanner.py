@@ -341,7 +341,8 @@ class Pipelining:
     def call(self, request, timeout_s=None):
         return self.tablet.call(request, timeout_s)
 
-    def pipeline(self):
+    def pipeline(self, window_bytes=None):
+        assert window_bytes >= 2 * 2048                 # two pages in flight
         self.pipelines.append(FakePipeline(self.tablet))
         return self.pipelines[-1]
 

@@ -14,6 +14,7 @@ from fluss_spark.errors import NetworkError
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.messages.base import Bytes, Int, Message, Request, wire
 from fluss_spark.transport.client import RpcConnection
+from fluss_spark.transport.pipeline import receive_buffer
 from fluss_spark.transport.server import RpcServer
 
 PAGE = 256 * 1024
@@ -80,3 +81,11 @@ def test_a_lost_connection_loses_the_requests_in_flight(server):
         assert conn.receive().n == 3
     finally:
         conn.close()
+
+
+def test_the_receive_buffer_is_fixed_only_where_it_holds_every_response_in_flight():
+    mb = 1 << 20
+    assert receive_buffer(8 * mb, 4 * mb) == 4 * mb        # Linux doubles it: 8 MB of window
+    assert receive_buffer(9 * mb, 4 * mb) is None          # autotuning may grow past 8 MB
+    assert receive_buffer(None, 4 * mb) is None
+    assert receive_buffer(8 * mb, None) is None            # no /proc: leave the kernel be
