@@ -6,11 +6,13 @@ import select
 import socket
 import ssl
 import threading
-from typing import Callable
+from typing import Callable, TypeVar, cast
 
 from fluss_spark.errors import ConnectionRefused, CorruptMessage, NetworkError
 from fluss_spark.transport import tls as _tls
-from fluss_spark.transport.frames import recv_exact
+from fluss_spark.transport.frames import ReceivePool, recv_frame
+
+T = TypeVar("T")
 
 #: Both protocols prefix a frame with its length in 4 bytes.
 LENGTH_PREFIX = 4
@@ -62,12 +64,27 @@ class SocketChannel:
 
         A socket failure closes the socket and is a retriable NetworkError; a reply whose length
         is refused closes it too (the stream is out of step) and propagates."""
+        def exchange() -> bytearray:
+            self._send(self._connect(), frame, timeout_s)
+            return cast(bytearray, self._receive(decode_length))
+        return self._guarded(what, exchange)
+
+    def _send(self, sock: socket.socket, frame: bytes, timeout_s: float | None) -> None:
+        sock.settimeout(timeout_s or self.timeout_s)
+        sock.sendall(frame)
+
+    def _receive(self, decode_length: Callable[[bytearray], int],
+                 pool: ReceivePool | None = None) -> bytearray | memoryview:
+        """The next reply frame's payload (the caller holds ``_lock``, the socket is open)."""
+        assert self._sock is not None
+        prefix = recv_or_eof(self._sock, LENGTH_PREFIX)
+        return recv_into_pool_or_eof(self._sock, decode_length(prefix), pool)
+
+    def _guarded(self, what: str, io: Callable[[], T]) -> T:
+        """``io()``, its socket failures turned into NetworkError (or ConnectionRefused) after
+        closing the socket; a refused reply (CorruptMessage) closes it too."""
         try:
-            sock = self._connect()
-            sock.settimeout(timeout_s or self.timeout_s)
-            sock.sendall(frame)
-            prefix = recv_or_eof(sock, LENGTH_PREFIX)
-            return recv_or_eof(sock, decode_length(prefix))
+            return io()
         except ConnectionRefusedError:
             self._close_locked()
             raise ConnectionRefused(f"{what} to {self.address} failed: nothing listens there "
@@ -107,7 +124,13 @@ def still_open(sock: socket.socket) -> bool:
 
 def recv_or_eof(sock: socket.socket, n: int) -> bytearray:
     """Exactly ``n`` bytes, or EOFError when the server closed the connection first."""
-    data = recv_exact(sock, n)
+    return cast(bytearray, recv_into_pool_or_eof(sock, n, None))
+
+
+def recv_into_pool_or_eof(sock: socket.socket, n: int,
+                          pool: ReceivePool | None) -> bytearray | memoryview:
+    """``recv_or_eof``, reading a large frame into one of ``pool``'s buffers."""
+    data = recv_frame(sock, n, pool)
     if data is None:
         raise EOFError("connection closed by the server")
     return data

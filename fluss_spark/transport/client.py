@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import socket
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fluss_spark.errors import (ConfigError, CorruptMessage, NetworkError, TlsHandshakeFailed,
                                 UnsupportedVersion)
@@ -14,6 +14,9 @@ from fluss_spark.protocol.messages import (ApiVersionsRequest, AuthenticateReque
                                            Request)
 from fluss_spark.transport.channel import SocketChannel, recv_or_eof
 from fluss_spark.transport.tls import TlsClientConfig
+
+if TYPE_CHECKING:
+    from fluss_spark.transport.pipeline import PipelinedConnection
 
 R = TypeVar("R", bound=Message)
 
@@ -54,12 +57,20 @@ class RpcConnection(SocketChannel):
 
     def _exchange(self, api_key: ApiKey | int, body: Any,
                   timeout_s: float | None) -> dict[str, Any]:
-        cid = next(self._ids)
-        frame = framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body,
-                                                          segments=True))
+        cid, frame = self._request_frame(api_key, body)
         with self._lock:
             payload = self._round_trip(frame, self._decode_length,
                                        f"request {api_name(api_key)}", timeout_s)
+        return self._answer(payload, cid)
+
+    def _request_frame(self, api_key: ApiKey | int, body: Any) -> tuple[int, bytes]:
+        """A new correlation id and the request frame carrying it."""
+        cid = next(self._ids)
+        return cid, framing.encode_frame(codec.encode_request(api_key, CURRENT_VERSION, cid, body,
+                                                              segments=True))
+
+    def _answer(self, payload: Any, cid: int) -> dict[str, Any]:
+        """The body of the response to request ``cid``, or its typed error."""
         resp = codec.decode_response(payload)
         if resp.correlation_id != cid:
             self.close()
@@ -67,6 +78,17 @@ class RpcConnection(SocketChannel):
             raise NetworkError(f"{self.address} answered correlation id {resp.correlation_id}, "
                                f"expected {cid}")
         return resp.raise_for_error()
+
+    def pipeline(self, window_bytes: int | None = None) -> "PipelinedConnection":
+        """A new connection of its own to the same server, with the same settings, that sends
+        requests before the responses to earlier ones are read (``transport.pipeline``);
+        ``window_bytes``: what the responses in flight may add up to."""
+        from fluss_spark.transport.pipeline import PipelinedConnection
+        return PipelinedConnection(self.host, self.port, timeout_s=self.timeout_s,
+                                   connect_timeout_s=self.connect_timeout_s,
+                                   credentials=self._credentials,
+                                   max_response_bytes=self.max_response_bytes, tls=self.tls,
+                                   window_bytes=window_bytes)
 
     def supports(self, api_key: ApiKey) -> bool:
         """Whether the server offers ``api_key`` (asked once per connection object)."""

@@ -68,6 +68,13 @@ _WRITE_BUDGET = 4 << 20
 _SEND_PATIENCE_S = 0.05
 #: How often the loop looks for idle and stalled connections when nothing happens.
 _TICK_S = 0.5
+#: Requests a handler thread answers in a row on one connection (the first and those already
+#: waiting in its socket) before the loop takes the connection back, and the largest request it
+#: reads itself (a scan's continue is a hundred bytes).
+_INLINE_REQUESTS = 16
+_INLINE_MAX_BYTES = 4096
+
+
 class _Connection:
     """One client socket and where its current request or response stands."""
 
@@ -131,7 +138,8 @@ class RpcServer:
         self._stopping = threading.Event()
         self._warn = LogLimiter()
         #: Counters for tests and operators: connections refused, evicted, closed as idle,
-        #: stalled, unread or unauthenticated; replies the loop finished sending (deferred).
+        #: stalled, unread or unauthenticated; replies the loop finished sending (deferred);
+        #: requests a handler thread read itself after its reply (inline).
         self.stats: collections.Counter[str] = collections.Counter()
         # Connections must pass a gate (TLS handshake, SASL login) before they are trusted.
         self._admission = Admission(self.limits, self._sasl or tls is not None, self._warn,
@@ -317,26 +325,43 @@ class RpcServer:
         self._pool.submit(self._run, conn, payload)
         return False
 
-    def _run(self, conn: _Connection, payload: _Buffer) -> None:
+    def _run(self, conn: _Connection, payload: _Buffer | bytes | None) -> None:
         """In a handler thread: answer one request, send what the socket takes at once, and
-        hand the connection (with the rest of the reply, if any) back to the loop."""
-        try:
-            reply, keep = self.dispatcher.handle(payload, conn)
-        except Exception:  # noqa: BLE001 - the dispatcher answers every error; belt and braces
-            log.exception("request handling failed")
-            reply = [codec.encode_response(-1, error=UnknownServerError("internal error"))]
-            keep = False
-        del payload
-        try:
-            # Never blocks for long (the socket is non-blocking): a client that reads gets its
-            # reply straight away from this thread; what its socket does not take within
-            # _SEND_PATIENCE_S the loop sends when it can.
-            rest = send_within(conn.sock, as_views(framing.frame_parts(reply)),
-                               _SEND_PATIENCE_S)
-        except OSError:
-            rest, keep = [], False
+        hand the connection (with the rest of the reply, if any) back to the loop. A request
+        the client sent before the reply went out is answered here too (``_waiting_request``)."""
+        served = 0
+        while payload is not None:
+            try:
+                reply, keep = self.dispatcher.handle(payload, conn)
+            except Exception:  # noqa: BLE001 - the dispatcher answers every error; belt and braces
+                log.exception("request handling failed")
+                reply = [codec.encode_response(-1, error=UnknownServerError("internal error"))]
+                keep = False
+            del payload
+            try:
+                # Never blocks for long (the socket is non-blocking): a client that reads gets
+                # its reply straight away from this thread; what its socket does not take within
+                # _SEND_PATIENCE_S the loop sends when it can.
+                rest = send_within(conn.sock, as_views(framing.frame_parts(reply)),
+                                   _SEND_PATIENCE_S)
+            except OSError:
+                rest, keep = [], False
+            served += 1
+            payload = (self._waiting_request(conn) if keep and not rest and served <
+                       _INLINE_REQUESTS and not self._stopping.is_set() else None)
         self._done.put((conn, keep, rest))
         self._wake()
+
+    def _waiting_request(self, conn: _Connection) -> bytes | None:
+        """The payload of a small request already whole in the socket (a pipelining client's
+        next one), read in this thread: handing the connection back to the loop to read it
+        costs a reader of 4 MB scan pages a tenth of its time. None: the loop reads on."""
+        if isinstance(conn.sock, ssl.SSLSocket) or (self._sasl and conn.principal is None):
+            return None                 # TLS records cannot be peeked; logins go through the loop
+        payload = _whole_request(conn.sock, min(_INLINE_MAX_BYTES, self.limits.max_request_bytes))
+        if payload is not None:
+            self.stats["inline"] += 1   # requests answered without the loop
+        return payload
 
     def _resume(self) -> None:
         """Take back connections whose request was handled: read on, send the rest of the
@@ -469,6 +494,22 @@ class RpcServer:
                 pass
         except (BlockingIOError, OSError):
             pass
+
+
+def _whole_request(sock: socket.socket, max_bytes: int) -> bytes | None:
+    """The payload of a request of at most ``max_bytes`` that is whole in the non-blocking
+    ``sock``, read from it; None (and nothing read) when there is none."""
+    header = framing.HEADER.size
+    try:
+        head = sock.recv(header + max_bytes, socket.MSG_PEEK)
+        if len(head) < header:
+            return None
+        (length,) = framing.HEADER.unpack_from(head)
+        if length > max_bytes or len(head) < header + length:
+            return None
+        return sock.recv(header + length)[header:]     # exactly what was peeked
+    except OSError:                 # nothing waiting (BlockingIOError), or a failure the loop's
+        return None                 # next read reports
 
 
 #: What a request's payload is read into.

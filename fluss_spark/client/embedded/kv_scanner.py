@@ -26,8 +26,10 @@ from typing import Callable, Generator, Iterator
 
 import pyarrow as pa
 
+from fluss_spark import config
 from fluss_spark.client.cluster import LiveScanStart
 from fluss_spark.client.embedded import partitions
+from fluss_spark.client.embedded.pages_ahead import DEFAULT_DEPTH, PagesAhead
 from fluss_spark.errors import (ApiError, ConfigError, FlussError, KvSnapshotNotExist,
                                 LiveScanLost, NetworkError, ScannerExpired, TooManyScanners,
                                 UnknownScannerId)
@@ -137,7 +139,9 @@ class KvScanner:
         How long an open keeps retrying ``TooManyScanners`` (on top of the connection's own
         retries).
     prefetch:
-        Ask for a session's next batch while the current one is consumed.
+        Ask for a session's next batches while the current one is consumed: a snapshot scan
+        keeps two requests in flight on a connection of its own (``PagesAhead``), a live scan
+        one on the shared connection.
     """
 
     def __init__(self, conn, table_info, *, continue_retries: int = 2,
@@ -222,10 +226,14 @@ class KvScanner:
             scan.log_offset = latest.log_offset
         rpc, scanner_id, seq, has_more, lost = None, None, 0, True, None
         ahead: Future | None = None
+        pages: PagesAhead | None = None
         try:
             while has_more:
                 expected = start_row + scan.rows
                 if scanner_id is None:
+                    if pages is not None:             # its requests were for the lost session
+                        pages.close()
+                        pages = None
                     remaining = None if limit is None else limit - scan.rows
                     rpc, resp = self._open(scan.bucket, scan.snapshot_id, scan.live, projection,
                                            remaining, expected, batch_size,
@@ -245,7 +253,9 @@ class KvScanner:
                         continue
                 else:
                     seq += 1
-                    if ahead is not None:
+                    if pages is not None:
+                        resp = pages.take(seq)
+                    elif ahead is not None:
                         resp, ahead = ahead.result(), None
                     else:
                         resp = self._continue(scan, rpc, scanner_id, seq, batch_size)
@@ -259,15 +269,35 @@ class KvScanner:
                     scan.log_offset = resp.log_offset
                 if scanner_id is not None and self.prefetch:
                     # The server cuts the next batch while this one is consumed.
-                    ahead = _prefetcher().submit(self._continue, scan, rpc, scanner_id, seq + 1,
-                                                 batch_size)
-                for batch in self._batches(scan, resp, expected):
+                    if pages is None and not scan.live:
+                        pages = self._pages_ahead(rpc, scanner_id, seq + 1, batch_size)
+                    if pages is None:
+                        ahead = _prefetcher().submit(self._continue, scan, rpc, scanner_id,
+                                                     seq + 1, batch_size)
+                batches = self._batches(scan, resp, expected)
+                del resp                              # its page's buffer is free once consumed
+                for batch in batches:
                     scan.rows += batch.num_rows
                     yield batch
         finally:
+            if pages is not None:
+                pages.close()
             scanner_id = _settle(ahead, scanner_id)
             if scanner_id is not None and rpc is not None:
                 self._close_session(rpc, scanner_id)
+
+    def _pages_ahead(self, rpc, scanner_id: str, first_seq: int,
+                     batch_size: int) -> PagesAhead | None:
+        """The session's next pages asked for on a connection of their own; None where the
+        connection cannot make one (then a thread fetches one page ahead)."""
+        pipeline = getattr(rpc, "pipeline", None)
+        if pipeline is None:
+            return None
+        # The pages in flight (a server clamps larger asks, by default to
+        # kv.scanner.max-batch-size, and cuts pages a little under what is asked).
+        window = DEFAULT_DEPTH * min(batch_size, config.SCANNER_MAX_BATCH_SIZE.default)
+        return PagesAhead(pipeline(window), scanner_id, first_seq, batch_size,
+                          retries=self.continue_retries, sleep=self._sleep)
 
     def _close_session(self, rpc, scanner_id: str) -> None:
         """Best effort: a session left open is evicted by the server after kv.scanner.ttl."""

@@ -22,6 +22,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from fluss_spark import config
 from fluss_spark.clock import Clock, monotonic_ms
@@ -32,6 +33,7 @@ from fluss_spark.protocol.acl import OperationType
 from fluss_spark.protocol.messages import (CloseScan, ContinueScan, ListScannersRequest,
                                            ListScannersResponse, OpenScan, ScanKvRequest,
                                            ScanKvResponse, ScannerInfo)
+from fluss_spark.server.tablet.open_snapshots import OpenSnapshots
 from fluss_spark.server.tablet.scan_cursor import Batch, LiveCursor, SnapshotCursor
 from fluss_spark.transport.dispatch import current_peer_address
 from fluss_spark.transport.locality import is_local_address
@@ -109,6 +111,9 @@ class ScannerManager:
         self.max_batch_bytes = config.SCANNER_MAX_BATCH_SIZE.get(options)
         self._clock = clock or monotonic_ms
         self._open_snapshot = open_snapshot or _open_snapshot_file
+        #: Snapshot files shared by the sessions reading them, closed an eviction pass after the
+        #: last one ended.
+        self._files = OpenSnapshots(self._open_snapshot, self.interval_ms, self._clock)
         self._lock = threading.Lock()
         self._sessions: dict[str, ScanSession] = {}
         self._by_bucket: dict[tuple[int, int | None, int], set[str]] = {}
@@ -157,6 +162,7 @@ class ScannerManager:
                         for sid in list(self._sessions)]
             self._finished.clear()
         self._close_sessions(sessions)
+        self._files.expire(everything=True)
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
@@ -179,6 +185,7 @@ class ScannerManager:
             for sid, (_, _, at) in list(self._finished.items()):
                 if now - at > self.interval_ms:
                     del self._finished[sid]
+        self._files.expire()
         for s in evicted:                  # closing does I/O: outside the manager lock
             try:
                 s.close()
@@ -284,7 +291,8 @@ class ScannerManager:
                 raise
         record = self._snapshot_record(req, name)
         try:
-            snapshot = self._open_snapshot(record.path)
+            # A shared file, or, written under older columns, that file read as the current ones.
+            snapshot: Any = self._files.acquire(record.path)
         except FileNotFoundError:
             raise KvSnapshotNotExist(
                 f"the file of KV snapshot {req.snapshot_id} of table {name} bucket "

@@ -329,3 +329,92 @@ def test_fetching_ahead_returns_the_same_rows_and_closes_a_session_left_early(ta
     assert tablet.manager.session_count() == 0
     seqs = [c["call_seq_id"] for c in tablet.calls if "scanner_id" in c and "close" not in c]
     assert seqs[-2:] == [1, 2]       # nothing asked twice
+
+
+class Pipelining:
+    """The tablet behind a connection that can open pipelined connections of its own."""
+
+    def __init__(self, tablet):
+        self.tablet = tablet
+        self.pipelines: list[FakePipeline] = []
+
+    def call(self, request, timeout_s=None):
+        return self.tablet.call(request, timeout_s)
+
+    def pipeline(self, window_bytes=None):
+        assert window_bytes >= 2 * 2048                 # two pages in flight
+        self.pipelines.append(FakePipeline(self.tablet))
+        return self.pipelines[-1]
+
+
+class FakePipeline:
+    """A connection of its own to the tablet: each request is served as it is sent (a server
+    answers it once the previous reply is out), its response read later, in order; a lost
+    response loses the connection and every response after it."""
+
+    def __init__(self, tablet):
+        self.tablet = tablet
+        self.answers: list = []
+        self.most_in_flight = 0
+        self.closed = False
+
+    def send(self, request):
+        assert not self.closed
+        try:
+            self.answers.append(self.tablet.call(request))
+        except ApiError as e:
+            self.answers.append(e)
+        self.most_in_flight = max(self.most_in_flight, len(self.answers))
+
+    def receive(self):
+        answer = self.answers.pop(0)
+        if isinstance(answer, NetworkError):
+            self.answers.clear()
+            raise answer
+        if isinstance(answer, ApiError):
+            raise answer
+        return answer
+
+    def close(self):
+        self.closed = True
+
+
+def pipelining_scanner(tablet, pipelining=None):
+    conn = FakeConn(tablet)
+    pipelining = pipelining or Pipelining(tablet)
+    conn.tablet_for = lambda *a: pipelining
+    return KvScanner(conn, INFO, sleep=lambda s: None, prefetch=True)
+
+
+def test_pages_asked_ahead_are_the_file_in_order_and_never_past_two_in_flight(tablet):
+    rec = tablet.snapshot(0)
+    pipelining = Pipelining(tablet)
+    scanner = pipelining_scanner(tablet, pipelining)
+    scan = scanner.scan(0, snapshot_id=rec.snapshot_id, batch_size_bytes=2048)
+    assert scan.read_all().equals(file_rows(rec))
+    pages = [c["call_seq_id"] for c in tablet.calls if "scanner_id" in c]
+    # Every page asked for once, in order, one past the last (answered "already finished").
+    assert pages == list(range(1, len(pages) + 1)) and len(pages) > 5
+    assert [p.most_in_flight for p in pipelining.pipelines] == [2]
+    assert pipelining.pipelines[0].closed
+    assert tablet.manager.session_count() == 0
+    early = scanner.scan(0, snapshot_id=rec.snapshot_id, batch_size_bytes=2048)
+    next(early)
+    next(early)
+    early.close()                   # its connection is dropped and its session closed
+    assert tablet.manager.session_count() == 0
+    assert tablet.calls[-1].get("close") is True
+
+
+def test_a_connection_lost_after_the_server_served_ahead_resumes_by_row(tablet):
+    rec = tablet.snapshot(0)
+    scanner = pipelining_scanner(tablet)
+    scan = scanner.scan(0, snapshot_id=rec.snapshot_id, batch_size_bytes=2048)
+    got = [next(scan), next(scan)]
+    # Page 2's response is lost with the connection, after page 3 was served: asking for page 2
+    # again is refused (the server moved on), so the scan reopens at its next row.
+    tablet.lose_next = 1
+    got.extend(scan)
+    assert pa.Table.from_batches(got).equals(file_rows(rec))
+    assert scan.resumes == 1
+    assert tablet.manager.session_count() == 0

@@ -1,4 +1,5 @@
-"""recv_exact: a frame of any size arrives whole, and memory follows the bytes that arrived."""
+"""recv_exact: a frame of any size arrives whole, and memory follows the bytes that arrived;
+ReceivePool: a buffer is reused only when nothing refers to what was read into it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import socket
 import threading
 import tracemalloc
 
-from fluss_spark.transport.frames import DIRECT_BYTES, recv_exact
+import numpy as np
+import pyarrow as pa
+
+from fluss_spark.protocol.arrow_ipc import bytes_to_table, table_to_buffer
+from fluss_spark.transport.frames import (DIRECT_BYTES, POOLED_FROM, ReceivePool, recv_exact,
+                                          recv_frame)
 
 
 def _sent(data: bytes) -> tuple[socket.socket, threading.Thread]:
@@ -44,3 +50,45 @@ def test_a_frame_cut_short_is_none_and_its_buffer_at_most_twice_what_arrived():
         sock.close()
     # 12 MB of buffer for 6 MB received, and the 6 MB of zeros it grew by: never the announced
     assert peak < 4 * DIRECT_BYTES, peak
+
+
+def test_a_pooled_buffer_is_handed_out_again_only_when_nothing_refers_to_it():
+    pool = ReceivePool(size=2)
+    first = pool.take(1 << 20)
+    first[:4] = b"page"
+    address = np.frombuffer(first, np.uint8).ctypes.data
+    table = pa.table({"x": pa.array(np.arange(1000, dtype=np.int64))})
+    batch_bytes = table_to_buffer(table)
+    first[:batch_bytes.size] = batch_bytes.to_pybytes()
+    # Record batches decoded in place, and a numpy slice, keep the buffer in use.
+    kept = bytes_to_table(first[:batch_bytes.size]).to_batches()
+    part = np.frombuffer(first, np.uint8)[8:16]
+    del first
+    assert pool.in_use() == 1
+    second = pool.take(1 << 20)
+    assert np.frombuffer(second, np.uint8).ctypes.data != address
+    del part
+    assert pool.in_use() == 2                        # the record batches alone keep it
+    del kept
+    assert pool.in_use() == 1
+    third = pool.take(1000)                          # the first buffer, free again
+    assert np.frombuffer(third, np.uint8).ctypes.data == address
+    extra = pool.take(4096)                          # both in use: a new one, not kept
+    assert pool.in_use() == 2 and len(extra) == 4096
+    del second, third, extra
+    assert pool.in_use() == 0
+
+
+def test_frames_are_pooled_only_between_the_pooled_and_the_direct_size():
+    pool = ReceivePool()
+    for size, pooled in ((POOLED_FROM - 1, False), (POOLED_FROM, True),
+                         (DIRECT_BYTES, True), (DIRECT_BYTES + 1, False)):
+        data = os.urandom(size)
+        sock, sender = _sent(data)
+        got = recv_frame(sock, size, pool)
+        assert got is not None and bytes(got) == data
+        assert isinstance(got, memoryview) == pooled
+        del got
+        sender.join()
+        sock.close()
+    assert pool.in_use() == 0
