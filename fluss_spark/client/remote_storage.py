@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-import pyarrow.fs as pafs
+
+if TYPE_CHECKING:
+    # Imported where a file is opened: pyarrow.fs (and its S3 module) costs ~40 ms to import,
+    # which a driver or a reader of the embedded engine never needs.
+    import pyarrow.fs as pafs
 
 from fluss_spark.errors import ConfigError, UnsupportedVersion
 
@@ -44,6 +49,7 @@ class RemoteStorage:
 
     def s3(self) -> pafs.S3FileSystem:
         """An S3 filesystem with these settings (pyarrow's defaults for the others)."""
+        import pyarrow.fs as pafs
         kwargs: dict[str, object] = {}
         if self.s3_endpoint is not None:
             url = urlsplit(self.s3_endpoint)
@@ -56,7 +62,7 @@ class RemoteStorage:
 
 
 _S3_SCHEMES = ("s3", "s3a", "s3n")
-_cache: dict[RemoteStorage, pafs.FileSystem] = {}
+_cache: dict[RemoteStorage, "pafs.FileSystem"] = {}
 _cache_lock = threading.Lock()
 
 
@@ -65,6 +71,7 @@ def filesystem(path: str, storage: RemoteStorage = RemoteStorage()) -> tuple[paf
 
     S3 paths (``s3://``, and Hadoop's ``s3a://`` / ``s3n://`` spellings Fluss may report) use
     ``storage``'s settings; other schemes are opened by pyarrow from the path alone."""
+    import pyarrow.fs as pafs
     scheme = urlsplit(path).scheme.lower()
     try:
         if scheme in _S3_SCHEMES and storage.configured:

@@ -46,3 +46,19 @@ def test_no_s3_option_leaves_pyarrows_defaults():
 def test_bad_s3_options_are_refused_naming_what_to_do(options, error):
     with pytest.raises(ConfigError, match=error):
         parse_options({"bootstrap.servers": "h:1", "table": "db.t", **options})
+
+
+def test_the_spark_source_imports_no_filesystem_module_until_a_file_is_opened():
+    """pyarrow.fs (~40 ms, with its S3 module) is for the paths that open remote files; a
+    query's driver against the embedded engine never does."""
+    import subprocess
+    import sys
+    code = ("import sys\nimport fluss_spark.connector.source\n"
+            "heavy = ('pyarrow.fs', 'pyarrow._s3fs', 'pandas')\n"
+            "print(sorted(m for m in heavy if m in sys.modules))\n"
+            "from fluss_spark.client.remote_storage import filesystem\n"
+            "filesystem('/tmp')\nprint('pyarrow.fs' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "True"]
