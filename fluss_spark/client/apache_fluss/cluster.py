@@ -178,9 +178,11 @@ class ApacheFlussWireCluster:
 
     def get_table(self, name: str) -> TableInfo:
         """Fresh metadata of ``name``; a partitioned table's partitions with their leaders."""
+        # Leaders first: their metadata answer also names the coordinator, which a new
+        # connection would otherwise ask for in a request of its own.
+        meta = self.conn.with_retries(lambda: self._fresh_leaders(name), table=name)
         info = self.conn.call_coordinator(GetTableInfoRequest(table_path=split_table_name(name)))
         desc = parse_table_json(info.table_json)
-        meta = self.conn.with_retries(lambda: self._fresh_leaders(name), table=name)
         return TableInfo(table_id=info.table_id, name=name, schema=desc.schema,
                          schema_id=info.schema_id,
                          primary_key=desc.primary_key, bucket_key=desc.bucket_key,

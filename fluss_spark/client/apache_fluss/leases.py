@@ -3,9 +3,11 @@ tables and of partitions; and the KV snapshot metadata call that tells whether a
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+import threading
+from typing import Callable, Iterable, Mapping
 
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection
+from fluss_spark.clock import monotonic_ms
 from fluss_spark.errors import InvalidLeaseId, KvSnapshotNotExist
 from fluss_spark.protocol.apache_fluss.messages import (
     AcquireKvSnapshotLeaseRequest, AcquireKvSnapshotLeaseResponse, DropKvSnapshotLeaseRequest,
@@ -87,11 +89,21 @@ def kv_snapshot_metadata(conn: FlussWireConnection, table_id: int, bucket: int, 
         snapshot_id=int(snapshot_id)))
 
 
+#: A pin as checked: (table id, partition id or None, bucket, snapshot id).
+_Pin = tuple[int, "int | None", int, int]
+
+
 class FlussLeases:
     """The lease calls of one Apache Fluss cluster's coordinator."""
 
-    def __init__(self, conn: FlussWireConnection):
+    def __init__(self, conn: FlussWireConnection, clock: Callable[[], int] = monotonic_ms):
         self.conn = conn
+        self._clock = clock
+        self._lock = threading.Lock()
+        # By lease id: until when (this process's clock) its last grant surely held, and the
+        # pins of that grant found to exist. A pin held since without a gap cannot have been
+        # removed by retention, so acquiring it again (a renewal) needs no new check.
+        self._checked: dict[str, tuple[int, set[_Pin]]] = {}
 
     def acquire(self, lease_id: str, duration_ms: int, tables: TablePins,
                 partitions: PartitionPins | None = None
@@ -99,19 +111,32 @@ class FlussLeases:
         """Pin ``tables`` and ``partitions``; returns the pins not granted (of tables, of
         partitions), each checked to still exist."""
         request = acquire_request(lease_id, duration_ms, tables, partitions)
+        with self._lock:
+            until, checked = self._checked.pop(lease_id, (0, set()))
+        sent = self._clock()
         resp = self.conn.call_coordinator(request)
+        # The earlier grant expires no sooner than its duration after it was sent: answered
+        # before that, this grant extended it without a gap.
+        held = checked if self._clock() < until else set()
         refused_tables, refused_parts = unavailable_pins(resp)
+        found: set[_Pin] = set()
         # Fluss 0.9.1 may grant a pin on a snapshot that retention already removed (its answer
-        # does not list it as unavailable), so every granted pin is checked to still exist.
+        # does not list it as unavailable), so every granted pin not held since it was checked
+        # is checked to still exist.
         for tid, pins in _flat(tables, partitions).items():
             for (pid, b), sid in pins.items():
                 refused = (refused_tables.get(tid, {}) if pid is None
                            else refused_parts.get(tid, {}).get(pid, {}))
-                if b not in refused and not self.exists(tid, b, sid, pid):
-                    if pid is None:
-                        refused_tables.setdefault(tid, {})[b] = sid
-                    else:
-                        refused_parts.setdefault(tid, {}).setdefault(pid, {})[b] = sid
+                if b in refused:
+                    continue
+                if (tid, pid, b, sid) in held or self.exists(tid, b, sid, pid):
+                    found.add((tid, pid, b, sid))
+                elif pid is None:
+                    refused_tables.setdefault(tid, {})[b] = sid
+                else:
+                    refused_parts.setdefault(tid, {}).setdefault(pid, {})[b] = sid
+        with self._lock:
+            self._checked[lease_id] = (sent + int(duration_ms), found)
         return refused_tables, refused_parts
 
     def exists(self, table_id: int, bucket: int, snapshot_id: int,
@@ -125,11 +150,18 @@ class FlussLeases:
     def release(self, lease_id: str, tables: Mapping[int, Iterable[int]],
                 partitions: Mapping[int, Mapping[int, Iterable[int]]] | None = None) -> None:
         request = release_request(lease_id, tables, partitions)
+        self._forget(lease_id)
         self.conn.call_coordinator(request)
 
     def drop(self, lease_id: str) -> None:
         request = DropKvSnapshotLeaseRequest(lease_id=checked(lease_id))
+        self._forget(lease_id)
         self.conn.call_coordinator(request)
+
+    def _forget(self, lease_id: str) -> None:
+        """A lease some of whose pins go: its next grant checks every pin again."""
+        with self._lock:
+            self._checked.pop(lease_id, None)
 
 
 __all__ = ["FlussLeases", "PartitionPins", "TablePins", "acquire_request", "checked",

@@ -73,7 +73,9 @@ class Coordinator:
             if key not in self.existing:
                 raise KvSnapshotNotExist(f"no snapshot {key}")
             return GetKvSnapshotMetadataResponse(log_offset=0)
-        return AcquireKvSnapshotLeaseResponse()
+        if isinstance(request, AcquireKvSnapshotLeaseRequest):
+            return AcquireKvSnapshotLeaseResponse()
+        return None
 
 
 def test_a_granted_pin_of_a_snapshot_that_is_gone_is_reported_with_its_partition():
@@ -84,3 +86,35 @@ def test_a_granted_pin_of_a_snapshot_that_is_gone_is_reported_with_its_partition
     asked = {(r.table_id, r.partition_id, r.bucket_id) for r in coordinator.sent
              if isinstance(r, GetKvSnapshotMetadataRequest)}
     assert asked == {(1, None, 0), (1, None, 1), (2, 5, 0), (2, 5, 1)}
+
+
+def _checks(coordinator: Coordinator) -> list[tuple]:
+    checks = [(r.table_id, r.partition_id, r.bucket_id, r.snapshot_id) for r in coordinator.sent
+              if isinstance(r, GetKvSnapshotMetadataRequest)]
+    coordinator.sent.clear()
+    return sorted(checks, key=str)
+
+
+def test_a_pin_held_without_a_gap_since_its_check_is_not_checked_again():
+    coordinator = Coordinator({(1, None, 0, 10), (1, None, 1, 11), (1, None, 1, 12)})
+    now = [0]
+    leases = FlussLeases(coordinator, clock=lambda: now[0])    # type: ignore[arg-type]
+    leases.acquire("job-1", 1000, {1: {0: 10, 1: 11}})
+    assert _checks(coordinator) == [(1, None, 0, 10), (1, None, 1, 11)]
+    now[0] = 999                        # renewed before the grant can have run out: no checks
+    assert leases.acquire("job-1", 1000, {1: {0: 10, 1: 11}}) == ({}, {})
+    assert _checks(coordinator) == []
+    # A new snapshot of a bucket is checked; another lease's pins are its own.
+    leases.acquire("job-1", 1000, {1: {0: 10, 1: 12}})
+    assert _checks(coordinator) == [(1, None, 1, 12)]
+    leases.acquire("job-2", 1000, {1: {0: 10}})
+    assert _checks(coordinator) == [(1, None, 0, 10)]
+    now[0] = 999 + 1000                 # the grant may have expired meanwhile: checked again
+    leases.acquire("job-1", 1000, {1: {0: 10}})
+    assert _checks(coordinator) == [(1, None, 0, 10)]
+    leases.release("job-1", {1: [1]})   # after a release (or a drop) every pin is checked
+    leases.acquire("job-1", 1000, {1: {0: 10}})
+    assert _checks(coordinator) == [(1, None, 0, 10)]
+    coordinator.existing.discard((1, None, 0, 10))
+    leases.drop("job-1")
+    assert leases.acquire("job-1", 1000, {1: {0: 10}}) == ({1: {0: 10}}, {})
