@@ -88,7 +88,7 @@ class Rows:
         # Each pass reads one more byte of the varints still going, so its cost shrinks with them.
         while more.size:
             if shift == 7 * most:
-                self.check(p[more] + size[more], None if sel is None else sel[more])
+                self.check(p[more] + size[more], more if sel is None else sel[more])
                 self.fail(more, sel, f"varint longer than {most} bytes")
             b = np.take(buf, p[more] + size[more], mode="clip")
             # Bits past the type's width are dropped, as a Java int or long drops them.

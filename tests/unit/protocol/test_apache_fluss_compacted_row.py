@@ -555,6 +555,15 @@ def test_malformed_fields_are_corrupt(schema, body, what):
     assert f"row 1, column '{schema.field(0).name}'" in str(info.value)
 
 
+@pytest.mark.parametrize("rows_after", [0, 1, 2])
+def test_an_overlong_varint_names_its_own_row_when_the_column_has_no_nulls(rows_after):
+    schema = pa.schema([("l", pa.int64())])
+    good = kv_value(1, schema, [5])
+    values = [good, b"\x01\x00\x00" + b"\xff" * 10 + b"\x01"] + [good] * rows_after
+    with pytest.raises(CorruptMessage, match=r"row 1, column 'l' \(int64\): varint longer"):
+        decode_kv_values(values, lambda _: schema, schema)
+
+
 def test_nested_values_are_walked_past_unread_and_checked_when_read():
     schema = pa.schema([("id", pa.int32()), ("tags", pa.list_(pa.string())),
                         ("attrs", pa.struct([("k", pa.int32())])), ("name", pa.string())])
