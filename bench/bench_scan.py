@@ -7,7 +7,9 @@ same conditions):
 
 - ``direct``: pyarrow reads the snapshot file into memory (``pa.ipc.open_file`` over a plain
   file, warm page cache): the data is copied once, as a reader of the file would;
-- ``1 session``: one process scans the bucket over TCP scan sessions;
+- ``1 session``: one process scans the bucket over TCP scan sessions; it is given the snapshot's
+  id, as a Spark task's split is (and as the direct read is given the file), so it asks the
+  coordinator for nothing;
 - ``N sessions``: N processes, each scanning 1/N of the rows (``start_row`` / ``limit``), as N
   Spark tasks would read one bucket;
 - ``N short-circuit``: the same scans with short-circuit reads (``scan.kv.short-circuit``): the
@@ -55,8 +57,8 @@ def read_direct(path: str) -> tuple[int, int]:
     return table.num_rows, int(pa.compute.sum(table.column("id")).as_py())
 
 
-def _scan(servers: str, lo: int, hi: int, batch_size: int, short_circuit: bool, ready, go,
-          out) -> None:
+def _scan(servers: str, snapshot_id: int, lo: int, hi: int, batch_size: int,
+          short_circuit: bool, ready, go, out) -> None:
     """One reader process: connect, wait for the start, scan rows [lo, hi), report."""
     from fluss_spark.client import FlussConnection
     conn = FlussConnection(servers, request_timeout_s=120, short_circuit_reads=short_circuit)
@@ -64,19 +66,20 @@ def _scan(servers: str, lo: int, hi: int, batch_size: int, short_circuit: bool, 
     ready.wait()
     go.wait()
     rows = id_sum = 0
-    for batch in scanner.scan(0, start_row=lo, limit=hi - lo, batch_size_bytes=batch_size):
+    for batch in scanner.scan(0, snapshot_id, start_row=lo, limit=hi - lo,
+                              batch_size_bytes=batch_size):
         rows += batch.num_rows
         id_sum += int(pa.compute.sum(batch.column("id")).as_py() or 0)
     out.put((rows, id_sum, time.perf_counter()))
     conn.close()
 
 
-def read_sessions(servers: str, total_rows: int, parallel: int, batch_size: int,
-                  short_circuit: bool = False) -> float:
+def read_sessions(servers: str, snapshot_id: int, total_rows: int, parallel: int,
+                  batch_size: int, short_circuit: bool = False) -> float:
     """Seconds for ``parallel`` processes to scan the bucket; checks every row arrived."""
     ctx = mp.get_context("fork")
     ready, go, out = ctx.Barrier(parallel + 1), ctx.Barrier(parallel + 1), ctx.Queue()
-    procs = [ctx.Process(target=_scan, args=(servers, total_rows * i // parallel,
+    procs = [ctx.Process(target=_scan, args=(servers, snapshot_id, total_rows * i // parallel,
                                              total_rows * (i + 1) // parallel, batch_size,
                                              short_circuit, ready, go, out))
              for i in range(parallel)]
@@ -159,7 +162,7 @@ def main(argv=None) -> int:
                   f"file) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             # Warm-up (page cache, imports, the server's first map of the file): not timed.
             read_direct(snap.path)
-            read_sessions(cluster.bootstrap_servers, a.rows, 1, sizes[0])
+            read_sessions(cluster.bootstrap_servers, snap.snapshot_id, a.rows, 1, sizes[0])
             rows = {}       # label -> rows/s per repeat
             ratio = {}      # label -> ratio to the direct read of the same repeat
             for _ in range(a.repeat):
@@ -172,10 +175,12 @@ def main(argv=None) -> int:
                 for batch in sizes:
                     for k in sorted({1, a.parallel}):
                         label = f"{k} session{'s' if k > 1 else ''} {_size(batch)}"
-                        runs[label] = read_sessions(cluster.bootstrap_servers, a.rows, k, batch)
+                        runs[label] = read_sessions(cluster.bootstrap_servers, snap.snapshot_id,
+                                                    a.rows, k, batch)
                 for k in sorted({1, a.parallel}):
-                    runs[f"{k} short-circuit"] = read_sessions(cluster.bootstrap_servers, a.rows,
-                                                               k, sizes[0], short_circuit=True)
+                    runs[f"{k} short-circuit"] = read_sessions(
+                        cluster.bootstrap_servers, snap.snapshot_id, a.rows, k, sizes[0],
+                        short_circuit=True)
                 for label, secs in runs.items():
                     rows.setdefault(label, []).append(a.rows / secs / 1e6)
                     ratio.setdefault(label, []).append(direct / secs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import socket
 import sys
 from typing import Any, cast
@@ -19,6 +20,12 @@ DIRECT_BYTES = 6 << 20
 #: Frames below this size are read into a bytearray of their own even with a pool (a small
 #: buffer costs nothing to make; a pooled one would be held for a reply of a few bytes).
 POOLED_FROM = 64 << 10
+
+
+#: A pooled buffer at least this large is backed by 2 MB pages where the system allows it
+#: (Linux, ``madvise``): the socket's first write into a fresh 4 MB buffer of 4 KB pages takes
+#: 1,024 page faults (2-4 ms here, a tenth of a fresh reader's 4M-row scan), of 2 MB pages two.
+HUGE_PAGE_BYTES = 2 << 20
 
 
 class ReceivePool:
@@ -45,7 +52,7 @@ class ReceivePool:
                 if self._buffers[i].size >= n:
                     return _view(self._buffers[i], n)
                 too_small = i
-        fresh = np.empty(n, np.uint8)     # fresh pages are taken as the socket writes them
+        fresh = new_buffer(n)             # fresh pages are taken as the socket writes them
         if len(self._buffers) < self.size:
             self._buffers.append(fresh)
         elif too_small is not None:
@@ -90,6 +97,26 @@ def recv_exact(sock: socket.socket, n: int) -> bytearray | None:
         if got == n:
             return buf
         buf.extend(bytes(min(n, 2 * len(buf)) - len(buf)))
+
+
+def new_buffer(n: int) -> np.ndarray:
+    """An uninitialised buffer of ``n`` bytes, in 2 MB pages from ``HUGE_PAGE_BYTES`` on where
+    the system offers them (its memory is returned when the last view of it goes)."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is None or n < HUGE_PAGE_BYTES:
+        return np.empty(n, np.uint8)
+    # A private mapping of its own (a shared one would be shmem, which madvise does not back
+    # with huge pages), with room to start on a 2 MB boundary (only that is a huge page).
+    area = mmap.mmap(-1, n + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        area.madvise(advice)
+    except OSError:                    # not allowed here: 4 KB pages, as from np.empty
+        pass
+    start = -np.frombuffer(area, np.uint8, count=1).ctypes.data % HUGE_PAGE_BYTES
+    # numpy makes a view refer to the first array up its chain whose base is no array: the
+    # buffer returned here, as ReceivePool._used counts on (a slice of the whole area's array
+    # would make its views refer to that array instead).
+    return np.frombuffer(memoryview(area)[start:start + n], np.uint8)
 
 
 def _view(buf: np.ndarray, n: int) -> memoryview:

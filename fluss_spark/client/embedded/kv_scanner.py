@@ -227,17 +227,22 @@ class KvScanner:
         rpc, scanner_id, seq, has_more, lost = None, None, 0, True, None
         ahead: Future | None = None
         pages: PagesAhead | None = None
+        # A snapshot scan paging ahead opens on the connection its pages then come on.
+        own = _OwnChannel(self._window(batch_size)) if self.prefetch and not scan.live else None
         try:
             while has_more:
                 expected = start_row + scan.rows
                 if scanner_id is None:
                     if pages is not None:             # its requests were for the lost session
-                        pages.close()
+                        assert own is not None
+                        own.close()
                         pages = None
                     remaining = None if limit is None else limit - scan.rows
+                    local_read = self.short_circuit and not scan.live
                     rpc, resp = self._open(scan.bucket, scan.snapshot_id, scan.live, projection,
                                            remaining, expected, batch_size,
-                                           local_read=self.short_circuit and not scan.live)
+                                           local_read=local_read,
+                                           channel=None if local_read else own)
                     seq = 0
                     if lost is not None:              # the server may still hold it: free it
                         self._close_session(*lost)
@@ -269,8 +274,8 @@ class KvScanner:
                     scan.log_offset = resp.log_offset
                 if scanner_id is not None and self.prefetch:
                     # The server cuts the next batch while this one is consumed.
-                    if pages is None and not scan.live:
-                        pages = self._pages_ahead(rpc, scanner_id, seq + 1, batch_size)
+                    if pages is None and own is not None:
+                        pages = self._pages_ahead(rpc, own, scanner_id, seq + 1, batch_size)
                     if pages is None:
                         ahead = _prefetcher().submit(self._continue, scan, rpc, scanner_id,
                                                      seq + 1, batch_size)
@@ -280,23 +285,26 @@ class KvScanner:
                     scan.rows += batch.num_rows
                     yield batch
         finally:
-            if pages is not None:
-                pages.close()
+            if own is not None:
+                own.close()                           # with the pages still in flight on it
             scanner_id = _settle(ahead, scanner_id)
             if scanner_id is not None and rpc is not None:
                 self._close_session(rpc, scanner_id)
 
-    def _pages_ahead(self, rpc, scanner_id: str, first_seq: int,
+    @staticmethod
+    def _window(batch_size: int) -> int:
+        """What the pages in flight add up to (a server clamps larger asks, by default to
+        kv.scanner.max-batch-size, and cuts pages a little under what is asked)."""
+        return DEFAULT_DEPTH * min(batch_size, config.SCANNER_MAX_BATCH_SIZE.default)
+
+    def _pages_ahead(self, rpc, own: "_OwnChannel", scanner_id: str, first_seq: int,
                      batch_size: int) -> PagesAhead | None:
-        """The session's next pages asked for on a connection of their own; None where the
+        """The session's next pages asked for on the scan's own connection; None where the
         connection cannot make one (then a thread fetches one page ahead)."""
-        pipeline = getattr(rpc, "pipeline", None)
-        if pipeline is None:
+        channel = own.to(rpc)
+        if channel is None:
             return None
-        # The pages in flight (a server clamps larger asks, by default to
-        # kv.scanner.max-batch-size, and cuts pages a little under what is asked).
-        window = DEFAULT_DEPTH * min(batch_size, config.SCANNER_MAX_BATCH_SIZE.default)
-        return PagesAhead(pipeline(window), scanner_id, first_seq, batch_size,
+        return PagesAhead(channel, scanner_id, first_seq, batch_size,
                           retries=self.continue_retries, sleep=self._sleep)
 
     def _close_session(self, rpc, scanner_id: str) -> None:
@@ -370,7 +378,10 @@ class KvScanner:
                 self._close_session(rpc, scanner_id)
 
     def _open(self, bucket: int, snapshot_id: int | None, live: bool, projection, limit,
-              start_row, batch_size, local_read: bool = False):
+              start_row, batch_size, local_read: bool = False,
+              channel: "_OwnChannel | None" = None):
+        """(the tablet's connection, the open's response); with ``channel``, the open goes on
+        the scan's own connection to that tablet where it can make one."""
         request = OpenScan(
             table_id=self.table.table_id, bucket=bucket, batch_size_bytes=batch_size,
             call_seq_id=0, snapshot_id=None if live else snapshot_id, live=live,
@@ -379,7 +390,13 @@ class KvScanner:
 
         def attempt():
             rpc = self._conn.tablet_for(self.table.table_id, bucket, self.partition_id)
-            return rpc, rpc.call(request)
+            own = channel.to(rpc) if channel is not None else None
+            if own is None:
+                return rpc, rpc.call(request)
+            # No turn on the shared connection (a fresh one starts with a small window and
+            # reads a page into a new buffer): the first page comes the way the rest will.
+            own.send(request)
+            return rpc, own.receive()
 
         # Past the connection's own retries, a full server is waited for a while longer: its
         # sessions end as their scans finish or go idle.
@@ -478,3 +495,29 @@ class KvScanner:
         for batch in table.to_batches():
             if batch.num_rows:
                 yield batch
+
+
+class _OwnChannel:
+    """A scan's own pipelined connection to the tablet it reads from: made on first use,
+    replaced when the bucket moves to another tablet or the session is lost, closed with the
+    scan."""
+
+    def __init__(self, window_bytes: int):
+        self.window_bytes = window_bytes
+        self._rpc = None
+        self._channel = None
+
+    def to(self, rpc):
+        """The connection to ``rpc``'s server; None where ``rpc`` cannot make one."""
+        if rpc is not self._rpc:
+            self.close()
+            pipeline = getattr(rpc, "pipeline", None)
+            self._rpc = rpc
+            self._channel = None if pipeline is None else pipeline(self.window_bytes)
+        return self._channel
+
+    def close(self) -> None:
+        """Close the connection and the requests in flight on it; the next use makes another."""
+        if self._channel is not None:
+            self._channel.close()
+        self._rpc = self._channel = None

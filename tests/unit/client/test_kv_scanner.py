@@ -337,8 +337,10 @@ class Pipelining:
     def __init__(self, tablet):
         self.tablet = tablet
         self.pipelines: list[FakePipeline] = []
+        self.shared: list = []                          # requests on the shared connection
 
     def call(self, request, timeout_s=None):
+        self.shared.append(request)
         return self.tablet.call(request, timeout_s)
 
     def pipeline(self, window_bytes=None):
@@ -355,11 +357,13 @@ class FakePipeline:
     def __init__(self, tablet):
         self.tablet = tablet
         self.answers: list = []
+        self.sent: list = []
         self.most_in_flight = 0
         self.closed = False
 
     def send(self, request):
         assert not self.closed
+        self.sent.append(request)
         try:
             self.answers.append(self.tablet.call(request))
         except ApiError as e:
@@ -397,6 +401,8 @@ def test_pages_asked_ahead_are_the_file_in_order_and_never_past_two_in_flight(ta
     assert pages == list(range(1, len(pages) + 1)) and len(pages) > 5
     assert [p.most_in_flight for p in pipelining.pipelines] == [2]
     assert pipelining.pipelines[0].closed
+    # The open went on the scan's own connection too: nothing on the shared one.
+    assert isinstance(pipelining.pipelines[0].sent[0], OpenScan) and pipelining.shared == []
     assert tablet.manager.session_count() == 0
     early = scanner.scan(0, snapshot_id=rec.snapshot_id, batch_size_bytes=2048)
     next(early)
@@ -408,7 +414,8 @@ def test_pages_asked_ahead_are_the_file_in_order_and_never_past_two_in_flight(ta
 
 def test_a_connection_lost_after_the_server_served_ahead_resumes_by_row(tablet):
     rec = tablet.snapshot(0)
-    scanner = pipelining_scanner(tablet)
+    pipelining = Pipelining(tablet)
+    scanner = pipelining_scanner(tablet, pipelining)
     scan = scanner.scan(0, snapshot_id=rec.snapshot_id, batch_size_bytes=2048)
     got = [next(scan), next(scan)]
     # Page 2's response is lost with the connection, after page 3 was served: asking for page 2
@@ -417,4 +424,8 @@ def test_a_connection_lost_after_the_server_served_ahead_resumes_by_row(tablet):
     got.extend(scan)
     assert pa.Table.from_batches(got).equals(file_rows(rec))
     assert scan.resumes == 1
+    # The reopen went on a new connection of the scan's own; the lost one was closed.
+    first, second = pipelining.pipelines
+    assert first.closed and second.closed and isinstance(second.sent[0], OpenScan)
+    assert [type(r) for r in pipelining.shared] == [CloseScan]      # the lost session freed
     assert tablet.manager.session_count() == 0

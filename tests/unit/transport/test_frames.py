@@ -3,6 +3,7 @@ ReceivePool: a buffer is reused only when nothing refers to what was read into i
 
 from __future__ import annotations
 
+import mmap
 import os
 import socket
 import threading
@@ -10,10 +11,11 @@ import tracemalloc
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from fluss_spark.protocol.arrow_ipc import bytes_to_table, table_to_buffer
-from fluss_spark.transport.frames import (DIRECT_BYTES, POOLED_FROM, ReceivePool, recv_exact,
-                                          recv_frame)
+from fluss_spark.transport.frames import (DIRECT_BYTES, HUGE_PAGE_BYTES, POOLED_FROM,
+                                          ReceivePool, new_buffer, recv_exact, recv_frame)
 
 
 def _sent(data: bytes) -> tuple[socket.socket, threading.Thread]:
@@ -52,9 +54,10 @@ def test_a_frame_cut_short_is_none_and_its_buffer_at_most_twice_what_arrived():
     assert peak < 4 * DIRECT_BYTES, peak
 
 
-def test_a_pooled_buffer_is_handed_out_again_only_when_nothing_refers_to_it():
+@pytest.mark.parametrize("size", [1 << 20, 4 << 20])     # 4 KB pages; 2 MB pages (Linux)
+def test_a_pooled_buffer_is_handed_out_again_only_when_nothing_refers_to_it(size):
     pool = ReceivePool(size=2)
-    first = pool.take(1 << 20)
+    first = pool.take(size)
     first[:4] = b"page"
     address = np.frombuffer(first, np.uint8).ctypes.data
     table = pa.table({"x": pa.array(np.arange(1000, dtype=np.int64))})
@@ -65,7 +68,7 @@ def test_a_pooled_buffer_is_handed_out_again_only_when_nothing_refers_to_it():
     part = np.frombuffer(first, np.uint8)[8:16]
     del first
     assert pool.in_use() == 1
-    second = pool.take(1 << 20)
+    second = pool.take(size)
     assert np.frombuffer(second, np.uint8).ctypes.data != address
     del part
     assert pool.in_use() == 2                        # the record batches alone keep it
@@ -77,6 +80,15 @@ def test_a_pooled_buffer_is_handed_out_again_only_when_nothing_refers_to_it():
     assert pool.in_use() == 2 and len(extra) == 4096
     del second, third, extra
     assert pool.in_use() == 0
+
+
+def test_a_large_buffer_starts_on_a_huge_page_where_the_system_has_them():
+    buf = new_buffer(4 << 20)
+    assert buf.size == 4 << 20 and buf.flags.writeable
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert buf.ctypes.data % HUGE_PAGE_BYTES == 0
+    buf[-1] = 7                         # all of it is there to write
+    assert new_buffer(HUGE_PAGE_BYTES - 1).flags.owndata     # smaller: from the allocator
 
 
 def test_frames_are_pooled_only_between_the_pooled_and_the_direct_size():
