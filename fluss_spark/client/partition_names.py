@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fluss_spark.errors import (ConfigError, InvalidPartitionSpec, PartitionNotExist,
                                 TableNotPartitioned)
@@ -72,6 +71,8 @@ def missing(table: str, keys: Sequence[str], name: str, *, write: bool = False
 
 def names_of_rows(keys: Sequence[str], rows: pa.Table) -> pa.Array:
     """The partition name of every row (its partition key values as text, joined by ``$``)."""
+    # Imported by the writers that call it: a query's driver never does (~25 ms).
+    import pyarrow.compute as pc
     texts = [pc.cast(rows.column(k), pa.string()) for k in keys]
     if len(texts) == 1:
         return texts[0].combine_chunks()
@@ -81,6 +82,7 @@ def names_of_rows(keys: Sequence[str], rows: pa.Table) -> pa.Array:
 def rows_by_partition(table: str, keys: Sequence[str], rows: pa.Table) -> dict[str, pa.Table]:
     """Rows by partition name, each partition's in their order; ConfigError naming a value that
     cannot be one (a null, or characters Fluss does not take in a partition value)."""
+    import pyarrow.compute as pc
     text = names_of_rows(keys, rows)
     if text.null_count:
         raise ConfigError(f"{table}: a partition key column ({', '.join(keys)}) holds null; "

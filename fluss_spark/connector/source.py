@@ -13,7 +13,7 @@ import re
 import sys
 from contextlib import closing
 from types import FrameType
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -26,12 +26,20 @@ from fluss_spark.client.table_formats import check_readable
 from fluss_spark.connector.enumerator import Enumerator, check_partitions
 from fluss_spark.connector.options import SourceOptions, parse_options
 from fluss_spark.connector.pruning import PartitionFilter, matching, push
-from fluss_spark.connector.readers import SplitReader
 from fluss_spark.connector.schema import Layout, output_schema, project
-from fluss_spark.connector.sink import (FlussBatchWriter, FlussStreamWriter, batch_writer,
-                                        stream_writer)
 from fluss_spark.connector.splits import LogSplit, MergedBucketSplit
 from fluss_spark.errors import ConfigError, PartitionNotExist, TableNotExist
+
+if TYPE_CHECKING:
+    from fluss_spark.connector.readers import SplitReader
+    from fluss_spark.connector.sink import FlussBatchWriter, FlussStreamWriter
+
+
+def _split_reader(options: SourceOptions, layout: Layout) -> "SplitReader":
+    """The executors' ``SplitReader``, imported only there: its imports (pyarrow.compute, the
+    decoders) would add ~30 ms to the start of every query's driver-side process."""
+    from fluss_spark.connector.readers import SplitReader
+    return SplitReader(options, layout)
 
 
 def _connect(options: SourceOptions) -> Cluster:
@@ -110,10 +118,13 @@ class FlussDataSource(DataSource):
             return FlussPruningBatchReader(self._options(), schema)
         return FlussBatchReader(self._options(), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> FlussBatchWriter:
+    # The sink is imported where it is used: a read's driver-side process never needs it.
+    def writer(self, schema: StructType, overwrite: bool) -> "FlussBatchWriter":
+        from fluss_spark.connector.sink import batch_writer
         return batch_writer(dict(self.options), schema, overwrite)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> FlussStreamWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> "FlussStreamWriter":
+        from fluss_spark.connector.sink import stream_writer
         return stream_writer(dict(self.options), schema, overwrite)
 
 
@@ -184,7 +195,7 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.enumerator.commit(end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return SplitReader(self.options, self.layout).read(partition)
+        return _split_reader(self.options, self.layout).read(partition)
 
     def stop(self) -> None:
         if self._enumerator is not None:
@@ -213,7 +224,7 @@ class FlussBatchReader(DataSourceReader):
         return ()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return SplitReader(self.options, self.layout).read(partition)
+        return _split_reader(self.options, self.layout).read(partition)
 
 
 class FlussPruningBatchReader(FlussBatchReader):

@@ -7,7 +7,6 @@ import time
 from typing import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection, PartitionMetadata
 from fluss_spark.client.apache_fluss.remote_log import remote_batches
@@ -126,6 +125,7 @@ def first_offset_at(conn: FlussWireConnection, table: str, bucket: int, start: i
     Fluss answers a timestamp that falls in remote storage with the offset of a time-index entry
     at or before it (locally: the first batch at or after it); reading on from there makes both
     answers the same. Only the first column is read."""
+    import pyarrow.compute as pc     # here only: a query's driver imports this module (~25 ms)
     first = conn.table(table).descriptor.schema.names[:1]
     for rows in read_log(conn, table, bucket, start, end, first, partition):
         stamps = rows.column(COMMIT_TIMESTAMP).cast(pa.int64())
