@@ -164,27 +164,57 @@ class LeaseSession:
         they are gone (also when the lease already is)."""
         lease_id = self._bound_id()
         with self._lock:
-            # A partitioned table's release names the partitions pinned, and only them: a
-            # cluster that expands a table's buckets to the partitions it lists now (Apache
-            # Fluss 0.9.1) would miss one dropped since, keeping the lease, and Fluss 0.9.1
-            # fails a release that names a partition the lease does not pin.
-            held = {pid: buckets for (tid, pid), pins in self._pins.items()
-                    if tid == table_id and pid is not None and pins}
+            pinned = self._pinned(table_id, buckets)
             try:
-                if held:
-                    self._cluster().release_kv_snapshot_lease(lease_id, {},
-                                                              partitions={table_id: held})
-                else:
-                    self._cluster().release_kv_snapshot_lease(lease_id, {table_id: buckets})
+                self._release(lease_id, table_id, buckets, pinned)
             except LeaseNotFound:
                 self._forget(table_id, buckets)
                 return True  # released earlier, expired, or emptied
-            except FlussError as e:
-                log.warning("releasing table %r from KV snapshot lease %r failed (retried at the "
-                            "next commit; the lease expires anyway): %s", name, lease_id, e)
-                return False
+            except FlussError as first:
+                if not self._repaired(lease_id, table_id, buckets, pinned):
+                    log.warning("releasing table %r from KV snapshot lease %r failed (retried at "
+                                "the next commit; the lease expires anyway): %s",
+                                name, lease_id, first)
+                    return False
             self._forget(table_id, buckets)
         log.info("table %r %s; released it from lease %r", name, why, lease_id)
+        return True
+
+    def _pinned(self, table_id: int, buckets: list[int]) -> UnitPins:
+        """The held pins of ``buckets`` of the table, by read unit."""
+        wanted = set(buckets)
+        return {k: {b: s for b, s in pins.items() if b in wanted}
+                for k, pins in self._pins.items()
+                if k[0] == table_id and wanted.intersection(pins)}
+
+    def _release(self, lease_id: str, table_id: int, buckets: list[int],
+                 pinned: UnitPins) -> None:
+        # A release names exactly the buckets pinned, per partition: Apache Fluss 0.9.1 fails
+        # one that names a bucket after the table's last pinned one (its table entry is gone),
+        # releasing the buckets before it but keeping the lease. A table without known pins
+        # (pinned by an earlier run) is named whole, which the cluster takes to every partition.
+        parts = {pid: sorted(pins) for (_, pid), pins in pinned.items() if pid is not None}
+        if parts:
+            self._cluster().release_kv_snapshot_lease(lease_id, {}, partitions={table_id: parts})
+        else:
+            self._cluster().release_kv_snapshot_lease(
+                lease_id, {table_id: sorted(pinned.get((table_id, None), buckets))})
+
+    def _repaired(self, lease_id: str, table_id: int, buckets: list[int],
+                  pinned: UnitPins) -> bool:
+        """Whether pinning the table's snapshots again and releasing them then succeeds: a
+        release that failed half way (or whose answer was lost) leaves the coordinator unable to
+        release what is left until the table is pinned again. Acquire and release being
+        idempotent, this never unpins anything else."""
+        if not pinned:
+            return False
+        try:
+            acquire_pins(self._cluster(), lease_id, self.duration_ms, pinned, self.holder)
+            self._release(lease_id, table_id, buckets, pinned)
+        except LeaseNotFound:
+            return True
+        except FlussError:
+            return False
         return True
 
     def _forget(self, table_id: int, buckets: list[int]) -> None:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
-from fluss_spark.client.apache_fluss.cluster import NEW_TABLE_LEADERS_S
+from fluss_spark.client.apache_fluss.cluster import NEW_TABLE_LEADERS_S, ApacheFlussWireCluster
 from fluss_spark.client.apache_fluss.pyfluss_writer import until_answered
 
 #: SQL type names of the schema strings this module accepts, as Arrow types (pyfluss maps Arrow
@@ -72,6 +73,7 @@ class PyFluss:
     def __init__(self, bootstrap: str, properties: dict[str, str] | None = None):
         import fluss
         self._fluss = fluss
+        self._bootstrap, self._properties = bootstrap, dict(properties or {})
         # pyfluss's calls expect a running event loop, so each method runs one coroutine here.
         self._loop = asyncio.new_event_loop()
         config = fluss.Config({"bootstrap.servers": bootstrap,
@@ -135,19 +137,33 @@ class PyFluss:
             while True:
                 await self.admin.create_table(self.path(name), desc, False)
                 table_id = (await self.admin.get_table_info(self.path(name))).table_id
-                if partition_keys:
-                    return table_id
                 settle_s = min(NEW_TABLE_LEADERS_S, deadline - time.monotonic())
-                try:
-                    await until_answered(lambda: self._latest_offsets(name), settle_s)
-                    return table_id
-                except Exception:  # noqa: BLE001 - pyfluss raises one FlussError class for all
-                    if time.monotonic() >= deadline:
-                        raise
-                # A table the coordinator lost (as ApacheFlussCluster.create_table explains)
-                # never gets leaders: it is new and empty, so it is created again.
+                if partition_keys:
+                    # No buckets before its partitions: the coordinator is asked directly.
+                    if self._coordinator_knows(table_id, settle_s):
+                        return table_id
+                else:
+                    try:
+                        await until_answered(lambda: self._latest_offsets(name), settle_s)
+                        return table_id
+                    except Exception:  # noqa: BLE001 - pyfluss raises one FlussError for all
+                        pass
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"the coordinator did not take in new table {name} in "
+                                       f"{timeout_s:.0f} s, however often it was created")
+                # A table the coordinator lost (as ApacheFlussWireCluster.create_table explains)
+                # never gets leaders, nor do its partitions: it is new and empty, so it is
+                # created again.
                 await self.admin.drop_table(self.path(name), ignore_if_not_exists=True)
         return self._run(go())
+
+    def _coordinator_knows(self, table_id: int, timeout_s: float) -> bool:
+        """Whether the coordinator knows new table ``table_id`` within ``timeout_s``."""
+        props = self._properties
+        with closing(ApacheFlussWireCluster.connect(
+                self._bootstrap, username=props.get("client.security.sasl.username"),
+                password=props.get("client.security.sasl.password"))) as wire:
+            return wire.coordinator_knows(table_id, timeout_s)
 
     def drop_table(self, name: str) -> None:
         async def go():

@@ -14,7 +14,11 @@ import pytest
 
 from fluss_spark.cli import main
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
-from fluss_spark.errors import ConfigError, PartitionAlreadyExist, PartitionNotExist
+from fluss_spark.connector.lease_session import LeaseSession
+from fluss_spark.connector.options import parse_options
+from fluss_spark.errors import (ConfigError, PartitionAlreadyExist, PartitionNotExist,
+                                UnknownServerError)
+from fluss_spark.metadata.lease_watch import FlussLeases
 from fluss_spark.testing.apache_fluss import PyFluss
 
 pytestmark = pytest.mark.slow
@@ -37,6 +41,28 @@ def _snapshots(fluss, table: str, partition: str, timeout_s: float = 60) -> dict
             return snaps
         assert time.monotonic() < deadline, f"no snapshot of {table} {partition} covers {ends}"
         time.sleep(0.5)
+
+
+def _uneven_pins_are_released(apache_fluss, fluss, table_id: int, pins: dict) -> None:
+    """A query's lease pinning one partition's two buckets and another's first only (its
+    second had no snapshot yet) goes once the table is released, even after Fluss 0.9.1 failed
+    a release half way (naming a bucket after the table's last pinned one)."""
+    first, second = sorted(pins)
+    uneven = {(table_id, first): dict(pins[first]), (table_id, second): {0: pins[second][0]}}
+    options = parse_options({"bootstrap.servers": "h:1", "table": "db.t"})
+    with FlussLeases(apache_fluss) as zk:
+        for broken in (False, True):
+            lease_id = f"lease-{uuid.uuid4().hex[:8]}"
+            session = LeaseSession(options, lambda: fluss, lambda: fluss, renew_in_thread=False)
+            session.bind(lease_id, "q")
+            assert session.acquire(uneven, {}) == {} and lease_id in zk.now()
+            if broken:
+                with pytest.raises(UnknownServerError, match="Failed to release kv snapshot"):
+                    fluss.release_kv_snapshot_lease(lease_id, {}, partitions={
+                        table_id: {first: [0, 1], second: [0, 1]}})
+                assert lease_id in zk.now()
+            assert session.release(table_id, [0, 1], "the table")
+            assert lease_id not in zk.now() and session.held() == {}
 
 
 def test_day_partitioned_pk_and_log_tables(apache_fluss, capsys):
@@ -123,6 +149,11 @@ def test_day_partitioned_pk_and_log_tables(apache_fluss, capsys):
         assert not fluss.acquire_kv_snapshot_lease(lease, 60_000, {}, partitions={table_id: pins})
         assert fluss.release_kv_snapshot_lease(lease, {table_id: [0, 1]}) == -1
         assert fluss.drop_kv_snapshot_lease(lease) is True
+        _uneven_pins_are_released(apache_fluss, fluss, table_id, pins)
+        # The coordinator's registry knows the tables made here, and no made-up id.
+        assert fluss.coordinator_knows(table_id, 5) and fluss.coordinator_knows(
+            fluss.get_table(log).table_id, 5)
+        assert not fluss.coordinator_knows(10**12, 0.5)
 
         with pytest.raises(ConfigError, match=f"{pk} is partitioned .by dt.: name a partition"):
             fluss.list_offsets(pk)

@@ -22,7 +22,8 @@ from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabiliti
                                         RecordBatchStream, TableAdmin, Unavailable)
 from fluss_spark.client.writes import RowWriter, TableWrites
 from fluss_spark.errors import (ConfigError, KvSnapshotNotExist, LeaderNotAvailable,
-                                NonPrimaryKeyTable, TableAlreadyExist, UnsupportedVersion)
+                                NonPrimaryKeyTable, TableAlreadyExist, UnknownTableOrBucket,
+                                UnsupportedVersion)
 from fluss_spark.protocol.apache_fluss.api import (CLIENT_FOLLOWER_ID, LEASE_APIS,
                                                    OFFSET_EARLIEST, OFFSET_LATEST,
                                                    OFFSET_TIMESTAMP, PARTITION_APIS)
@@ -134,26 +135,41 @@ class ApacheFlussWireCluster:
                 if ignore_if_exists and attempt == 0:
                     return
                 raise
-            # A partitioned table gets its buckets with each partition.
-            if keys or self._led_within(name, NEW_TABLE_LEADERS_S):
+            if self._taken_in(name, bool(keys)):
                 return
             # Fluss 0.9.1's coordinator can miss the ZooKeeper event of a table created just
             # after another (its cache reads the node's data before handling the creation), and
-            # then never gives that table leaders until it restarts. The table is ours, new and
-            # unwritable, so it is dropped and created again.
-            log.warning("table %s got no bucket leaders in %.0f s; dropping and creating it "
-                        "again", name, NEW_TABLE_LEADERS_S)
+            # then never gives that table leaders, nor any partition of it: creating one makes
+            # the coordinator fail every later leader change. The table is ours, new and empty,
+            # so it is dropped and created again.
+            log.warning("the coordinator did not take in new table %s within %.0f s; dropping "
+                        "and creating it again", name, NEW_TABLE_LEADERS_S)
             self.drop_table(name)
         raise LeaderNotAvailable(
-            f"table {name} was created {NEW_TABLE_ATTEMPTS} times and its buckets got no leader "
+            f"table {name} was created {NEW_TABLE_ATTEMPTS} times and the coordinator missed it "
             "each time; check the coordinator's log, or restart the coordinator")
 
-    def _led_within(self, name: str, timeout_s: float) -> bool:
-        """Whether every bucket of ``name`` has a leader within ``timeout_s``."""
+    def _taken_in(self, name: str, partitioned: bool) -> bool:
+        """Whether the coordinator took new table ``name`` in within NEW_TABLE_LEADERS_S: every
+        bucket has a leader, or, for a partitioned table (no buckets before its partitions),
+        the coordinator knows its id."""
+        if partitioned:
+            table_id = self.conn.call_coordinator(
+                GetTableInfoRequest(table_path=split_table_name(name))).table_id
+            return self.coordinator_knows(table_id, NEW_TABLE_LEADERS_S)
         try:
-            retry(lambda: self._fresh_leaders(name), timeout_s=timeout_s)
+            retry(lambda: self._fresh_leaders(name), timeout_s=NEW_TABLE_LEADERS_S)
             return True
         except LeaderNotAvailable:
+            return False
+
+    def coordinator_knows(self, table_id: int, timeout_s: float) -> bool:
+        """Whether the coordinator's own table registry has ``table_id`` within ``timeout_s``
+        (Fluss 0.9.1's can miss a new table, as ``create_table`` says)."""
+        try:
+            retry(lambda: self.leases.check_table_known(table_id), timeout_s=timeout_s)
+            return True
+        except UnknownTableOrBucket:
             return False
 
     def drop_table(self, name: str, *, ignore_if_not_exists: bool = True) -> None:

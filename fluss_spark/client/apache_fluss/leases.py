@@ -1,14 +1,16 @@
 """KV snapshot leases of Apache Fluss 0.9.1: acquire, release and drop, for the buckets of
-tables and of partitions; and the KV snapshot metadata call that tells whether a pin holds."""
+tables and of partitions; the KV snapshot metadata call that tells whether a pin holds; and
+whether the coordinator has taken a new table in."""
 
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Callable, Iterable, Mapping
 
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection
 from fluss_spark.clock import monotonic_ms
-from fluss_spark.errors import InvalidLeaseId, KvSnapshotNotExist
+from fluss_spark.errors import InvalidLeaseId, KvSnapshotNotExist, NonPrimaryKeyTable
 from fluss_spark.protocol.apache_fluss.messages import (
     AcquireKvSnapshotLeaseRequest, AcquireKvSnapshotLeaseResponse, DropKvSnapshotLeaseRequest,
     GetKvSnapshotMetadataRequest, GetKvSnapshotMetadataResponse, PbKvSnapshotLeaseForBucket,
@@ -152,6 +154,19 @@ class FlussLeases:
         request = release_request(lease_id, tables, partitions)
         self._forget(lease_id)
         self.conn.call_coordinator(request)
+
+    def check_table_known(self, table_id: int) -> None:
+        """Raises ``UnknownTableOrBucket`` while the coordinator's own table registry lacks
+        ``table_id``. The release of a lease that does not exist asks exactly that (and a log
+        table's answer, that it has no primary key, comes after it) and changes nothing: the
+        coordinator looks the table up before the lease, and a lease it lacks is a no-op."""
+        probe = ReleaseKvSnapshotLeaseRequest(
+            lease_id=f"fluss-spark-probe-{uuid.uuid4().hex}",
+            buckets_to_release=[PbTableBucket(table_id=int(table_id), bucket_id=0)])
+        try:
+            self.conn.coordinator().call(probe)
+        except NonPrimaryKeyTable:
+            pass
 
     def drop(self, lease_id: str) -> None:
         request = DropKvSnapshotLeaseRequest(lease_id=checked(lease_id))

@@ -10,9 +10,13 @@ import pytest
 
 from fluss_spark.client.apache_fluss import ApacheFlussWireCluster
 from fluss_spark.client.apache_fluss.connection import PartitionMetadata
-from fluss_spark.errors import (ConfigError, InvalidPartitionSpec, PartitionAlreadyExist,
-                                PartitionNotExist, TableNotPartitioned, UnsupportedVersion)
-from fluss_spark.protocol.apache_fluss.messages import CreateTableRequest, EmptyResponse
+from fluss_spark.client.apache_fluss import cluster as af_cluster
+from fluss_spark.errors import (ConfigError, InvalidPartitionSpec, LeaderNotAvailable,
+                                NonPrimaryKeyTable, PartitionAlreadyExist, PartitionNotExist,
+                                TableNotPartitioned, UnknownTableOrBucket, UnsupportedVersion)
+from fluss_spark.protocol.apache_fluss.messages import (CreateTableRequest, EmptyResponse,
+                                                        GetTableInfoRequest, GetTableInfoResponse,
+                                                        ReleaseKvSnapshotLeaseRequest)
 from fluss_spark.protocol.apache_fluss.partition_messages import (CreatePartitionRequest,
                                                                   DropPartitionRequest,
                                                                   ListPartitionInfosResponse,
@@ -20,6 +24,8 @@ from fluss_spark.protocol.apache_fluss.partition_messages import (CreatePartitio
                                                                   PbPartitionSpec)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
+TABLE_INFO = GetTableInfoResponse(table_id=9, schema_id=1, table_json=b"{}", created_time=0,
+                                  modified_time=0)
 
 
 class Conn:
@@ -54,6 +60,10 @@ class Conn:
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+    def coordinator(self):
+        from types import SimpleNamespace
+        return SimpleNamespace(call=self.call_coordinator)
 
     def invalidate(self, name=None):
         pass
@@ -104,7 +114,7 @@ def test_a_partition_resolves_by_name_or_spec_to_its_id_and_leaders():
 
 
 def test_create_table_sends_partition_keys_bucket_key_and_auto_partition_properties():
-    conn = Conn()
+    conn = Conn(GetTableInfoRequest=TABLE_INFO)
     cluster = ApacheFlussWireCluster(conn)         # type: ignore[arg-type]
     auto = {"table.auto-partition.enabled": "true", "table.auto-partition.time-unit": "DAY",
             "table.auto-partition.num-retention": "2"}
@@ -115,9 +125,30 @@ def test_create_table_sends_partition_keys_bucket_key_and_auto_partition_propert
     assert (pk["partition_key"], pk["bucket_key"], pk["bucket_count"]) == (["day"], ["id"], 3)
     assert pk["schema"]["primary_key"] == ["id", "day"] and pk["properties"] == auto
     assert (log["partition_key"], log["bucket_key"]) == (["day"], [])
+    # Each is confirmed known to the coordinator, by a release of a lease that is nobody's.
+    probes = [r for r in conn.sent if isinstance(r, ReleaseKvSnapshotLeaseRequest)]
+    assert [[b.table_id for b in r.buckets_to_release] for r in probes] == [[9], [9]]
+    assert all(r.lease_id.startswith("fluss-spark-probe-") for r in probes)
+    sent = len(conn.sent)
     with pytest.raises(ConfigError, match="partition key.s. day must be part of the primary key"):
         cluster.create_table("db.x", SCHEMA, primary_key=["id"], partition_keys=["day"])
-    assert len(conn.sent) == 2                     # the refused one sent nothing
+    assert len(conn.sent) == sent                  # the refused one sent nothing
+
+
+def test_a_partitioned_table_the_coordinator_missed_is_created_again(monkeypatch):
+    """Fluss 0.9.1's coordinator can miss a new table; a partition of it would break the
+    coordinator, so the table is dropped and created again before anyone makes one."""
+    monkeypatch.setattr(af_cluster, "NEW_TABLE_LEADERS_S", 0.3)
+    conn = Conn(GetTableInfoRequest=TABLE_INFO,
+                ReleaseKvSnapshotLeaseRequest=UnknownTableOrBucket("does not know table 9"))
+    cluster = ApacheFlussWireCluster(conn)         # type: ignore[arg-type]
+    with pytest.raises(LeaderNotAvailable, match="created 3 times and the coordinator missed"):
+        cluster.create_table("db.p", SCHEMA, partition_keys=["day"])
+    kinds = [type(r).__name__ for r in conn.sent if not isinstance(
+        r, (ReleaseKvSnapshotLeaseRequest, GetTableInfoRequest))]
+    assert kinds == ["CreateTableRequest", "DropTableRequest"] * 3
+    conn.answers["ReleaseKvSnapshotLeaseRequest"] = NonPrimaryKeyTable("a log table")
+    cluster.create_table("db.p", SCHEMA, partition_keys=["day"])     # known: kept
 
 
 def test_partition_admin_requests_and_errors():

@@ -7,6 +7,7 @@ from fluss_spark.testing.clock import FakeClock
 from fluss_spark.connector.lease_keeper import LeaseKeeper
 from fluss_spark.connector.lease_session import LeaseSession
 from fluss_spark.connector.options import parse_options
+from fluss_spark.errors import UnknownServerError
 from fluss_spark.testing.fake_cluster import FakeCluster
 
 
@@ -108,8 +109,9 @@ def test_thread_renews_and_stops():
 def test_a_release_names_the_partitions_it_pinned_also_one_dropped_since(clock):
     """A cluster that releases a table's buckets only in the partitions it lists now (Apache
     Fluss 0.9.1) must still be told a dropped partition's pins, or the lease would stay; and
-    only the partitions pinned: Fluss 0.9.1 fails a release naming a partition it does not pin
-    (here, one created after the acquire)."""
+    only the partitions pinned, and in each only the buckets pinned: Fluss 0.9.1 fails a
+    release naming a bucket after the table's last pinned one (here, bucket 1, which had no
+    snapshot, and a partition created after the acquire)."""
     cluster = FakeCluster(clock=clock)
     cluster.add_table("db.p", schema="id BIGINT NOT NULL, dt STRING NOT NULL, v STRING",
                       pk=("id", "dt"), buckets=2, partition_keys=("dt",))
@@ -133,5 +135,28 @@ def test_a_release_names_the_partitions_it_pinned_also_one_dropped_since(clock):
     cluster.drop_partition("db.p", {"dt": "2026-11-24"})
     cluster.create_partition("db.p", {"dt": "2026-11-26"})
     assert session.release(tid, [0, 1], "db.p")
-    assert released == [({}, {tid: {pid: [0, 1] for pid in ids.values()}})]
+    assert released == [({}, {tid: {pid: [0] for pid in ids.values()}})]
     assert session.held() == {}
+
+
+def test_a_release_that_failed_half_way_is_repaired_by_pinning_again(clock):
+    """Apache Fluss 0.9.1 can fail a release after unpinning part of it (or a release's answer
+    is lost): the session pins the same snapshots again and releases them, and the lease goes."""
+    cluster, tid = leased(clock, lease_renewal="reacquire")
+    plain, failures = cluster.release_kv_snapshot_lease, []
+
+    def release(lease_id, tables, *, partitions=None):
+        if not failures:
+            failures.append(plain(lease_id, {tid: [0]}))       # half of it, then a failure
+            raise UnknownServerError("Failed to release kv snapshot lease for L")
+        return plain(lease_id, tables, partitions=partitions)
+    cluster.release_kv_snapshot_lease = release   # type: ignore[method-assign]
+    options = parse_options({"bootstrap.servers": "h:1", "table": "db.pk"})
+    session = LeaseSession(options, lambda: cluster, lambda: cluster, clock=clock,
+                           renew_in_thread=False)
+    session.bind("L", "q")
+    assert session.acquire({(tid, None): {0: 3, 1: 1}}, {}) == {}
+    assert session.release(tid, [0, 1], "db.pk")
+    assert failures and cluster.calls_of("acquire")[-1] == ("acquire", "L", {tid: {0: 3, 1: 1}},
+                                                            "q")
+    assert "L" not in cluster.leases and session.held() == {}
