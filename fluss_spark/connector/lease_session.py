@@ -189,10 +189,11 @@ class LeaseSession:
 
     def _release(self, lease_id: str, table_id: int, buckets: list[int],
                  pinned: UnitPins) -> None:
-        # A release names exactly the buckets pinned, per partition: Apache Fluss 0.9.1 fails
-        # one that names a bucket after the table's last pinned one (its table entry is gone),
-        # releasing the buckets before it but keeping the lease. A table without known pins
-        # (pinned by an earlier run) is named whole, which the cluster takes to every partition.
+        # A release names exactly the buckets pinned, per partition (also of a partition dropped
+        # since, which a table-wide release would miss): Apache Fluss 0.9.1 fails one that names
+        # a bucket after the table's last pinned one (its table entry is gone), releasing the
+        # buckets before it but keeping the lease. A table without known pins (pinned by an
+        # earlier run) is named whole, which the cluster takes to every partition.
         parts = {pid: sorted(pins) for (_, pid), pins in pinned.items() if pid is not None}
         if parts:
             self._cluster().release_kv_snapshot_lease(lease_id, {}, partitions={table_id: parts})
@@ -209,8 +210,13 @@ class LeaseSession:
         if not pinned:
             return False
         try:
-            acquire_pins(self._cluster(), lease_id, self.duration_ms, pinned, self.holder)
-            self._release(lease_id, table_id, buckets, pinned)
+            missing = acquire_pins(self._cluster(), lease_id, self.duration_ms, pinned,
+                                   self.holder)
+            granted = {k: {b: s for b, s in pins.items() if b not in missing.get(k, {})}
+                       for k, pins in pinned.items()}
+            granted = {k: pins for k, pins in granted.items() if pins}
+            if granted:     # none: retention took them all, and the lease has none of them
+                self._release(lease_id, table_id, buckets, granted)
         except LeaseNotFound:
             return True
         except FlussError:
