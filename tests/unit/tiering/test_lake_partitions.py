@@ -165,3 +165,45 @@ class Offsets:
 def test_latest_offsets_are_per_partition_and_skip_a_partition_dropped_meanwhile():
     assert latest_offsets(Offsets(False), "db.t") == {0: 3, 1: 4}
     assert latest_offsets(Offsets(True), "db.t") == {11: {0: 1, 1: 2}}
+
+
+class Releases:
+    """A cluster that cannot describe leases (as Apache Fluss 0.9.1), recording releases; one
+    of a table in ``unpinned`` fails as Fluss 0.9.1 fails it (the lease no longer pins it)."""
+
+    def __init__(self, unpinned=()):
+        from types import SimpleNamespace
+        self.sent: list = []
+        self.unpinned = set(unpinned)
+        self._caps = SimpleNamespace(lease_describe=False)
+
+    def capabilities(self):
+        return self._caps
+
+    def release_kv_snapshot_lease(self, lease_id, tables, *, partitions=None):
+        from fluss_spark.errors import UnknownServerError
+        self.sent.append((lease_id, tables, partitions))
+        if self.unpinned & {*tables, *(partitions or {})}:
+            raise UnknownServerError("Failed to release kv snapshot lease for L")
+        return -1
+
+
+def test_the_job_releases_exactly_the_buckets_its_lake_position_read_from_snapshots(tmp_path):
+    """Without a way to ask what a lease pins, the job names the buckets the lake copy's position
+    read from KV snapshots, per partition: Fluss 0.9.1 fails a release naming any other after
+    the table's last pinned one, and one of a table its query already released."""
+    from types import SimpleNamespace
+
+    from fluss_spark.tiering.leases import release_finished_snapshots
+    offsets, _ = lake_offsets(partitioned_offset(), "db.days")
+    day_table(tmp_path).commit_round(changes([(1, "2026-11-24", "a", "+I")]), query_id="q",
+                                     batch_id=0, fluss_offsets=offsets, snapshot_complete=True)
+    info = {"db.days": SimpleNamespace(table_id=5, has_primary_key=True)}
+    for cluster in (Releases(), Releases(unpinned={5})):
+        assert release_finished_snapshots(cluster, "L", tmp_path, info, (),  # type: ignore
+                                          lambda name: 0) == ["db.days"]
+        assert cluster.sent == [("L", {}, {5: {11: [0]}})]
+        # Released once: the next round names nothing.
+        assert release_finished_snapshots(cluster, "L", tmp_path, info, (),  # type: ignore
+                                          lambda name: 0, released_before={"db.days"}) == []
+        assert len(cluster.sent) == 1
