@@ -29,8 +29,9 @@ happens. Spark calls (see docs/spark_source.md, "How the source meets Spark"):
   the grace only once its checkpoint names it. A start that fails for a reason a retry cannot
   mend (a needed snapshot is gone) releases what it pinned.
 - ``commit(end)``: runs one batch late; once ``end`` shows a table's snapshot rows all consumed
-  (of every partition, for a partitioned table), that table's buckets are released (one call per
-  table, which covers its partitions). ``latest_offset(start)`` does the same
+  (of every partition, for a partitioned table), that table's pins are released (one call per
+  table naming each pinned bucket of each partition: those this run holds, else those ``end``
+  names). ``latest_offset(start)`` does the same
   for ``start``: Spark asks for the next batch only after the batch ending at ``start`` is in
   its commit log, and the last batch of ``Trigger.AvailableNow`` is never followed by a
   ``commit``. The coordinator removes a lease with no pins left, so the lease is gone when the
@@ -468,8 +469,9 @@ class Enumerator:
         units = done.units()
         for tid, t in done.tables.items():
             if t.has_snapshot and t.snapshot_complete and tid not in self.released:
-                buckets = sorted({b for k, u in units.items() if k[0] == tid for b in u.snapshot})
-                if self.lease.release(tid, buckets, t.name):
+                pins = {k: {b: pos.snapshot_id for b, pos in u.snapshot.items()}
+                        for k, u in units.items() if k[0] == tid}
+                if self.lease.release(tid, pins, t.name):
                     self.released.add(tid)
         if not any(t.has_snapshot and tid not in self.released for tid, t in done.tables.items()):
             self.lease.stop_renewing()

@@ -97,11 +97,8 @@ class LeaseSession:
     def release_all(self, names: Mapping[int, str]) -> None:
         """Unpin everything this run pinned (a start that failed, or a provisional lease the
         checkpoint does not name): a run that cannot start leaves no pins behind."""
-        tables: dict[int, set[int]] = {}
-        for (table_id, _), pins in self.held().items():
-            tables.setdefault(table_id, set()).update(pins)
-        for table_id, buckets in sorted(tables.items()):
-            self.release(table_id, sorted(buckets), names.get(table_id, str(table_id)),
+        for table_id in sorted({k[0] for k in self.held()}):
+            self.release(table_id, {}, names.get(table_id, str(table_id)),
                          why="is not read by this run")
 
     def _bound_id(self) -> str:
@@ -158,55 +155,48 @@ class LeaseSession:
             self._start_keeper()
         return missing
 
-    def release(self, table_id: int, buckets: list[int], name: str,
+    def release(self, table_id: int, units: UnitPins, name: str,
                 why: str = "finished its snapshot phase") -> bool:
-        """Unpin a table's buckets, of the table and of every one of its partitions; True when
-        they are gone (also when the lease already is)."""
+        """Unpin a table's snapshots, of the table and of every one of its partitions: those
+        this run holds, or, when it holds none, ``units`` (``{unit: {bucket: snapshot_id}}``,
+        the ones the checkpoint names, pinned by an earlier run). True when they are gone (also
+        when the lease already is)."""
         lease_id = self._bound_id()
         with self._lock:
-            pinned = self._pinned(table_id, buckets)
+            pinned = ({k: dict(pins) for k, pins in self._pins.items() if k[0] == table_id}
+                      or {k: dict(pins) for k, pins in units.items() if pins})
             try:
-                self._release(lease_id, table_id, buckets, pinned)
+                self._release(lease_id, table_id, pinned)
             except LeaseNotFound:
-                self._forget(table_id, buckets)
+                self._forget(table_id)
                 return True  # released earlier, expired, or emptied
             except FlussError as first:
-                if not self._repaired(lease_id, table_id, buckets, pinned):
+                if not self._repaired(lease_id, table_id, pinned):
                     log.warning("releasing table %r from KV snapshot lease %r failed (retried at "
                                 "the next commit; the lease expires anyway): %s",
                                 name, lease_id, first)
                     return False
-            self._forget(table_id, buckets)
+            self._forget(table_id)
         log.info("table %r %s; released it from lease %r", name, why, lease_id)
         return True
 
-    def _pinned(self, table_id: int, buckets: list[int]) -> UnitPins:
-        """The held pins of ``buckets`` of the table, by read unit."""
-        wanted = set(buckets)
-        return {k: {b: s for b, s in pins.items() if b in wanted}
-                for k, pins in self._pins.items()
-                if k[0] == table_id and wanted.intersection(pins)}
-
-    def _release(self, lease_id: str, table_id: int, buckets: list[int],
-                 pinned: UnitPins) -> None:
+    def _release(self, lease_id: str, table_id: int, pinned: UnitPins) -> None:
         # A release names exactly the buckets pinned, per partition (also of a partition dropped
         # since, which a table-wide release would miss): Apache Fluss 0.9.1 fails one that names
         # a bucket after the table's last pinned one (its table entry is gone), releasing the
-        # buckets before it but keeping the lease. A table without known pins (pinned by an
-        # earlier run) is named whole, which the cluster takes to every partition.
+        # buckets before it but keeping the lease.
         parts = {pid: sorted(pins) for (_, pid), pins in pinned.items() if pid is not None}
         if parts:
             self._cluster().release_kv_snapshot_lease(lease_id, {}, partitions={table_id: parts})
         else:
             self._cluster().release_kv_snapshot_lease(
-                lease_id, {table_id: sorted(pinned.get((table_id, None), buckets))})
+                lease_id, {table_id: sorted(pinned.get((table_id, None), {}))})
 
-    def _repaired(self, lease_id: str, table_id: int, buckets: list[int],
-                  pinned: UnitPins) -> bool:
+    def _repaired(self, lease_id: str, table_id: int, pinned: UnitPins) -> bool:
         """Whether pinning the table's snapshots again and releasing them then succeeds: a
-        release that failed half way (or whose answer was lost) leaves the coordinator unable to
-        release what is left until the table is pinned again. Acquire and release being
-        idempotent, this never unpins anything else."""
+        release that failed half way (or whose answer was lost, or that an earlier run made)
+        leaves Apache Fluss 0.9.1 unable to release what is left until the table is pinned
+        again. Acquire and release being idempotent, this never unpins anything else."""
         if not pinned:
             return False
         try:
@@ -216,20 +206,16 @@ class LeaseSession:
                        for k, pins in pinned.items()}
             granted = {k: pins for k, pins in granted.items() if pins}
             if granted:     # none: retention took them all, and the lease has none of them
-                self._release(lease_id, table_id, buckets, granted)
+                self._release(lease_id, table_id, granted)
         except LeaseNotFound:
             return True
         except FlussError:
             return False
         return True
 
-    def _forget(self, table_id: int, buckets: list[int]) -> None:
+    def _forget(self, table_id: int) -> None:
         for key in [k for k in self._pins if k[0] == table_id]:
-            pins = self._pins[key]
-            for b in buckets:
-                pins.pop(b, None)
-            if not pins:
-                del self._pins[key]
+            del self._pins[key]
 
     # -- renewal ------------------------------------------------------------------------------
     def _start_keeper(self) -> None:

@@ -78,7 +78,7 @@ def test_the_session_reacquires_what_it_holds_and_nothing_it_released(clock):
                            renew_in_thread=False)
     session.bind("L", "q")
     assert session.acquire({(tid, None): {0: 3, 1: 1}, (other, None): {0: 7}}, {}) == {}
-    assert session.release(tid, [0, 1], "db.pk")
+    assert session.release(tid, {}, "db.pk")
     clock.advance(30_000)
     session.tick()
     assert cluster.calls_of("acquire")[-1] == ("acquire", "L", {other: {0: 7}}, "q")
@@ -134,9 +134,17 @@ def test_a_release_names_the_partitions_it_pinned_also_one_dropped_since(clock):
     assert session.acquire({(tid, pid): {0: 3} for pid in ids.values()}, {}) == {}
     cluster.drop_partition("db.p", {"dt": "2026-11-24"})
     cluster.create_partition("db.p", {"dt": "2026-11-26"})
-    assert session.release(tid, [0, 1], "db.p")
+    assert session.release(tid, {}, "db.p")
     assert released == [({}, {tid: {pid: [0] for pid in ids.values()}})]
     assert session.held() == {}
+    # A run that holds none of the table's pins (an earlier run took them) names those of the
+    # checkpoint's read units.
+    later = LeaseSession(options, lambda: cluster, lambda: cluster, clock=clock,
+                         renew_in_thread=False)
+    later.bind("L", "q")
+    pid = ids["2026-11-25"]
+    assert later.release(tid, {(tid, pid): {0: 3}}, "db.p")
+    assert released[-1] == ({}, {tid: {pid: [0]}})
 
 
 def test_a_release_that_failed_half_way_is_repaired_by_pinning_again(clock):
@@ -156,7 +164,7 @@ def test_a_release_that_failed_half_way_is_repaired_by_pinning_again(clock):
                            renew_in_thread=False)
     session.bind("L", "q")
     assert session.acquire({(tid, None): {0: 3, 1: 1}}, {}) == {}
-    assert session.release(tid, [0, 1], "db.pk")
+    assert session.release(tid, {}, "db.pk")
     assert failures and cluster.calls_of("acquire")[-1] == ("acquire", "L", {tid: {0: 3, 1: 1}},
                                                             "q")
     assert "L" not in cluster.leases and session.held() == {}
