@@ -10,7 +10,8 @@ from typing import Callable, Iterable, Mapping
 
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection
 from fluss_spark.clock import monotonic_ms
-from fluss_spark.errors import InvalidLeaseId, KvSnapshotNotExist, NonPrimaryKeyTable
+from fluss_spark.errors import (AuthorizationFailed, InvalidLeaseId, KvSnapshotNotExist,
+                                NonPrimaryKeyTable)
 from fluss_spark.protocol.apache_fluss.messages import (
     AcquireKvSnapshotLeaseRequest, AcquireKvSnapshotLeaseResponse, DropKvSnapshotLeaseRequest,
     GetKvSnapshotMetadataRequest, GetKvSnapshotMetadataResponse, PbKvSnapshotLeaseForBucket,
@@ -157,15 +158,16 @@ class FlussLeases:
 
     def check_table_known(self, table_id: int) -> None:
         """Raises ``UnknownTableOrBucket`` while the coordinator's own table registry lacks
-        ``table_id``. The release of a lease that does not exist asks exactly that (and a log
-        table's answer, that it has no primary key, comes after it) and changes nothing: the
-        coordinator looks the table up before the lease, and a lease it lacks is a no-op."""
+        ``table_id``. The release of a lease that does not exist asks exactly that and changes
+        nothing: the coordinator looks the table up before anything else (a refused
+        authorization, or a log table's answer that it has no primary key, come after), and a
+        lease it lacks is a no-op."""
         probe = ReleaseKvSnapshotLeaseRequest(
             lease_id=f"fluss-spark-probe-{uuid.uuid4().hex}",
             buckets_to_release=[PbTableBucket(table_id=int(table_id), bucket_id=0)])
         try:
             self.conn.coordinator().call(probe)
-        except NonPrimaryKeyTable:
+        except (AuthorizationFailed, NonPrimaryKeyTable):
             pass
 
     def drop(self, lease_id: str) -> None:
