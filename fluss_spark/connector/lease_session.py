@@ -165,6 +165,8 @@ class LeaseSession:
         with self._lock:
             pinned = ({k: dict(pins) for k, pins in self._pins.items() if k[0] == table_id}
                       or {k: dict(pins) for k, pins in units.items() if pins})
+            if not pinned:
+                return True     # nothing known to pin: nothing to name
             try:
                 self._release(lease_id, table_id, pinned)
             except LeaseNotFound:
