@@ -40,8 +40,16 @@ PY=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
+# The compiled decode (native/) is built by pip with cargo, which rustup installs here.
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
 if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, mypy, ruff' >/dev/null 2>&1 \
-   || [ setup.cfg -nt "$VENV/.installed" ]; then
+   || [ setup.cfg -nt "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ] \
+   || [ -n "$(find native -newer "$VENV/.installed" \( -name '*.rs' -o -name 'Cargo.*' \) \
+              -not -path '*/target/*' 2>/dev/null)" ] \
+   || { command -v cargo >/dev/null \
+        && ! "$VENV/bin/python" -c 'import fluss_spark.protocol.apache_fluss._native' 2>/dev/null; }; then
   echo "Installing Python packages into $VENV (log: $VENV/install.log)"
   # compat mode puts the checkout on sys.path, where Spark's lookup of pyspark_* modules sees
   # pyspark_fluss (the default editable mode hides top-level modules from that lookup).
@@ -53,6 +61,10 @@ if ! "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, mypy, ruff' >/d
     exit 1
   fi
   "$VENV/bin/python" -c 'import fluss_spark, pyspark, chispa, kazoo, rocksdict, pyspark_fluss, mypy, ruff, fluss, pyiceberg, google_crc32c, platformdirs'
+  if [ "${CI:-}" = true ]; then   # CI tests the compiled decode too: it must have been built
+    "$VENV/bin/python" -c 'import fluss_spark.protocol.apache_fluss._native' \
+      || { echo "error: the compiled decode (native/) was not built; see $VENV/install.log" >&2; exit 1; }
+  fi
   touch "$VENV/.installed"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"

@@ -148,8 +148,8 @@ SKIPPED: dict[str, tuple[str, ...]] = {
     "into a clean virtualenv; tests/unit/test_extras.py keeps the dependency list equal to "
     "setup.cfg's)": (
         "python -m pip wheel --no-deps --wheel-dir dist .",
-        'python -m pip install "$(ls dist/fluss_spark-*-py3-none-any.whl)[tiering]"',
-        "pip install --no-deps fluss_spark-<version>-py3-none-any.whl",
+        'python -m pip install "$(ls dist/fluss_spark-*.whl)[tiering]"',
+        "pip install --no-deps fluss_spark-<version>-*.whl",
         'pip install "pyarrow>=15" "msgpack>=1.0" "pandas>=2,<3" "numpy>=1.24" '
         '"google-crc32c>=1.5" "rocksdict>=0.3.25" "platformdirs>=3" "pyfluss>=1.0.0"',
     ),

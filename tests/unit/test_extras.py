@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import importlib.machinery
 import json
 import re
 import subprocess
@@ -78,9 +79,12 @@ def test_base_modules_import_and_cli_runs_without_the_extras(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     src = ROOT / "fluss_spark"
-    files = [p for part in BASE for p in ([src / f"{part}.py"] if (src / f"{part}.py").exists()
-                                          else (src / part).rglob("*.py"))
-             if p.name != "__main__.py"]
+    # Modules: Python files, and the compiled decode where this install built it.
+    modules = ["*.py"] + [f"*{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    files = {p for part in BASE for p in ([src / f"{part}.py"] if (src / f"{part}.py").exists()
+                                          else (q for m in modules for q in
+                                                (src / part).rglob(m)))
+             if p.name != "__main__.py"}
     assert len(out["imported"]) == len(files)
     assert "fluss_spark.connector.source" in out["imported"]
     assert "fluss-spark 0." in proc.stdout

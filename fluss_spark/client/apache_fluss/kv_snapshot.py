@@ -31,8 +31,9 @@ import pyarrow.fs as pafs
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.client.remote_storage import RemoteStorage, filesystem
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
-from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_ranges, decode_kv_values
-from fluss_spark.protocol.apache_fluss.rocksdb_sst import live_values, read_tables
+from fluss_spark.protocol.apache_fluss.compacted_row import (NUMPY_DECODE_ROWS, decode_kv_ranges,
+                                                             decode_kv_values)
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,9 @@ _ROW_OVERHEAD_BYTES = 16
 #: Rows of a read's first batch, before the size of a value is known; and the most of any batch.
 _FIRST_CHUNK_ROWS = 128
 _MAX_CHUNK_ROWS = 1 << 20
-#: Rows decoded at a time, a batch's pieces joined after: decoding takes about ten times its
-#: rows' bytes in temporary arrays, which for a whole 4 MB batch was most of a worker's memory.
-_DECODE_ROWS = 1 << 14
+#: Values taken from RocksDB and decoded at a time, a batch's pieces joined after (see
+#: compacted_row.NUMPY_DECODE_ROWS).
+_DECODE_ROWS = NUMPY_DECODE_ROWS
 #: A snapshot whose SST files hold more bytes than this is read through RocksDB from a local
 #: copy: decoded in memory, its blocks stay in memory (decompressed, with their keys) while it
 #: is read, about ten times the files' bytes at the peak (bench/bench_scale.py: a 2.5M-row
@@ -194,7 +195,7 @@ def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
         except FileNotFoundError:
             raise _gone(files, remote) from None
     try:
-        return SnapshotValues(*live_values(read_tables(tables)))
+        return SnapshotValues(*read_live_values(tables))
     except (UnsupportedVersion, CorruptMessage) as e:
         log.debug("%s is read through RocksDB: %s", files.describe(), e)
         return None
@@ -212,12 +213,6 @@ def _copy_and_open(files: KvSnapshotFiles) -> Callable[[str], Any]:
 
 #: This process's local copies of checkpoints (see ``checkpoint_cache``).
 CHECKPOINTS = CheckpointCache()
-
-
-def _pieces(lo: int, hi: int) -> Iterator[tuple[int, int]]:
-    """``[lo, hi)`` in ranges of at most ``_DECODE_ROWS`` rows."""
-    for a in range(lo, hi, _DECODE_ROWS):
-        yield a, min(hi, a + _DECODE_ROWS)
 
 
 def _joined(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -313,10 +308,8 @@ class CheckpointScan:
                 chunk = self._chunk_rows(float(np.mean(sizes)))
                 for lo in range(row, end, chunk):
                     hi = min(end, lo + chunk)
-                    yield _joined([decode_kv_ranges(values.buffer, values.begin[a:b],
-                                                    values.end[a:b], self._schema_of,
-                                                    self._output)
-                                   for a, b in _pieces(lo, hi)])
+                    yield decode_kv_ranges(values.buffer, values.begin[lo:hi],
+                                           values.end[lo:hi], self._schema_of, self._output)
             finished = end == len(values)
         finally:
             self._cache.release(entry, finished=finished)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from fluss_spark.errors import ConfigError, CorruptMessage, UnsupportedVersion
+from fluss_spark.protocol.apache_fluss import compiled
 from fluss_spark.protocol.apache_fluss.binary_array import decode_nested, nested_supported
 from fluss_spark.protocol.apache_fluss.row_bytes import (NANOS_PER_MILLI, PER_MILLI, Rows,
                                                          arrow_array, big_decimal, byte_rows,
@@ -16,6 +17,10 @@ from fluss_spark.protocol.apache_fluss.row_bytes import (NANOS_PER_MILLI, PER_MI
 
 # A KV value is this many bytes of schema id (int16, little-endian), then one compacted row.
 SCHEMA_ID_SIZE = 2
+#: Rows the numpy decode takes at a time, the pieces joined after: it needs about ten times
+#: its rows' bytes in temporary arrays, which for a whole 4 MB batch was most of a Spark
+#: worker's memory. (The compiled decode needs none and takes any range at once.)
+NUMPY_DECODE_ROWS = 1 << 14
 
 # Bytes of the types written with a fixed width (everything else is a varint or length-prefixed).
 _FIXED_WIDTH = {pa.bool_(): 1, pa.int8(): 1, pa.int16(): 2, pa.float32(): 4, pa.float64(): 8}
@@ -72,6 +77,10 @@ def _decode(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
     decoded: dict[int, pa.Array] = {}
     if n == 0 or last < 0:
         return [pa.nulls(0, schema.field(i).type) for i in columns]
+    if not prefix:
+        arrays = _decode_compiled(buffer, starts, ends, schema, columns)
+        if arrays is not None:
+            return arrays
     rows = Rows(buffer, starts, ends, row_ids)
     header_size = (len(schema) + 7) // 8
     rows.column = f"{prefix}(null bits)"
@@ -96,6 +105,84 @@ def _decode(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
         if array is not None:
             decoded[i] = array
     return [decoded[i] for i in columns]
+
+
+# The compiled decode's layout codes (native/src/rows.rs, ``Layout``).
+_BOOL, _INT, _LONG, _LONG_NANOS, _BYTES, _UTF8 = 0, -1, -2, -3, -4, -5
+
+
+def _layout(t: pa.DataType, want: bool) -> int | None:
+    """The compiled decode's layout of a field of type ``t`` (None: it does not build it)."""
+    kind = _kind(t)
+    if kind == "fixed":
+        return _BOOL if t == pa.bool_() else _FIXED_WIDTH[t]
+    if kind == "int":
+        return _INT
+    if kind == "long":
+        return _LONG_NANOS if pa.types.is_timestamp(t) and t.unit in ("us", "ns") else _LONG
+    if not want:
+        return _BYTES   # walked past, whatever the bytes hold
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _UTF8
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return _BYTES
+    return None
+
+
+def _decode_compiled(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
+                     schema: pa.Schema, columns: Sequence[int], schema_id: int | None = None
+                     ) -> list[pa.Array] | None:
+    """The columns of _decode from the compiled decode; None where it is missing, does not
+    build a column's type or finds a row it does not take (the numpy decode names it). With
+    ``schema_id``, ``starts`` are KV values' and each must start with that schema id."""
+    native = compiled.native()
+    if native is None:
+        return None
+    wanted = set(columns)
+    want = [i in wanted for i in range(max(columns) + 1)]
+    layouts = [_layout(schema.field(i).type, w) for i, w in enumerate(want)]
+    if None in layouts:
+        return None
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = (np.full(len(starts), len(buffer), dtype=np.int64) if ends is None
+            else np.ascontiguousarray(ends, dtype=np.int64))
+    try:
+        out = native.decode_rows(buffer, starts, ends, 0 if schema_id is None else SCHEMA_ID_SIZE,
+                                 schema_id or 0, len(schema), layouts, want)
+    except ValueError:
+        return None
+    n = len(starts)
+    built = {i: _compiled_column(schema.field(i).type, n, *column)
+             for i, column in zip(sorted(wanted), out)}
+    return [built[i] for i in columns]
+
+
+def _compiled_column(t: pa.DataType, n: int, nulls: int, validity: bytes | None, first: Any,
+                     second: Any) -> pa.Array:
+    """An Arrow array of ``t`` from the compiled decode's buffers of one column."""
+    valid = None if validity is None else pa.py_buffer(validity)
+    kind = _kind(t)
+    if t == pa.bool_():
+        return pa.Array.from_buffers(t, n, [valid, pa.py_buffer(first)], null_count=nulls)
+    if kind == "fixed":
+        return arrow_array(np.frombuffer(first, dtype=_FIXED_DTYPE[t]), t, valid, nulls)
+    if kind == "int":
+        value = np.frombuffer(first, dtype=np.int32)
+        return arrow_array(time_from_millis(value, t) if pa.types.is_time(t) else value, t,
+                           valid, nulls)
+    if kind == "long":
+        value = np.frombuffer(first, dtype=np.int64)
+        if pa.types.is_timestamp(t) and t.unit in ("us", "ns"):
+            nanos = np.frombuffer(second, dtype=np.int32)
+            value = value * PER_MILLI[t.unit] + nanos // (NANOS_PER_MILLI // PER_MILLI[t.unit])
+        elif pa.types.is_timestamp(t) and t.unit == "s":
+            value = value // 1000
+        return arrow_array(decimal128(value) if pa.types.is_decimal(t) else value, t, valid,
+                           nulls)
+    build = pa.string() if pa.types.is_string(t) or pa.types.is_large_string(t) else pa.binary()
+    array = pa.Array.from_buffers(build, n, [valid, pa.py_buffer(first), pa.py_buffer(second)],
+                                  null_count=nulls)
+    return array if build == t else array.cast(t)
 
 
 def _field(rows: Rows, t: pa.DataType, p: np.ndarray, sel: np.ndarray | None, n: int,
@@ -205,7 +292,13 @@ def decode_kv_ranges(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
         return _empty(output)
     if ((begins < 0) | (ends < begins) | (ends > len(buffer))).any():
         raise CorruptMessage(f"a KV value range lies outside its buffer of {len(buffer)} bytes")
-    return _decode_values(buffer, begins, ends, schema_of, output)
+    batch = _decode_one_schema(buffer, begins, ends, schema_of, output)
+    if batch is not None:
+        return batch
+    pieces = [_decode_values(buffer, begins[a:a + NUMPY_DECODE_ROWS],
+                             ends[a:a + NUMPY_DECODE_ROWS], schema_of, output)
+              for a in range(0, len(begins), NUMPY_DECODE_ROWS)]
+    return pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
 
 
 #: A value record batch: int32 length (of what follows), int8 magic, int32 record count.
@@ -260,6 +353,52 @@ def _empty(output: pa.Schema) -> pa.RecordBatch:
     return pa.record_batch([pa.nulls(0, f.type) for f in output], schema=output)
 
 
+def _columns_of(schema: pa.Schema, output: pa.Schema) -> dict[str, int]:
+    """The output's columns that ``schema`` has: name -> index in ``schema``."""
+    names = schema.names
+    return {f.name: names.index(f.name) for f in output if f.name in names}
+
+
+def _as_output(arrays: dict[str, pa.Array], schema_id: int, count: int, output: pa.Schema
+               ) -> list[pa.Array]:
+    """The columns of ``output`` from the decoded ``arrays`` (by name) of rows of schema
+    ``schema_id``: a column the schema lacks is null, one of another type is cast."""
+    out: list[pa.Array] = []
+    for f in output:
+        array = arrays.get(f.name)
+        if array is None:
+            array = pa.nulls(count, type=f.type)
+        elif array.type != f.type:
+            try:
+                array = array.cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise UnsupportedVersion(f"column {f.name!r} of schema {schema_id}: "
+                                         f"{array.type} does not cast to {f.type}: {e}"
+                                         ) from None
+        out.append(array)
+    return out
+
+
+def _decode_one_schema(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
+                       schema_of: Callable[[int], pa.Schema], output: pa.Schema
+                       ) -> pa.RecordBatch | None:
+    """The batch of _decode_values from the compiled decode in one call, when every value has
+    the first one's schema id (the usual case); None otherwise, or where it does not apply."""
+    if compiled.native() is None or ends[0] - begins[0] < SCHEMA_ID_SIZE:
+        return None
+    at = int(begins[0])
+    schema_id = int(buffer[at:at + SCHEMA_ID_SIZE].view("<i2")[0])
+    schema = schema_of(schema_id)
+    columns = _columns_of(schema, output)
+    if not columns:
+        return None
+    arrays = _decode_compiled(buffer, begins, ends, schema, list(columns.values()), schema_id)
+    if arrays is None:
+        return None
+    return pa.record_batch(_as_output(dict(zip(columns, arrays)), schema_id, len(begins),
+                                      output), schema=output)
+
+
 def _decode_values(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                    schema_of: Callable[[int], pa.Schema], output: pa.Schema) -> pa.RecordBatch:
     """KV values at ``buffer[begins[i]:ends[i]]`` as a batch of ``output`` (see above)."""
@@ -276,29 +415,14 @@ def _decode_values(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
         # Usually every row has the newest schema: then no row is moved.
         picked = None if len(unique) == 1 else np.flatnonzero(ids == schema_id)
         schema = schema_of(schema_id)
-        names = schema.names
-        present = [f.name for f in output if f.name in names]
-        columns = [names.index(name) for name in present]
         starts = begins + SCHEMA_ID_SIZE
         group_ends = ends
         if picked is not None:
             starts, group_ends = starts[picked], ends[picked]
-        arrays = dict(zip(present, _decode(buffer, starts, group_ends, schema, columns,
-                                           picked)))
-        count = n if picked is None else len(picked)
-        out: list[pa.Array] = []
-        for f in output:
-            array = arrays.get(f.name)
-            if array is None:
-                array = pa.nulls(count, type=f.type)
-            elif array.type != f.type:
-                try:
-                    array = array.cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise UnsupportedVersion(f"column {f.name!r} of schema {schema_id}: "
-                                             f"{array.type} does not cast to {f.type}: {e}"
-                                             ) from None
-            out.append(array)
+        columns = _columns_of(schema, output)
+        out = _as_output(dict(zip(columns, _decode(buffer, starts, group_ends, schema,
+                                                   list(columns.values()), picked))),
+                         schema_id, n if picked is None else len(picked), output)
         groups.append((picked, out))
     if len(groups) == 1:
         return pa.record_batch(groups[0][1], schema=output)

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
+from fluss_spark.protocol.apache_fluss import compiled
 from fluss_spark.protocol.apache_fluss.row_bytes import Rows, unaligned
 
 #: The last bytes of a block-based table: checksum type, two block handles (padded), format
@@ -40,7 +41,7 @@ _XXH3_LAST_BYTE_PRIME = 0x6B9083D9
 #: Compression type byte -> pyarrow codec (RocksDB's LZ4 and ZSTD blocks start with a varint
 #: of their uncompressed size; snappy's own format starts with it too).
 CODECS = {1: "snappy", 4: "lz4_raw", 5: "lz4_raw", 7: "zstd"}
-SNAPPY = 1
+SNAPPY, LZ4, LZ4HC = 1, 4, 5
 #: Value types of an internal key's last byte that a snapshot may hold.
 DELETION, VALUE, SINGLE_DELETION = 0, 1, 7
 #: The table properties this reader needs to be zero, by name.
@@ -50,6 +51,11 @@ _MUST_BE_ZERO = (b"rocksdb.num.range-deletions", b"rocksdb.merge.operands",
 _FIXED32_PROPERTIES = (b"rocksdb.block.based.table.index.type",)
 #: The only key order read here (Fluss's: unsigned bytes, a prefix first).
 BYTEWISE = b"leveldb.BytewiseComparator"
+#: LZ4 turns one byte into at most 255: a block that says it holds more is refused before its
+#: buffer is allocated.
+_MAX_EXPANSION = 255
+#: The most bytes the compiled reader joins the blocks of one read into.
+_MAX_JOINED_BYTES = 2 << 30
 #: Keys are held as big-endian 64-bit words: at most this many bytes of them per file.
 _MAX_KEY_WORD_BYTES = 256 << 20
 # An internal key ends with 8 bytes: sequence number << 8 | value type.
@@ -124,6 +130,14 @@ def _blocks(file: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
     length, start = rows.varint(offsets[packed], None, wide=False)
     snappy = kinds[packed] == SNAPPY
     start[snappy] = offsets[packed][snappy]     # the size is snappy's own header
+    ends = offsets[packed] + sizes[packed]
+    lz4 = (kinds[packed] == LZ4) | (kinds[packed] == LZ4HC)
+    bomb = lz4 & (length > (ends - start) * _MAX_EXPANSION + 16)
+    if bomb.any():
+        at = int(np.flatnonzero(bomb)[0])
+        raise CorruptMessage(f"SST: the block at byte {int(offsets[packed][at])} says it "
+                             f"decompresses to {int(length[at])} bytes, more than its "
+                             f"{int(ends[at] - start[at])} compressed bytes can hold")
     lengths = sizes.copy()
     lengths[packed] = length
     raw = pa.py_buffer(file)
@@ -131,7 +145,6 @@ def _blocks(file: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
     # The blocks live only until they are joined into one buffer: from the C allocator, the
     # memory they free serves the numpy arrays that follow (Arrow's own pool keeps it).
     pool = pa.system_memory_pool()
-    ends = offsets[packed] + sizes[packed]
     try:
         # One call per block: the codecs take one buffer at a time.
         for i, k, b, stop, n in zip(packed.tolist(), kinds[packed].tolist(), start.tolist(),
@@ -410,6 +423,25 @@ def read_tables(files: Sequence[np.ndarray]) -> SstEntries:
                       entries.value + entries.size, runs)
 
 
+def read_live_values(files: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``live_values(read_tables(files))``: compiled where the install has it, else in numpy
+    (also when the compiled reader refuses the files: the numpy one then says why)."""
+    native = compiled.native()
+    if native is not None and files:
+        tables = [_table(file) for file in files]
+        try:
+            buffer, begin, end = native.sst_live_values(
+                list(files), [(o.tolist(), s.tolist()) for o, s, _ in tables],
+                [count for _, _, count in tables],
+                [int(file[len(file) - FOOTER_SIZE]) for file in files], _MAX_JOINED_BYTES)
+        except ValueError:
+            pass
+        else:
+            return (np.frombuffer(buffer, dtype=np.uint8), np.frombuffer(begin, dtype=np.int64),
+                    np.frombuffer(end, dtype=np.int64))
+    return live_values(read_tables(files))
+
+
 def _keys(buffer: np.ndarray, e: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The user keys (big-endian uint64 words, zero-padded), their lengths and the internal
     keys' trailers (sequence number << 8 | value type), from the prefix-compressed keys.
@@ -520,4 +552,5 @@ def live_values(table: SstEntries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return buffer, begin[live], end[live]
 
 
-__all__ = ["SstEntries", "live_values", "read_block", "read_tables", "small_block_entries"]
+__all__ = ["SstEntries", "live_values", "read_block", "read_live_values", "read_tables",
+           "small_block_entries"]

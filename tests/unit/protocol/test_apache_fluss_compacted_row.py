@@ -47,6 +47,9 @@ def varint(value: int, bits: int) -> bytes:
     out.append(value)
     return bytes(out)
 
+# Every test decodes both ways: compiled (where the install has it) and in numpy.
+pytestmark = pytest.mark.usefixtures("both_decodes")
+
 
 def length_prefixed(data: bytes) -> bytes:
     return varint(len(data), 32) + data

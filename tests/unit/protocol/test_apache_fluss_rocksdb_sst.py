@@ -17,7 +17,10 @@ from rocksdict import (AccessType, BlockBasedOptions, ChecksumType, DBCompressio
                        Rdict, WriteOptions)
 
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
-from fluss_spark.protocol.apache_fluss.rocksdb_sst import live_values, read_tables
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values, read_tables
+
+# Every test reads both ways: compiled (where the install has it) and in numpy.
+pytestmark = pytest.mark.usefixtures("both_decodes")
 
 
 def fluss_options(compression=DBCompressionType.lz4, format_version: int = 5,
@@ -55,7 +58,7 @@ def sst_files(path: Path) -> list[np.ndarray]:
 
 
 def sst_values(path: Path) -> list[bytes]:
-    buffer, begin, end = live_values(read_tables(sst_files(path)))
+    buffer, begin, end = read_live_values(sst_files(path))
     return [buffer[b:e].tobytes() for b, e in zip(begin.tolist(), end.tolist())]
 
 
@@ -132,21 +135,21 @@ def test_other_layouts_are_refused_and_damage_is_caught(tmp_path):
     write_rounds(tmp_path / "v6", fluss_options(format_version=6), [{b"k": b"v"}])
     (v6,) = (tmp_path / "v6").glob("*.sst")
     with pytest.raises(UnsupportedVersion, match="format version 6"):
-        read_tables([np.fromfile(v6, dtype=np.uint8)])
+        read_live_values([np.fromfile(v6, dtype=np.uint8)])
     write_rounds(tmp_path / "v5", fluss_options(), [{bytes([i]): b"v" * 50 for i in range(200)}])
     (v5,) = (tmp_path / "v5").glob("*.sst")
     data = np.fromfile(v5, dtype=np.uint8)
     with pytest.raises(CorruptMessage, match="SST"):
-        read_tables([data[:40]])
+        read_live_values([data[:40]])
     damaged = data.copy()
     damaged[100:140] = 0xFF     # inside the first data block
     with pytest.raises((CorruptMessage, UnsupportedVersion), match="SST"):
-        read_tables([damaged])
+        read_live_values([damaged])
     flipped = data.copy()
     flipped[200] ^= 0x01        # one bit of a value: only the block's checksum tells
     with pytest.raises(CorruptMessage, match="does not match its checksum"):
-        read_tables([flipped])
-    assert read_tables([]).runs.size == 0
+        read_live_values([flipped])
+    assert read_tables([]).runs.size == 0 and len(read_live_values([])[1]) == 0
 
 
 def test_xxh3_checksums_are_verified_or_the_file_is_left_to_rocksdb(tmp_path):

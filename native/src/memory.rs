@@ -1,0 +1,99 @@
+//! Read-only buffers handed to Python, their memory kept for the next read when they go.
+//!
+//! A read of a snapshot bucket fills some tens of MB of fresh buffers; from the C heap each
+//! large one is a new mapping whose every page faults in on first touch, which cost more than
+//! decoding into it. Buffers of a megabyte or more come back here when Python drops them, and
+//! the next read takes the smallest that fits: a worker reading split after split touches
+//! memory it already has.
+
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
+
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+/// Buffers smaller than this are not kept (the heap reuses small ones by itself).
+const KEEP_FROM: usize = 1 << 20;
+/// The most buffers, and bytes, kept for reuse at once.
+const KEEP_BUFFERS: usize = 8;
+const KEEP_BYTES: usize = 256 << 20;
+
+static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// An empty vector with room for at least `n` bytes: a kept one where one fits.
+pub fn take(n: usize) -> Vec<u8> {
+    if n >= KEEP_FROM {
+        let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+        let best = free.iter().enumerate().filter(|(_, v)| v.capacity() >= n)
+            .min_by_key(|(_, v)| v.capacity()).map(|(i, _)| i);
+        if let Some(i) = best {
+            let mut v = free.swap_remove(i);
+            v.clear();
+            return v;
+        }
+    }
+    Vec::with_capacity(n)
+}
+
+fn give(v: Vec<u8>) {
+    if v.capacity() < KEEP_FROM {
+        return;
+    }
+    let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+    free.push(v);
+    // Over the limits, the smallest go first.
+    free.sort_by_key(|v| std::cmp::Reverse(v.capacity()));
+    while free.len() > KEEP_BUFFERS || free.iter().map(|v| v.capacity()).sum::<usize>() > KEEP_BYTES {
+        free.pop();
+    }
+}
+
+/// Bytes Python reads through the buffer protocol (numpy.frombuffer, pyarrow.py_buffer).
+#[pyclass(frozen, module = "fluss_spark.protocol.apache_fluss._native")]
+pub struct Memory {
+    bytes: Vec<u8>,
+}
+
+impl Memory {
+    pub fn new(bytes: Vec<u8>) -> Memory {
+        Memory { bytes }
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        give(std::mem::take(&mut self.bytes));
+    }
+}
+
+#[pymethods]
+impl Memory {
+    fn __len__(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// # Safety
+    /// Called by Python with a view to fill; the bytes never change while the object lives,
+    /// and the view holds a reference to it.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int)
+                            -> PyResult<()> {
+        if flags & ffi::PyBUF_WRITABLE != 0 {
+            return Err(PyBufferError::new_err("the decoded bytes are read-only"));
+        }
+        let bytes = &slf.get().bytes;
+        // SAFETY: `view` is Python's to fill; the pointer and length are the vector's.
+        let filled = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), bytes.as_ptr() as *mut c_void,
+                                   bytes.len() as ffi::Py_ssize_t, 1, flags)
+        };
+        if filled == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// Nothing to release: the view's reference keeps the object, and so the bytes, alive.
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}

@@ -1,0 +1,260 @@
+//! Apache Fluss compacted rows decoded into Arrow buffers, every row once, every field of it.
+//!
+//! The same reading as `fluss_spark/protocol/apache_fluss/compacted_row.py`, which stays the
+//! reference and builds the Arrow arrays from what this returns: a row is its null bits, then
+//! each non-null field in order, a fixed width, a varint or a varint length and that many bytes.
+//! Any read past a row's end, or a value that does not fit its type, is an `Error`; the caller
+//! then decodes the rows the numpy way, which names the row and the column.
+
+use crate::memory;
+
+pub struct Error(pub String);
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// How a field is laid out, as the caller numbers it.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Layout {
+    /// One byte, 0 or not: an Arrow bitmap.
+    Bool,
+    /// 1, 2, 4 or 8 bytes copied as they are (little-endian numbers).
+    Fixed(usize),
+    /// A varint of at most 5 bytes, as a Java int (int32 out).
+    Int,
+    /// A varint of at most 10 bytes, as a Java long (int64 out).
+    Long,
+    /// A long (milliseconds), then an int of nanoseconds of the millisecond in [0, 10^6).
+    LongNanos,
+    /// A varint length, then that many bytes (int32 offsets and the bytes out).
+    Bytes,
+    /// The same bytes, checked to be UTF-8.
+    Utf8,
+}
+
+impl Layout {
+    pub fn from_code(code: i64) -> Option<Layout> {
+        Some(match code {
+            0 => Layout::Bool,
+            1 | 2 | 4 | 8 => Layout::Fixed(code as usize),
+            -1 => Layout::Int,
+            -2 => Layout::Long,
+            -3 => Layout::LongNanos,
+            -4 => Layout::Bytes,
+            -5 => Layout::Utf8,
+            _ => return None,
+        })
+    }
+}
+
+/// One decoded column: its validity bitmap (None when no row is null) and its buffers.
+pub struct Column {
+    pub nulls: usize,
+    pub validity: Option<Vec<u8>>,
+    /// Values (fixed widths, ints, longs, bits) or int32 offsets (bytes).
+    pub first: Vec<u8>,
+    /// Nanoseconds (int32 each) or the bytes of a bytes column.
+    pub second: Vec<u8>,
+}
+
+fn truncated<T>(row: usize) -> Result<T> {
+    Err(Error(format!("compacted row {row}: truncated")))
+}
+
+#[inline]
+fn varint(data: &[u8], pos: &mut usize, stop: usize, most: u32, row: usize) -> Result<u64> {
+    let mut value: u64 = 0;
+    for i in 0..most {
+        if *pos >= stop {
+            return truncated(row);
+        }
+        let b = data[*pos];
+        *pos += 1;
+        // Bits past the type's width are dropped, as a Java int or long drops them.
+        value |= ((b & 0x7F) as u64) << (7 * i);
+        if b < 0x80 {
+            return Ok(value);
+        }
+    }
+    Err(Error(format!("compacted row {row}: varint longer than {most} bytes")))
+}
+
+/// Decode fields `0..layouts.len()` of the rows `data[starts[r]..ends[r]]`, each starting with
+/// `skip` bytes (a KV value's schema id, which must be `schema_id` when `skip` is 2) and then
+/// the null bits of `fields` fields; the columns of the fields `wanted`, in field order.
+#[allow(clippy::too_many_arguments)]
+pub fn decode(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id: i16,
+              fields: usize, layouts: &[Layout], wanted: &[bool]) -> Result<Vec<Column>> {
+    let n = starts.len();
+    if ends.len() != n || layouts.len() != wanted.len() || layouts.len() > fields
+        || !(skip == 0 || skip == 2) {
+        return Err(Error("rows: mismatched arguments".into()));
+    }
+    // The bytes of all rows bound any one column's bytes.
+    let mut span: u64 = 0;
+    for (&start, &end) in starts.iter().zip(ends) {
+        if start < 0 || end < start || end as u64 > data.len() as u64 {
+            return Err(Error("rows: a row lies outside its buffer".into()));
+        }
+        span += (end - start) as u64;
+    }
+    let header = fields.div_ceil(8);
+    let mut columns: Vec<Option<Column>> = layouts.iter().zip(wanted).map(|(layout, &want)| {
+        want.then(|| {
+            let first = match layout {
+                Layout::Bool => vec![0u8; n.div_ceil(8)],
+                Layout::Fixed(w) => memory::take(n * w),
+                Layout::Int => memory::take(n * 4),
+                Layout::Long | Layout::LongNanos => memory::take(n * 8),
+                Layout::Bytes | Layout::Utf8 => {
+                    let mut offsets = memory::take((n + 1) * 4);
+                    offsets.extend_from_slice(&0i32.to_le_bytes());
+                    offsets
+                }
+            };
+            let second = match layout {
+                Layout::LongNanos => memory::take(n * 4),
+                Layout::Bytes | Layout::Utf8 => memory::take(span as usize),
+                _ => Vec::new(),
+            };
+            Column { nulls: 0, validity: None, first, second }
+        })
+    }).collect();
+    for r in 0..n {
+        let (mut pos, end) = (starts[r] as usize, ends[r] as usize);
+        if skip == 2 {
+            if pos + 2 > end {
+                return truncated(r);
+            }
+            if i16::from_le_bytes([data[pos], data[pos + 1]]) != schema_id {
+                return Err(Error(format!("row {r}: another schema id")));
+            }
+            pos += 2;
+        }
+        if pos + header > end {
+            return truncated(r);
+        }
+        let bits = &data[pos..pos + header];
+        pos += header;
+        for (i, layout) in layouts.iter().enumerate() {
+            let null = bits[i >> 3] & (1 << (i & 7)) != 0;
+            let column = &mut columns[i];
+            if null {
+                if let Some(c) = column {
+                    null_value(c, *layout, r, n);
+                }
+                continue;
+            }
+            if let Some(Column { validity: Some(v), .. }) = column {
+                v[r >> 3] |= 1 << (r & 7);
+            }
+            match *layout {
+                Layout::Bool | Layout::Fixed(_) => {
+                    let w = if let Layout::Fixed(w) = *layout { w } else { 1 };
+                    if pos + w > end {
+                        return truncated(r);
+                    }
+                    if let Some(c) = column {
+                        match w {
+                            _ if *layout == Layout::Bool => {
+                                if data[pos] != 0 {
+                                    c.first[r >> 3] |= 1 << (r & 7);
+                                }
+                            }
+                            1 => c.first.push(data[pos]),
+                            2 => c.first.extend_from_slice(&[data[pos], data[pos + 1]]),
+                            4 => c.first.extend_from_slice(&<[u8; 4]>::try_from(
+                                &data[pos..pos + 4]).expect("4 bytes")),
+                            _ => c.first.extend_from_slice(&<[u8; 8]>::try_from(
+                                &data[pos..pos + 8]).expect("8 bytes")),
+                        }
+                    }
+                    pos += w;
+                }
+                Layout::Int => {
+                    let v = varint(data, &mut pos, end, 5, r)? as u32;
+                    if let Some(c) = column {
+                        c.first.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+                Layout::Long | Layout::LongNanos => {
+                    let v = varint(data, &mut pos, end, 10, r)?;
+                    if let Some(c) = column {
+                        c.first.extend_from_slice(&v.to_le_bytes());
+                    }
+                    if *layout == Layout::LongNanos {
+                        let nanos = varint(data, &mut pos, end, 5, r)? as u32 as i32;
+                        if !(0..1_000_000).contains(&nanos) {
+                            return Err(Error(format!("compacted row {r}: nanos of millisecond \
+                                                      out of range")));
+                        }
+                        if let Some(c) = column {
+                            c.second.extend_from_slice(&nanos.to_le_bytes());
+                        }
+                    }
+                }
+                Layout::Bytes | Layout::Utf8 => {
+                    let length = varint(data, &mut pos, end, 5, r)? as u32 as i32;
+                    if length < 0 || pos + length as usize > end {
+                        return truncated(r);
+                    }
+                    let bytes = &data[pos..pos + length as usize];
+                    pos += length as usize;
+                    if let Some(c) = column {
+                        c.second.extend_from_slice(bytes);
+                        let offset = i32::try_from(c.second.len()).map_err(|_| {
+                            Error("rows: a column's bytes pass 2 GiB".into())
+                        })?;
+                        c.first.extend_from_slice(&offset.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+    let columns: Vec<Column> = columns.into_iter().flatten().collect();
+    for (c, layout) in columns.iter().zip(layouts.iter().zip(wanted).filter(|(_, &w)| w)) {
+        if *layout.0 == Layout::Utf8 && !utf8(c) {
+            return Err(Error("a string is not valid UTF-8".into()));
+        }
+    }
+    Ok(columns)
+}
+
+/// Whether every string of a column is UTF-8: its bytes all together are, and no string starts
+/// inside a character (one pass over the bytes, not a call per string).
+fn utf8(c: &Column) -> bool {
+    if std::str::from_utf8(&c.second).is_err() {
+        return false;
+    }
+    c.first.chunks_exact(4).all(|o| {
+        let at = i32::from_le_bytes([o[0], o[1], o[2], o[3]]) as usize;
+        at >= c.second.len() || (c.second[at] as i8) >= -0x40
+    })
+}
+
+/// Row `r` of column `c` is null: a zero value (or an empty range) and a clear validity bit.
+fn null_value(c: &mut Column, layout: Layout, r: usize, n: usize) {
+    let validity = c.validity.get_or_insert_with(|| {
+        // Every row before this one was valid.
+        let mut bits = vec![0u8; n.div_ceil(8)];
+        for i in 0..r {
+            bits[i >> 3] |= 1 << (i & 7);
+        }
+        bits
+    });
+    validity[r >> 3] &= !(1 << (r & 7));
+    c.nulls += 1;
+    match layout {
+        Layout::Bool => {}
+        Layout::Fixed(w) => c.first.resize(c.first.len() + w, 0),
+        Layout::Int => c.first.extend_from_slice(&[0; 4]),
+        Layout::Long => c.first.extend_from_slice(&[0; 8]),
+        Layout::LongNanos => {
+            c.first.extend_from_slice(&[0; 8]);
+            c.second.extend_from_slice(&[0; 4]);
+        }
+        Layout::Bytes | Layout::Utf8 => {
+            let offset = c.second.len() as i32;
+            c.first.extend_from_slice(&offset.to_le_bytes());
+        }
+    }
+}

@@ -1,0 +1,143 @@
+"""The compiled decode of KV snapshots against the numpy one, on valid and on damaged input.
+
+Whatever the bytes, both must agree: the same rows and values, or the same error (a damaged row
+or file the compiled code does not take is handed to the numpy code, which names the fault).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from fluss_spark.errors import CorruptMessage, UnsupportedVersion
+from fluss_spark.protocol.apache_fluss import compiled
+from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_ranges
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values
+from rocksdict import ChecksumType
+from tests.unit.protocol.test_apache_fluss_compacted_row import (ALL_TYPES, kv_value,
+                                                                 random_rows)
+from tests.unit.protocol.test_apache_fluss_rocksdb_sst import (fluss_options, sst_files,
+                                                               write_rounds)
+
+#: The types the compiled decode builds itself (the others go to numpy whole).
+COMPILED_TYPES = pa.schema([f for f in ALL_TYPES
+                            if f.name not in ("fixed", "dec_big", "dec_38_0")])
+
+
+def test_the_compiled_decode_is_built_where_cargo_is():
+    """CI and any machine with a Rust toolchain build it with the package; it is what the
+    Apache Fluss snapshot read uses there (without one, the package decodes in numpy)."""
+    if os.environ.get("CI") == "true" or shutil.which("cargo"):
+        assert compiled.native() is not None, "pip install built no compiled decode (native/)"
+    else:
+        assert compiled.native() is None
+
+
+def both_ways(decode):
+    """(compiled outcome, numpy outcome): a result, or the error's type and message."""
+    out = []
+    for enabled in (True, False):
+        compiled.enabled = enabled
+        try:
+            out.append(decode())
+        except (CorruptMessage, UnsupportedVersion) as e:
+            out.append((type(e), str(e)))
+        finally:
+            compiled.enabled = True
+    return out
+
+
+def values_of(buffer: np.ndarray, rows: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    ends = np.cumsum([len(r) for r in rows])
+    return ends - np.array([len(r) for r in rows]), ends
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_decode_alike_whole_or_damaged(seed):
+    rng = random.Random(seed)
+    rows = [kv_value(3, COMPILED_TYPES, r) for r in random_rows(rng, COMPILED_TYPES, 60)]
+    data = np.frombuffer(b"".join(rows), dtype=np.uint8)
+    begins, ends = values_of(data, rows)
+    compiled_out, numpy_out = both_ways(
+        lambda: decode_kv_ranges(data, begins, ends, lambda _: COMPILED_TYPES, COMPILED_TYPES))
+    assert compiled_out.equals(numpy_out)
+    # Damage: bytes flipped, rows cut short or run together, a second schema id.
+    for trial in range(120):
+        damaged = data.copy()
+        b, e = begins.copy(), ends.copy()
+        what = trial % 3
+        if what == 0:
+            for at in rng.sample(range(len(damaged)), 3):
+                damaged[at] = rng.randrange(256)
+        elif what == 1:
+            r = rng.randrange(len(rows))
+            e[r] = rng.randrange(b[r], e[r])
+        else:
+            r = rng.randrange(len(rows))
+            damaged[b[r]] = 4
+        got = both_ways(lambda: decode_kv_ranges(damaged, b, e, lambda _: COMPILED_TYPES,
+                                                 COMPILED_TYPES))
+        if isinstance(got[0], pa.RecordBatch):
+            assert isinstance(got[1], pa.RecordBatch) and got[0].equals(got[1]), trial
+        else:
+            assert got[0] == got[1], trial
+
+
+def test_strings_that_split_a_character_are_not_utf8():
+    """Two strings that are valid UTF-8 only when joined: the compiled check of the whole
+    column must still see each string on its own."""
+    schema = pa.schema([("s", pa.string())])
+    euro = "€".encode()
+    # Hand-made: a string of the character's first byte, then one of the other two.
+    rows = [b"\x00\x00\x00" + bytes([1]) + euro[:1], b"\x00\x00\x00" + bytes([2]) + euro[1:]]
+    data = np.frombuffer(b"".join(rows), dtype=np.uint8)
+    begins, ends = values_of(data, rows)
+    got = both_ways(lambda: decode_kv_ranges(data, begins, ends, lambda _: schema, schema))
+    assert got[0] == got[1] and got[0][0] is CorruptMessage and "UTF-8" in got[0][1]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_sst_files_read_alike_whole_or_damaged(tmp_path, seed):
+    """Files without block checksums, so that damage reaches the block walk itself."""
+    rng = random.Random(seed)
+    rounds: list[dict[bytes, bytes | None]] = [
+        {rng.randbytes(rng.choice((3, 8, 20))): rng.randbytes(rng.randrange(40))
+         for _ in range(300)} for _ in range(3)]
+    rounds.append(dict.fromkeys(list(rounds[0])[:50]))
+    write_rounds(tmp_path, fluss_options(checksum=ChecksumType.no_checksum), rounds)
+    files = sst_files(tmp_path)
+
+    def values(files=files):
+        buffer, begin, end = read_live_values(files)
+        return [buffer[b:e].tobytes() for b, e in zip(begin.tolist(), end.tolist())]
+
+    compiled_out, numpy_out = both_ways(values)
+    assert compiled_out == numpy_out and len(compiled_out) == 850
+    for trial in range(150):
+        damaged = [f.copy() for f in files]
+        f = rng.randrange(len(damaged))
+        for at in rng.sample(range(len(damaged[f]) - 60), 2):     # not the footer
+            damaged[f][at] = rng.randrange(256)
+        compiled_out, numpy_out = both_ways(lambda: values(damaged))
+        assert compiled_out == numpy_out, trial
+
+
+def test_a_large_batch_decoded_on_two_threads_is_the_same():
+    """Past 16k rows the compiled decode splits the rows between two threads and joins the
+    halves' buffers: bitmaps, offsets and values must come out as one decode's."""
+    rng = random.Random(5)
+    schema = pa.schema([pa.field("key", pa.int64(), nullable=False), ("flag", pa.bool_()),
+                        ("s", pa.string()), ("b", pa.binary()), ("ts", pa.timestamp("us")),
+                        ("d", pa.float64())])
+    rows = [kv_value(1, schema, r) for r in random_rows(rng, schema, 4000)] * 9
+    data = np.frombuffer(b"".join(rows), dtype=np.uint8)
+    begins, ends = values_of(data, rows)
+    for n in (len(rows), len(rows) - 3):     # halves of a multiple of 8 rows and not
+        compiled_out, numpy_out = both_ways(lambda: decode_kv_ranges(
+            data, begins[:n], ends[:n], lambda _: schema, schema))
+        assert compiled_out.num_rows == n and compiled_out.equals(numpy_out)
