@@ -73,7 +73,7 @@ fn decode_rows<'py>(py: Python<'py>, data: PyBuffer<u8>, starts: PyBuffer<i64>,
     let layouts = layouts.into_iter().map(rows::Layout::from_code).collect::<Option<Vec<_>>>()
         .ok_or_else(|| PyValueError::new_err("decode_rows: unknown layout"))?;
     let (data, starts, ends) = (slice(&data)?, slice(&starts)?, slice(&ends)?);
-    let columns = py.detach(|| rows::decode(data, starts, ends, skip, schema_id, fields, &layouts,
+    let columns = py.detach(|| rows::decode_parallel(data, starts, ends, skip, schema_id, fields, &layouts,
                                               &wanted))
         .map_err(|e| PyValueError::new_err(e.0))?;
     Ok(columns.into_iter().map(|c| {

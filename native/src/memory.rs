@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 const KEEP_FROM: usize = 1 << 20;
 /// The most buffers, and bytes, kept for reuse at once.
 const KEEP_BUFFERS: usize = 8;
-const KEEP_BYTES: usize = 256 << 20;
+const KEEP_BYTES: usize = 128 << 20;
 
 static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 

@@ -84,6 +84,15 @@ fn varint(data: &[u8], pos: &mut usize, stop: usize, most: u32, row: usize) -> R
 #[allow(clippy::too_many_arguments)]
 pub fn decode(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id: i16,
               fields: usize, layouts: &[Layout], wanted: &[bool]) -> Result<Vec<Column>> {
+    decode_into(data, starts, ends, skip, schema_id, fields, layouts, wanted, (0, 0))
+}
+
+/// `decode`, its buffers sized for `room` more (rows, bytes) than its own rows need: rows
+/// that the caller appends after them.
+#[allow(clippy::too_many_arguments)]
+fn decode_into(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id: i16,
+               fields: usize, layouts: &[Layout], wanted: &[bool], room: (usize, u64))
+               -> Result<Vec<Column>> {
     let n = starts.len();
     if ends.len() != n || layouts.len() != wanted.len() || layouts.len() > fields
         || !(skip == 0 || skip == 2) {
@@ -97,22 +106,27 @@ pub fn decode(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id:
         }
         span += (end - start) as u64;
     }
+    let (rows, span) = (n + room.0, span + room.1);
     let header = fields.div_ceil(8);
     let mut columns: Vec<Option<Column>> = layouts.iter().zip(wanted).map(|(layout, &want)| {
         want.then(|| {
             let first = match layout {
-                Layout::Bool => vec![0u8; n.div_ceil(8)],
-                Layout::Fixed(w) => memory::take(n * w),
-                Layout::Int => memory::take(n * 4),
-                Layout::Long | Layout::LongNanos => memory::take(n * 8),
+                Layout::Bool => {
+                    let mut bits = memory::take(rows.div_ceil(8));
+                    bits.resize(n.div_ceil(8), 0);
+                    bits
+                }
+                Layout::Fixed(w) => memory::take(rows * w),
+                Layout::Int => memory::take(rows * 4),
+                Layout::Long | Layout::LongNanos => memory::take(rows * 8),
                 Layout::Bytes | Layout::Utf8 => {
-                    let mut offsets = memory::take((n + 1) * 4);
+                    let mut offsets = memory::take((rows + 1) * 4);
                     offsets.extend_from_slice(&0i32.to_le_bytes());
                     offsets
                 }
             };
             let second = match layout {
-                Layout::LongNanos => memory::take(n * 4),
+                Layout::LongNanos => memory::take(rows * 4),
                 Layout::Bytes | Layout::Utf8 => memory::take(span as usize),
                 _ => Vec::new(),
             };
@@ -257,4 +271,63 @@ fn null_value(c: &mut Column, layout: Layout, r: usize, n: usize) {
             c.first.extend_from_slice(&offset.to_le_bytes());
         }
     }
+}
+
+/// Rows decoded on two threads when there are at least this many and a second core.
+const PARALLEL_ROWS: usize = 1 << 15;
+
+/// `decode` of many rows on two threads, each taking half of them, the halves' buffers joined
+/// after (one copy of each column, a fraction of decoding it).
+#[allow(clippy::too_many_arguments)]
+pub fn decode_parallel(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id: i16,
+                       fields: usize, layouts: &[Layout], wanted: &[bool])
+                       -> Result<Vec<Column>> {
+    let n = starts.len();
+    let two = n >= PARALLEL_ROWS && ends.len() == n
+        && std::thread::available_parallelism().is_ok_and(|c| c.get() > 1);
+    if !two {
+        return decode(data, starts, ends, skip, schema_id, fields, layouts, wanted);
+    }
+    // A multiple of 8 rows first, so that the halves' bitmaps join byte by byte.
+    let half = n / 2 / 8 * 8;
+    // The first half's buffers are sized for all rows: the second's are appended to them.
+    let later: u64 = starts[half..].iter().zip(&ends[half..])
+        .map(|(&s, &e)| e.saturating_sub(s).max(0) as u64).sum();
+    let (first, second) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| decode(data, &starts[half..], &ends[half..], skip, schema_id,
+                                          fields, layouts, wanted));
+        let mine = decode_into(data, &starts[..half], &ends[..half], skip, schema_id, fields,
+                               layouts, wanted, (n - half, later));
+        (mine, other.join().expect("a decoding thread panicked"))
+    });
+    let kinds = layouts.iter().zip(wanted).filter(|(_, w)| **w).map(|(l, _)| *l);
+    first?.into_iter().zip(second?).zip(kinds)
+        .map(|((a, b), layout)| join(a, b, layout, half, n - half)).collect()
+}
+
+/// Column `a` of `rows_a` rows (a multiple of 8) followed by column `b` of `rows_b` rows.
+fn join(mut a: Column, b: Column, layout: Layout, rows_a: usize, rows_b: usize)
+        -> Result<Column> {
+    let validity = match (a.validity.take(), b.validity) {
+        (None, None) => None,
+        (va, vb) => {
+            let mut bits = va.unwrap_or_else(|| vec![0xFF; rows_a / 8]);
+            bits.extend(vb.unwrap_or_else(|| vec![0xFF; rows_b.div_ceil(8)]));
+            Some(bits)
+        }
+    };
+    if matches!(layout, Layout::Bytes | Layout::Utf8) {
+        let shift = a.second.len();
+        if i32::try_from(shift + b.second.len()).is_err() {
+            return Err(Error("rows: a column's bytes pass 2 GiB".into()));
+        }
+        for o in b.first[4..].chunks_exact(4) {
+            let at = i32::from_le_bytes([o[0], o[1], o[2], o[3]]) + shift as i32;
+            a.first.extend_from_slice(&at.to_le_bytes());
+        }
+    } else {
+        a.first.extend_from_slice(&b.first);
+    }
+    a.second.extend_from_slice(&b.second);
+    Ok(Column { nulls: a.nulls + b.nulls, validity, first: a.first, second: a.second })
 }
