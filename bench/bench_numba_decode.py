@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -42,14 +41,12 @@ from numba import njit
 from numba import uint64 as _u
 
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
-from fluss_spark.protocol.apache_fluss import rocksdb_sst
+from fluss_spark.protocol.apache_fluss import compiled, rocksdb_sst
 from fluss_spark.protocol.apache_fluss.compacted_row import _kind, decode_kv_ranges
-from fluss_spark.protocol.apache_fluss.proto import encode_varint
 from fluss_spark.protocol.apache_fluss.row_bytes import (NANOS_PER_MILLI, PER_MILLI, arrow_array,
                                                          decimal128, time_from_millis)
+from kv_checkpoints import SCHEMA, sst_files, write_buckets  # bench/kv_checkpoints.py
 
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string()),
-                    ("amount", pa.float64())])
 #: Rows decoded at a time, as kv_snapshot.CheckpointScan decodes them.
 PIECE_ROWS = 1 << 14
 _TRAILER = 8
@@ -542,60 +539,6 @@ def compiled_read(files: Sequence[np.ndarray]) -> list[pa.RecordBatch]:
 
 # -- data -------------------------------------------------------------------------------------
 
-def varint(value: int) -> bytes:
-    out = bytearray()
-    encode_varint(value, out)       # the same LEB128 as a compacted row's
-    return bytes(out)
-
-
-def write_buckets(root: Path, rows: int, buckets: int) -> list[Path]:
-    """``rows`` rows of SCHEMA as KV values in ``buckets`` databases laid out as Fluss's KV
-    store is (block-based format 5, LZ4, CRC32C, index restart interval 1, 4 KiB blocks),
-    each in 4 level-0 files, the last one also updating 1% of the keys."""
-    import struct
-
-    from rocksdict import (BlockBasedOptions, ChecksumType, DBCompressionType, Options, Rdict,
-                           WriteOptions)
-    opts = Options(raw_mode=True)
-    table = BlockBasedOptions()
-    table.set_format_version(5)
-    table.set_checksum_type(ChecksumType.crc32c())
-    table.set_index_block_restart_interval(1)
-    table.set_block_size(4096)
-    opts.set_block_based_table_factory(table)
-    opts.set_compression_type(DBCompressionType.lz4())
-    opts.set_disable_auto_compactions(True)
-    no_wal = WriteOptions()
-    no_wal.disable_wal = True
-    rng = random.Random(1)
-
-    def value(i: int) -> bytes:
-        text = f"value-{i}-{rng.randrange(10**6)}".encode()
-        return (b"\x01\x00\x00" + varint(i) + varint(len(text)) + text
-                + struct.pack("<d", i * 0.25))
-
-    dirs = []
-    for bucket in range(buckets):
-        path = root / f"bucket-{bucket}"
-        db = Rdict(str(path), options=opts)
-        db.set_write_options(no_wal)
-        ids = list(range(bucket, rows, buckets))
-        for chunk in range(4):
-            for i in ids[chunk * len(ids) // 4:(chunk + 1) * len(ids) // 4]:
-                db[varint(i)] = value(i)
-            if chunk == 3:
-                for i in rng.sample(ids, len(ids) // 100):
-                    db[varint(i)] = value(i)
-            db.flush()
-        db.close()
-        dirs.append(path)
-    return dirs
-
-
-def sst_files(directory: Path) -> list[np.ndarray]:
-    return [np.fromfile(f, dtype=np.uint8) for f in sorted(directory.glob("*.sst"))]
-
-
 # -- measuring --------------------------------------------------------------------------------
 
 def check_equal(files: Sequence[np.ndarray]) -> int:
@@ -658,6 +601,8 @@ def fresh_processes(directory: Path) -> list[tuple[float, float]]:
 
 
 def main() -> None:
+    # Its reference is the numpy decode: the compiled one (native/) stays out of it.
+    compiled.enabled = False
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--buckets", type=int, default=2)

@@ -1,5 +1,5 @@
 //! The live values of RocksDB block-based table files: blocks verified, decompressed, walked
-//! and the files merged, newest version of each key first.
+//! and the files merged, newest version of each key first (on two threads for large reads).
 //!
 //! The same reading as `fluss_spark/protocol/apache_fluss/rocksdb_sst.py` (`read_tables`, then
 //! `live_values`), which stays the reference: that module reads each file's footer, properties
@@ -79,7 +79,9 @@ struct Slot {
 }
 
 /// Check every block's bounds and read its uncompressed size: the slots of the blocks of
-/// every file and the joined buffer's size.
+/// every file and the joined buffer's size. The size is read before the block's checksum is
+/// verified (that is done as it is decompressed, on the threads that do it): a wrong one is
+/// bounded by what LZ4 can hold, and then fails the checksum or the decompression.
 fn plan(tables: &[Table], max_bytes: u64) -> Result<(Vec<Slot>, u64)> {
     let mut slots = Vec::new();
     let mut total: u64 = 0;

@@ -17,7 +17,7 @@ from rocksdict import (AccessType, BlockBasedOptions, ChecksumType, DBCompressio
                        Rdict, WriteOptions)
 
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
-from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values, read_tables
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import _table, read_live_values, read_tables
 
 # Every test reads both ways: compiled (where the install has it) and in numpy.
 pytestmark = pytest.mark.usefixtures("both_decodes")
@@ -164,3 +164,18 @@ def test_xxh3_checksums_are_verified_or_the_file_is_left_to_rocksdb(tmp_path):
             read_tables(sst_files(tmp_path))
     else:
         assert sst_values(tmp_path) == rocksdb_values(tmp_path)
+
+
+def test_a_block_claiming_more_than_lz4_can_hold_is_refused_unallocated(tmp_path):
+    """A data block's size prefix is read before its buffer is allocated: one saying it holds
+    more than 255 times its compressed bytes (LZ4's most) is damage, not a 2 GB allocation."""
+    write_rounds(tmp_path, fluss_options(checksum=ChecksumType.no_checksum),
+                 [{bytes([i]): b"v" * 50 for i in range(200)}])
+    (file,) = sst_files(tmp_path)
+    offsets, _, _ = _table(file)
+    bomb = file.copy()
+    at = int(offsets[0])
+    bomb[at:at + 5] = [0xFF, 0xFF, 0xFF, 0xFF, 0x07]    # 2**31 - 1 bytes, it says
+    with pytest.raises(CorruptMessage, match=f"block at byte {at} says it decompresses to "
+                                             "2147483647 bytes"):
+        read_live_values([bomb])
