@@ -38,17 +38,40 @@ def test_the_compiled_decode_is_built_where_cargo_is():
         assert compiled.native() is None
 
 
-def both_ways(decode):
-    """(compiled outcome, numpy outcome): a result, or the error's type and message."""
+class Spy:
+    """The compiled module, counting the calls that returned (not refused) since made."""
+
+    def __init__(self, module):
+        self.module, self.returned = module, 0
+
+    def __getattr__(self, name):
+        fn = getattr(self.module, name)
+
+        def call(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            self.returned += 1
+            return out
+        return call
+
+
+def both_ways(decode, compiled_must_decode=False):
+    """(compiled outcome, numpy outcome): a result, or the error's type and message. With
+    ``compiled_must_decode``, the compiled run must have been the compiled code's own (where
+    the install has it: test_the_compiled_decode_is_built_where_cargo_is says where)."""
     out = []
+    real = compiled.native()
     for enabled in (True, False):
         compiled.enabled = enabled
+        spy = Spy(real)
+        compiled._module = spy if real is not None else None
         try:
             out.append(decode())
         except (CorruptMessage, UnsupportedVersion) as e:
             out.append((type(e), str(e)))
         finally:
-            compiled.enabled = True
+            compiled.enabled, compiled._module = True, real
+        if enabled and compiled_must_decode and real is not None:
+            assert spy.returned, "the compiled decode refused valid input"
     return out
 
 
@@ -64,7 +87,8 @@ def test_rows_decode_alike_whole_or_damaged(seed):
     data = np.frombuffer(b"".join(rows), dtype=np.uint8)
     begins, ends = values_of(data, rows)
     compiled_out, numpy_out = both_ways(
-        lambda: decode_kv_ranges(data, begins, ends, lambda _: COMPILED_TYPES, COMPILED_TYPES))
+        lambda: decode_kv_ranges(data, begins, ends, lambda _: COMPILED_TYPES, COMPILED_TYPES),
+        compiled_must_decode=True)
     assert compiled_out.equals(numpy_out)
     # Damage: bytes flipped, rows cut short or run together, a second schema id.
     for trial in range(120):
@@ -116,7 +140,7 @@ def test_sst_files_read_alike_whole_or_damaged(tmp_path, seed):
         buffer, begin, end = read_live_values(files)
         return [buffer[b:e].tobytes() for b, e in zip(begin.tolist(), end.tolist())]
 
-    compiled_out, numpy_out = both_ways(values)
+    compiled_out, numpy_out = both_ways(values, compiled_must_decode=True)
     assert compiled_out == numpy_out and len(compiled_out) == 850
     for trial in range(150):
         damaged = [f.copy() for f in files]
@@ -139,5 +163,26 @@ def test_a_large_batch_decoded_on_two_threads_is_the_same():
     begins, ends = values_of(data, rows)
     for n in (len(rows), len(rows) - 3):     # halves of a multiple of 8 rows and not
         compiled_out, numpy_out = both_ways(lambda: decode_kv_ranges(
-            data, begins[:n], ends[:n], lambda _: schema, schema))
+            data, begins[:n], ends[:n], lambda _: schema, schema), compiled_must_decode=True)
         assert compiled_out.num_rows == n and compiled_out.equals(numpy_out)
+
+
+@pytest.mark.parametrize("key_bytes", [4, 12])
+def test_a_read_past_4_mib_merged_on_two_threads_is_the_same(tmp_path, key_bytes):
+    """Past 4 MiB of blocks the compiled read decompresses and merges on two threads, split at
+    a pivot key: every key on either side of it, its newest version, deletions included."""
+    rng = random.Random(key_bytes)
+    keys = sorted({rng.randbytes(key_bytes) for _ in range(40_000)})
+    rounds: list[dict[bytes, bytes | None]] = [
+        {k: rng.randbytes(rng.randrange(100, 160)) for k in keys[i::3]} for i in range(3)]
+    rounds.append({k: None if rng.random() < 0.5 else b"newest" for k in rng.sample(keys, 2000)})
+    write_rounds(tmp_path, fluss_options(), rounds)
+    files = sst_files(tmp_path)
+
+    def values():
+        buffer, begin, end = read_live_values(files)
+        assert len(buffer) >= 4 << 20
+        return [buffer[b:e].tobytes() for b, e in zip(begin.tolist(), end.tolist())]
+
+    compiled_out, numpy_out = both_ways(values, compiled_must_decode=True)
+    assert compiled_out == numpy_out and b"newest" in compiled_out
