@@ -1,6 +1,6 @@
-//! `fluss_spark._native`: the compiled decode of Apache Fluss KV snapshots.
+//! `fluss_spark.protocol.apache_fluss._native`: the compiled decode of Apache Fluss KV snapshots.
 //!
-//! Two calls, each the whole of a numpy pass chain of `fluss_spark/protocol/apache_fluss/`
+//! Two calls, each the whole of a chain of numpy passes of `fluss_spark/protocol/apache_fluss/`
 //! (`rocksdb_sst.py`, `compacted_row.py`) done in one walk with the GIL released. The Python
 //! modules decide when to call them and fall back to numpy on any error, so an error here is
 //! a ValueError and the numpy code gives the user's message.
