@@ -102,10 +102,14 @@ def test_kill_9_of_a_tablet_then_restart_serves_again(apache_fluss_for_faults, p
             break
         except TimeoutError:
             assert time.monotonic() < deadline, apache_fluss.log_tails()
-    ids = {r["id"] for r in af.rows(boot, t)}
     # Rows acknowledged before the kill -9 may be gone from the killed server's buckets (with
     # one replica it truncates to its last checkpointed high watermark); those written after
-    # the restart are all there.
+    # the restart are all there, once the read reaches the buckets' settled leaders.
+    deadline = time.monotonic() + 60
+    while True:
+        ids = {r["id"] for r in af.rows(boot, t)}
+        if set(range(20, 25)) <= ids or time.monotonic() > deadline:
+            break
     assert set(range(20, 25)) <= ids <= set(range(25))
 
 
