@@ -82,3 +82,12 @@ def open_cluster(bootstrap_servers: str, *, engine: str = AUTO, request_timeout_
     return EmbeddedCluster.connect(bootstrap_servers, request_timeout_s=request_timeout_s,
                                    username=username, password=password, tls=tls,
                                    short_circuit_reads=short_circuit_reads)
+
+
+def use_cpus(n: int | None) -> None:
+    """Let a read in this process decode on up to ``n`` threads (None: on every CPU it may run
+    on). A Spark task passes the CPUs it was given (``spark.task.cpus``), so the tasks sharing an
+    executor's cores do not each start more decoding threads than they have cores for."""
+    from fluss_spark.protocol.apache_fluss.compiled import use_threads
+    use_threads(n)
+

@@ -37,8 +37,14 @@ if TYPE_CHECKING:
 
 def _split_reader(options: SourceOptions, layout: Layout) -> "SplitReader":
     """The executors' ``SplitReader``, imported only there: its imports (pyarrow.compute, the
-    decoders) would add ~30 ms to the start of every query's driver-side process."""
+    decoders) would add ~30 ms to the start of every query's driver-side process. Its decoding
+    uses the CPUs Spark gave the task."""
+    from pyspark import TaskContext
+
+    from fluss_spark.client.backends import use_cpus
     from fluss_spark.connector.readers import SplitReader
+    task = TaskContext.get()
+    use_cpus(None if task is None else task.cpus())
     return SplitReader(options, layout)
 
 

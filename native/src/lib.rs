@@ -30,10 +30,11 @@ fn slice<T: Element>(b: &PyBuffer<T>) -> PyResult<&[T]> {
 ///
 /// `files[i]` is a file's bytes (uint8), `blocks[i]` its data blocks' (offsets, sizes),
 /// `entries[i]` its entry count and `checksums[i]` its footer's checksum type; the joined
-/// blocks may hold at most `max_bytes`.
+/// blocks may hold at most `max_bytes`. At most `threads` threads do the work.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)]
 fn sst_live_values(py: Python<'_>, files: Vec<PyBuffer<u8>>, blocks: Vec<(Vec<u64>, Vec<u64>)>,
-                   entries: Vec<u64>, checksums: Vec<u8>, max_bytes: u64)
+                   entries: Vec<u64>, checksums: Vec<u8>, max_bytes: u64, threads: usize)
                    -> PyResult<(Memory, Memory, Memory)> {
     if blocks.len() != files.len() || entries.len() != files.len()
         || checksums.len() != files.len() {
@@ -53,7 +54,7 @@ fn sst_live_values(py: Python<'_>, files: Vec<PyBuffer<u8>>, blocks: Vec<(Vec<u6
     // Every byte is written by a block; zeroed first all the same (a kept buffer is resident,
     // so this is a memset, not page faults).
     joined.resize(total as usize, 0);
-    let (begin, end) = py.detach(|| reader.fill(&mut joined))
+    let (begin, end) = py.detach(|| reader.fill(&mut joined, threads))
         .map_err(|e| PyValueError::new_err(e.0))?;
     Ok((Memory::new(joined), Memory::new(begin), Memory::new(end)))
 }
@@ -64,17 +65,18 @@ type ColumnBytes<'py> = (usize, Option<Bound<'py, PyBytes>>, Memory, Memory);
 /// Fields `0..len(layouts)` of the compacted rows `data[starts[r]:ends[r]]`, each row starting
 /// with `skip` bytes (0, or 2: a KV value's schema id, which must be `schema_id`) and then the
 /// null bits of `fields` fields; the buffers of the fields `wanted`, in field order (layout
-/// codes: see `rows::Layout::from_code`).
+/// codes: see `rows::Layout::from_code`). At most `threads` threads do the work.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn decode_rows<'py>(py: Python<'py>, data: PyBuffer<u8>, starts: PyBuffer<i64>,
                     ends: PyBuffer<i64>, skip: usize, schema_id: i16, fields: usize,
-                    layouts: Vec<i64>, wanted: Vec<bool>) -> PyResult<Vec<ColumnBytes<'py>>> {
+                    layouts: Vec<i64>, wanted: Vec<bool>, threads: usize)
+                    -> PyResult<Vec<ColumnBytes<'py>>> {
     let layouts = layouts.into_iter().map(rows::Layout::from_code).collect::<Option<Vec<_>>>()
         .ok_or_else(|| PyValueError::new_err("decode_rows: unknown layout"))?;
     let (data, starts, ends) = (slice(&data)?, slice(&starts)?, slice(&ends)?);
-    let columns = py.detach(|| rows::decode_parallel(data, starts, ends, skip, schema_id, fields, &layouts,
-                                              &wanted))
+    let columns = py.detach(|| rows::decode_parallel(data, starts, ends, skip, schema_id, fields,
+                                                     &layouts, &wanted, threads))
         .map_err(|e| PyValueError::new_err(e.0))?;
     Ok(columns.into_iter().map(|c| {
         (c.nulls, c.validity.map(|v| PyBytes::new(py, &v)), Memory::new(c.first),

@@ -276,15 +276,14 @@ fn null_value(c: &mut Column, layout: Layout, r: usize, n: usize) {
 /// Rows decoded on two threads when there are at least this many and a second core.
 const PARALLEL_ROWS: usize = 1 << 15;
 
-/// `decode` of many rows on two threads, each taking half of them, the halves' buffers joined
-/// after (one copy of each column, a fraction of decoding it).
+/// `decode` of many rows on two threads when it may use two (`threads`), each taking half of
+/// them, the halves' buffers joined after (one copy of each column, a fraction of decoding it).
 #[allow(clippy::too_many_arguments)]
 pub fn decode_parallel(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id: i16,
-                       fields: usize, layouts: &[Layout], wanted: &[bool])
+                       fields: usize, layouts: &[Layout], wanted: &[bool], threads: usize)
                        -> Result<Vec<Column>> {
     let n = starts.len();
-    let two = n >= PARALLEL_ROWS && ends.len() == n
-        && std::thread::available_parallelism().is_ok_and(|c| c.get() > 1);
+    let two = threads > 1 && n >= PARALLEL_ROWS && ends.len() == n;
     if !two {
         return decode(data, starts, ends, skip, schema_id, fields, layouts, wanted);
     }

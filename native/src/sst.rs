@@ -51,6 +51,7 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32> {
 }
 
 /// A varint of at most 5 bytes before `stop`: (value, end).
+#[inline]
 fn varint32(data: &[u8], mut pos: usize, stop: usize) -> Result<(u32, usize)> {
     let mut value: u32 = 0;
     for i in 0..5 {
@@ -187,7 +188,12 @@ struct Bound {
     key: Vec<u8>,
 }
 
+#[inline]
 fn prefix_of(key: &[u8]) -> u64 {
+    // A load, not a copy, for the keys of eight bytes or more.
+    if let Some(head) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*head);
+    }
     let mut prefix = [0u8; 8];
     let head = key.len().min(8);
     prefix[..head].copy_from_slice(&key[..head]);
@@ -232,11 +238,12 @@ impl<'a> Cursor<'a> {
         self.key.len() - TRAILER
     }
 
-    /// Whether the current user key is `key`, whose prefix is `prefix`.
-    fn is(&self, prefix: u64, key: &[u8]) -> bool {
+    /// Whether the current user key is the one of `len` bytes whose prefix is `prefix`: `key`
+    /// holds its bytes when it is longer than its prefix.
+    #[inline]
+    fn is(&self, prefix: u64, len: usize, key: &[u8]) -> bool {
         // Keys of up to 8 bytes are all in their prefix: equal prefixes leave their lengths.
-        self.prefix == prefix && self.user_len() == key.len()
-            && (key.len() <= 8 || self.user_key() == key)
+        self.prefix == prefix && self.user_len() == len && (len <= 8 || self.user_key() == key)
     }
 
     fn cmp(&self, other: &Cursor) -> Ordering {
@@ -290,10 +297,16 @@ impl<'a> Cursor<'a> {
         } else if pos == 0 {
             return fail("SST: a block's first entry is not a restart point");
         }
-        let (shared, p) = varint32(block, pos, data_end)?;
-        let (unshared, p) = varint32(block, p, data_end)?;
-        let (length, p) = varint32(block, p, data_end)?;
-        let (shared, unshared, length) = (shared as usize, unshared as usize, length as usize);
+        // Entries of short keys and values hold three one-byte varints: read them at once.
+        let (shared, unshared, length, p) = match block[..data_end].get(pos..pos + 3) {
+            Some(&[a, b, c]) if (a | b | c) < 0x80 => (a as usize, b as usize, c as usize, pos + 3),
+            _ => {
+                let (shared, p) = varint32(block, pos, data_end)?;
+                let (unshared, p) = varint32(block, p, data_end)?;
+                let (length, p) = varint32(block, p, data_end)?;
+                (shared as usize, unshared as usize, length as usize, p)
+            }
+        };
         if restart && shared != 0 {
             return fail("SST: a restart point's key shares bytes with the one before");
         }
@@ -396,15 +409,17 @@ fn live(files: &[Vec<(usize, usize)>], buffer: &[u8], from: Option<Bound>,
                 smallest = i;
             }
         }
+        let (prefix, len) = (cursors[smallest].prefix, cursors[smallest].user_len());
         key.clear();
-        key.extend_from_slice(cursors[smallest].user_key());
-        let prefix = cursors[smallest].prefix;
+        if len > 8 {
+            key.extend_from_slice(cursors[smallest].user_key());
+        }
         let (mut newest, mut range) = (None::<(u64, u8)>, (0, 0));
         let mut k = 0;
         while k < going.len() {
             let c = &mut cursors[going[k]];
             let mut more = true;
-            while c.is(prefix, &key) {
+            while c.is(prefix, len, &key) {
                 if newest.is_none_or(|(sequence, _)| c.sequence > sequence) {
                     newest = Some((c.sequence, c.kind));
                     range = (c.begin, c.end);
@@ -438,11 +453,10 @@ pub struct Reader<'a> {
 
 impl Reader<'_> {
     /// Fill the joined buffer and find the live values, on two threads when the read is large
-    /// and the machine has a second core: each half of the blocks is decompressed by one, then
-    /// the keys below and from a pivot key are merged by one each.
-    pub fn fill(&self, out: &mut [u8]) -> Result<(Vec<u8>, Vec<u8>)> {
-        let two = out.len() >= PARALLEL_BYTES
-            && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    /// and may use two (`threads`): each half of the blocks is decompressed by one, then the
+    /// keys below and from a pivot key are merged by one each.
+    pub fn fill(&self, out: &mut [u8], threads: usize) -> Result<(Vec<u8>, Vec<u8>)> {
+        let two = threads > 1 && out.len() >= PARALLEL_BYTES;
         if two {
             let (mut half, mut at) = (0, 0);
             while half < self.slots.len() && 2 * at < out.len() {

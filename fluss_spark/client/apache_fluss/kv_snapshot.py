@@ -190,8 +190,7 @@ def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
     tables = []
     for remote, fs, path in ssts:
         try:
-            with fs.open_input_file(path) as f:
-                tables.append(np.frombuffer(f.read_buffer(), dtype=np.uint8))
+            tables.append(np.frombuffer(_file_bytes(fs, path), dtype=np.uint8))
         except FileNotFoundError:
             raise _gone(files, remote) from None
     try:
@@ -199,6 +198,17 @@ def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
     except (UnsupportedVersion, CorruptMessage) as e:
         log.debug("%s is read through RocksDB: %s", files.describe(), e)
         return None
+
+
+def _file_bytes(fs: pafs.FileSystem, path: str) -> pa.Buffer:
+    """A whole file's bytes: mapped where it is on a local disk (a read copies every byte, a
+    tenth of the decode's time), read otherwise. Checkpoint files are never rewritten, and the
+    lease keeps Fluss from deleting them while they are read (a deleted file stays mapped)."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        with pa.memory_map(path) as f:
+            return f.read_buffer()
+    with fs.open_input_file(path) as f:
+        return f.read_buffer()
 
 
 def _copy_and_open(files: KvSnapshotFiles) -> Callable[[str], Any]:

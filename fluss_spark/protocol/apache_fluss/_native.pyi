@@ -9,9 +9,9 @@ class Memory:
     def __buffer__(self, flags: int) -> memoryview: ...
 
 def sst_live_values(files: list[Any], blocks: list[tuple[list[int], list[int]]],
-                    entries: list[int], checksums: list[int], max_bytes: int
+                    entries: list[int], checksums: list[int], max_bytes: int, threads: int
                     ) -> tuple[Memory, Memory, Memory]: ...
 
 def decode_rows(data: Any, starts: Any, ends: Any, skip: int, schema_id: int, fields: int,
-                layouts: list[int], wanted: list[bool]
+                layouts: list[int], wanted: list[bool], threads: int
                 ) -> list[tuple[int, bytes | None, Memory, Memory]]: ...

@@ -148,7 +148,7 @@ def _decode_compiled(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | 
             else np.ascontiguousarray(ends, dtype=np.int64))
     try:
         out = native.decode_rows(buffer, starts, ends, 0 if schema_id is None else SCHEMA_ID_SIZE,
-                                 schema_id or 0, len(schema), layouts, want)
+                                 schema_id or 0, len(schema), layouts, want, compiled.threads)
     except ValueError:
         return None
     n = len(starts)

@@ -433,7 +433,8 @@ def read_live_values(files: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarra
             buffer, begin, end = native.sst_live_values(
                 list(files), [(o.tolist(), s.tolist()) for o, s, _ in tables],
                 [count for _, _, count in tables],
-                [int(file[len(file) - FOOTER_SIZE]) for file in files], _MAX_JOINED_BYTES)
+                [int(file[len(file) - FOOTER_SIZE]) for file in files], _MAX_JOINED_BYTES,
+                compiled.threads)
         except ValueError:
             pass
         else:

@@ -3,56 +3,106 @@
 Each request knows its API key, version and response type; every message encodes itself
 (``to_wire``) and decodes with checks of every field (``decode``). ``REQUESTS`` maps an API key
 to the type a server decodes its requests with.
+
+The names below are imported on first use, each with its area's module only: building the
+dataclasses of every area costs ~50 ms, paid by each fresh Spark Python process, and a client of
+Apache Fluss needs four of them.
 """
 
 from __future__ import annotations
 
-from fluss_spark.protocol.api import ApiKey
-from fluss_spark.protocol.messages.acls import (AclFilterInfo, AclInfo, CreateAclsRequest,
-                                                CreateAclsResponse, DropAclsRequest,
-                                                DropAclsResponse, ListAclsRequest,
-                                                ListAclsResponse)
-from fluss_spark.protocol.messages.base import Empty, Message, Request
-from fluss_spark.protocol.messages.leases import (AcquireLeaseRequest, AcquireLeaseResponse,
-                                                  DescribeLeaseRequest, DropLeaseRequest,
-                                                  DropLeaseResponse, LeaseInfo, ListLeasesRequest,
-                                                  ListLeasesResponse, ReleaseLeaseRequest,
-                                                  ReleaseLeaseResponse, RenewLeaseRequest,
-                                                  RenewLeaseResponse)
-from fluss_spark.protocol.messages.log import (FetchLogRequest, FetchLogResponse,
-                                               ListOffsetsRequest, ListOffsetsResponse,
-                                               ProduceRequest, ProduceResponse)
-from fluss_spark.protocol.messages.meta import (ApiVersionsRequest, ApiVersionsResponse,
-                                                AuthenticateRequest, AuthenticateResponse,
-                                                GetMetadataRequest, GetMetadataResponse,
-                                                ServerAddress, TableInfo, TabletAddress)
-from fluss_spark.protocol.messages.partitions import (CreatePartitionRequest,
-                                                      DropPartitionRequest,
-                                                      ListPartitionsRequest,
-                                                      ListPartitionsResponse, PartitionInfo)
-from fluss_spark.protocol.messages.scan import (CloseScan, ContinueScan, ListScannersRequest,
-                                                ListScannersResponse, OpenScan, ScanKvRequest,
-                                                ScanKvResponse, ScannerInfo)
-from fluss_spark.protocol.messages.snapshots import (CommitKvSnapshotRequest,
-                                                     ListKvSnapshotsRequest,
-                                                     ListKvSnapshotsResponse, SnapshotInfo,
-                                                     TriggerKvSnapshotRequest,
-                                                     TriggerKvSnapshotResponse)
-from fluss_spark.protocol.messages.tables import (AlterTableRequest, AlterTableResponse,
-                                                  CreateTableRequest, CreateTableResponse,
-                                                  DropTableRequest, GetMetricsRequest,
-                                                  GetMetricsResponse, ListTablesRequest,
-                                                  ListTablesResponse)
+import importlib
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from fluss_spark.protocol.api import ApiKey
+    from fluss_spark.protocol.messages.acls import (AclFilterInfo, AclInfo, CreateAclsRequest,
+                                                    CreateAclsResponse, DropAclsRequest,
+                                                    DropAclsResponse, ListAclsRequest,
+                                                    ListAclsResponse)
+    from fluss_spark.protocol.messages.base import Empty, Message, Request
+    from fluss_spark.protocol.messages.leases import (AcquireLeaseRequest, AcquireLeaseResponse,
+                                                      DescribeLeaseRequest, DropLeaseRequest,
+                                                      DropLeaseResponse, LeaseInfo,
+                                                      ListLeasesRequest, ListLeasesResponse,
+                                                      ReleaseLeaseRequest, ReleaseLeaseResponse,
+                                                      RenewLeaseRequest, RenewLeaseResponse)
+    from fluss_spark.protocol.messages.log import (FetchLogRequest, FetchLogResponse,
+                                                   ListOffsetsRequest, ListOffsetsResponse,
+                                                   ProduceRequest, ProduceResponse)
+    from fluss_spark.protocol.messages.meta import (ApiVersionsRequest, ApiVersionsResponse,
+                                                    AuthenticateRequest, AuthenticateResponse,
+                                                    GetMetadataRequest, GetMetadataResponse,
+                                                    ServerAddress, TableInfo, TabletAddress)
+    from fluss_spark.protocol.messages.partitions import (CreatePartitionRequest,
+                                                          DropPartitionRequest,
+                                                          ListPartitionsRequest,
+                                                          ListPartitionsResponse, PartitionInfo)
+    from fluss_spark.protocol.messages.scan import (CloseScan, ContinueScan, ListScannersRequest,
+                                                    ListScannersResponse, OpenScan, ScanKvRequest,
+                                                    ScanKvResponse, ScannerInfo)
+    from fluss_spark.protocol.messages.snapshots import (CommitKvSnapshotRequest,
+                                                         ListKvSnapshotsRequest,
+                                                         ListKvSnapshotsResponse, SnapshotInfo,
+                                                         TriggerKvSnapshotRequest,
+                                                         TriggerKvSnapshotResponse)
+    from fluss_spark.protocol.messages.tables import (AlterTableRequest, AlterTableResponse,
+                                                      CreateTableRequest, CreateTableResponse,
+                                                      DropTableRequest, GetMetricsRequest,
+                                                      GetMetricsResponse, ListTablesRequest,
+                                                      ListTablesResponse)
+
+    REQUESTS: dict[ApiKey, type[Request]]
+
+#: Each area's module and the names it defines.
+_AREAS = {
+    "acls": ("AclFilterInfo", "AclInfo", "CreateAclsRequest", "CreateAclsResponse",
+             "DropAclsRequest", "DropAclsResponse", "ListAclsRequest", "ListAclsResponse"),
+    "base": ("Empty", "Message", "Request"),
+    "leases": ("AcquireLeaseRequest", "AcquireLeaseResponse", "DescribeLeaseRequest",
+               "DropLeaseRequest", "DropLeaseResponse", "LeaseInfo", "ListLeasesRequest",
+               "ListLeasesResponse", "ReleaseLeaseRequest", "ReleaseLeaseResponse",
+               "RenewLeaseRequest", "RenewLeaseResponse"),
+    "log": ("FetchLogRequest", "FetchLogResponse", "ListOffsetsRequest", "ListOffsetsResponse",
+            "ProduceRequest", "ProduceResponse"),
+    "meta": ("ApiVersionsRequest", "ApiVersionsResponse", "AuthenticateRequest",
+             "AuthenticateResponse", "GetMetadataRequest", "GetMetadataResponse",
+             "ServerAddress", "TableInfo", "TabletAddress"),
+    "partitions": ("CreatePartitionRequest", "DropPartitionRequest", "ListPartitionsRequest",
+                   "ListPartitionsResponse", "PartitionInfo"),
+    "scan": ("CloseScan", "ContinueScan", "ListScannersRequest", "ListScannersResponse",
+             "OpenScan", "ScanKvRequest", "ScanKvResponse", "ScannerInfo"),
+    "snapshots": ("CommitKvSnapshotRequest", "ListKvSnapshotsRequest", "ListKvSnapshotsResponse",
+                  "SnapshotInfo", "TriggerKvSnapshotRequest", "TriggerKvSnapshotResponse"),
+    "tables": ("AlterTableRequest", "AlterTableResponse", "CreateTableRequest",
+               "CreateTableResponse", "DropTableRequest", "GetMetricsRequest",
+               "GetMetricsResponse", "ListTablesRequest", "ListTablesResponse"),
+}
+_AREA_OF = {name: area for area, names in _AREAS.items() for name in names}
 #: The request type of every API key (SCAN_KV decodes into an open, a continue or a close).
-REQUESTS: dict[ApiKey, type[Request]] = {cls.API_KEY: cls for cls in (
-    ApiVersionsRequest, AuthenticateRequest, GetMetadataRequest, CreateTableRequest,
-    DropTableRequest, ListTablesRequest, CommitKvSnapshotRequest, ListKvSnapshotsRequest,
-    AcquireLeaseRequest, RenewLeaseRequest, ReleaseLeaseRequest, DropLeaseRequest,
-    ListLeasesRequest, DescribeLeaseRequest, GetMetricsRequest, ProduceRequest,
-    ListOffsetsRequest, FetchLogRequest, TriggerKvSnapshotRequest, ScanKvRequest,
-    ListScannersRequest, CreateAclsRequest, ListAclsRequest, DropAclsRequest,
-    ListPartitionsRequest, CreatePartitionRequest, DropPartitionRequest, AlterTableRequest)}
+_REQUEST_TYPES = (
+    "ApiVersionsRequest", "AuthenticateRequest", "GetMetadataRequest", "CreateTableRequest",
+    "DropTableRequest", "ListTablesRequest", "CommitKvSnapshotRequest", "ListKvSnapshotsRequest",
+    "AcquireLeaseRequest", "RenewLeaseRequest", "ReleaseLeaseRequest", "DropLeaseRequest",
+    "ListLeasesRequest", "DescribeLeaseRequest", "GetMetricsRequest", "ProduceRequest",
+    "ListOffsetsRequest", "FetchLogRequest", "TriggerKvSnapshotRequest", "ScanKvRequest",
+    "ListScannersRequest", "CreateAclsRequest", "ListAclsRequest", "DropAclsRequest",
+    "ListPartitionsRequest", "CreatePartitionRequest", "DropPartitionRequest",
+    "AlterTableRequest")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "REQUESTS":
+        value: Any = {cls.API_KEY: cls for cls in map(__getattr__, _REQUEST_TYPES)}
+    else:
+        try:
+            area = _AREA_OF[name]
+        except KeyError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        value = getattr(importlib.import_module(f"{__name__}.{area}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["AclFilterInfo", "AclInfo", "AcquireLeaseRequest", "AcquireLeaseResponse",
            "AlterTableRequest", "AlterTableResponse",

@@ -151,9 +151,30 @@ def test_sst_files_read_alike_whole_or_damaged(tmp_path, seed):
         assert compiled_out == numpy_out, trial
 
 
-def test_a_large_batch_decoded_on_two_threads_is_the_same():
-    """Past 16k rows the compiled decode splits the rows between two threads and joins the
-    halves' buffers: bitmaps, offsets and values must come out as one decode's."""
+@pytest.fixture(params=[2, 1], ids=["two threads", "one thread"])
+def threads(request):
+    """The compiled calls' thread budget (``compiled.use_threads``), restored after."""
+    before = compiled.threads
+    compiled.use_threads(request.param)
+    yield request.param
+    compiled.threads = before
+
+
+def test_the_thread_budget_defaults_to_the_cpus_of_the_process():
+    before = compiled.threads
+    try:
+        compiled.use_threads(0)
+        assert compiled.threads == 1
+        compiled.use_threads(None)
+        assert compiled.threads == len(os.sched_getaffinity(0))
+    finally:
+        compiled.threads = before
+
+
+def test_a_large_batch_decoded_on_two_threads_is_the_same(threads):
+    """Past 32k rows the compiled decode splits the rows between two threads (where it may use
+    two) and joins the halves' buffers: bitmaps, offsets and values must come out as one
+    decode's."""
     rng = random.Random(5)
     schema = pa.schema([pa.field("key", pa.int64(), nullable=False), ("flag", pa.bool_()),
                         ("s", pa.string()), ("b", pa.binary()), ("ts", pa.timestamp("us")),
@@ -168,9 +189,10 @@ def test_a_large_batch_decoded_on_two_threads_is_the_same():
 
 
 @pytest.mark.parametrize("key_bytes", [4, 12])
-def test_a_read_past_4_mib_merged_on_two_threads_is_the_same(tmp_path, key_bytes):
-    """Past 4 MiB of blocks the compiled read decompresses and merges on two threads, split at
-    a pivot key: every key on either side of it, its newest version, deletions included."""
+def test_a_read_past_4_mib_merged_on_two_threads_is_the_same(tmp_path, key_bytes, threads):
+    """Past 4 MiB of blocks the compiled read decompresses and merges on two threads (where it
+    may use two), split at a pivot key: every key on either side of it, its newest version,
+    deletions included."""
     rng = random.Random(key_bytes)
     keys = sorted({rng.randbytes(key_bytes) for _ in range(40_000)})
     rounds: list[dict[bytes, bytes | None]] = [
