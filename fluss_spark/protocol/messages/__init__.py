@@ -79,21 +79,12 @@ _AREAS = {
                "GetMetricsResponse", "ListTablesRequest", "ListTablesResponse"),
 }
 _AREA_OF = {name: area for area, names in _AREAS.items() for name in names}
-#: The request type of every API key (SCAN_KV decodes into an open, a continue or a close).
-_REQUEST_TYPES = (
-    "ApiVersionsRequest", "AuthenticateRequest", "GetMetadataRequest", "CreateTableRequest",
-    "DropTableRequest", "ListTablesRequest", "CommitKvSnapshotRequest", "ListKvSnapshotsRequest",
-    "AcquireLeaseRequest", "RenewLeaseRequest", "ReleaseLeaseRequest", "DropLeaseRequest",
-    "ListLeasesRequest", "DescribeLeaseRequest", "GetMetricsRequest", "ProduceRequest",
-    "ListOffsetsRequest", "FetchLogRequest", "TriggerKvSnapshotRequest", "ScanKvRequest",
-    "ListScannersRequest", "CreateAclsRequest", "ListAclsRequest", "DropAclsRequest",
-    "ListPartitionsRequest", "CreatePartitionRequest", "DropPartitionRequest",
-    "AlterTableRequest")
-
-
 def __getattr__(name: str) -> Any:
     if name == "REQUESTS":
-        value: Any = {cls.API_KEY: cls for cls in map(__getattr__, _REQUEST_TYPES)}
+        # The request type of every API key: each area's ``...Request`` (SCAN_KV's decodes
+        # into an open, a continue or a close).
+        value: Any = {cls.API_KEY: cls for cls in (__getattr__(n) for n, area in _AREA_OF.items()
+                                                    if area != "base" and n.endswith("Request"))}
     else:
         try:
             area = _AREA_OF[name]

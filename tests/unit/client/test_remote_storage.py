@@ -8,6 +8,7 @@ import pytest
 from fluss_spark.client.remote_storage import RemoteStorage, filesystem
 from fluss_spark.connector.options import parse_options
 from fluss_spark.errors import ConfigError
+from tests.unit.fresh_process import fresh_output
 
 STORE = RemoteStorage("http://127.0.0.1:8333", "us-east-1", "AKID", "sekrit")
 
@@ -52,8 +53,6 @@ def test_a_query_driver_imports_neither_compute_nor_filesystem_modules_it_does_n
     """Every query starts a fresh driver-side Python process: pyarrow.compute (~25 ms) is for
     the executors' readers and the writers, pyarrow.fs (~40 ms, with its S3 module) for the
     paths that open remote files (a driver against the embedded engine never does)."""
-    import subprocess
-    import sys
     code = ("import sys\n"
             "def loaded(*names): return sorted(m for m in names if m in sys.modules)\n"
             "import fluss_spark.connector.source\n"
@@ -62,7 +61,4 @@ def test_a_query_driver_imports_neither_compute_nor_filesystem_modules_it_does_n
             "print(loaded('pyarrow.compute', 'pandas'))\n"
             "from fluss_spark.client.remote_storage import filesystem\n"
             "filesystem('/tmp')\nprint(loaded('pyarrow.fs'))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[]", "[]", "['pyarrow.fs']"]
+    assert fresh_output(code).split() == ["[]", "[]", "['pyarrow.fs']"]

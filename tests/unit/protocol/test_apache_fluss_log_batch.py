@@ -13,6 +13,7 @@ from fluss_spark.protocol.changelog import CHANGELOG_FIELDS
 from fluss_spark.protocol.apache_fluss.log_batch import (_crc32c_table, crc32c, iter_batches,
                                                   parse_batch)
 from fluss_spark.protocol.apache_fluss.table_json import (arrow_type, parse_table_json, table_json)
+from tests.unit.fresh_process import fresh_output
 
 WIRE = pa.schema([("id", pa.int64()), ("name", pa.string()), ("ts", pa.timestamp("ms"))])
 SHOWN = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()),
@@ -148,8 +149,6 @@ def test_table_json_round_trip_and_types():
 def test_importing_the_client_and_decoding_a_batch_leave_pandas_unimported(tmp_path):
     """pyarrow imports pandas on its first ``pa.array`` (0.35 s in a fresh process): the Apache
     Fluss client's import and a log batch's decoding build their arrays from buffers instead."""
-    import subprocess
-    import sys
     (tmp_path / "batch").write_bytes(make_batch(100, ROWS, b"\x01\x02\x04"))
     (tmp_path / "schema").write_bytes(WIRE.serialize().to_pybytes())
     code = f"""
@@ -163,10 +162,7 @@ out = batch.to_changelog(wire, pa.schema(list(wire) + list(CHANGELOG_FIELDS)))
 assert out.num_rows == 3 and out.column("_log_offset").to_pylist() == [100, 101, 102]
 print("pandas" in sys.modules)
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    assert fresh_output(code).strip() == "False"
 
 
 def test_every_fluss_type_node_has_the_arrow_type_fluss_writes_in_log_batches():

@@ -12,6 +12,7 @@ from fluss_spark.protocol import messages as m
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema
 from fluss_spark.protocol.codec import packb, unpackb
+from tests.unit.fresh_process import fresh_output
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 TABLE = m.TableInfo(table_id=4, name="db.t", schema=SCHEMA, primary_key=("id",),
@@ -224,8 +225,6 @@ def test_an_acl_request_needs_at_least_one_acl_and_at_most_a_thousand():
 def test_a_name_loads_only_its_areas_module():
     """Every fresh Spark Python process imports the messages it uses: a client of Apache Fluss
     needs four data types, not the dataclasses of every area (~50 ms on this machine)."""
-    import subprocess
-    import sys
     code = ("import sys\n"
             "from fluss_spark.protocol.messages import TableInfo, LeaseInfo\n"
             "print(sorted(k.rsplit('.', 1)[1] for k in sys.modules\n"
@@ -233,10 +232,7 @@ def test_a_name_loads_only_its_areas_module():
             "from fluss_spark.protocol import messages\n"
             "print(len(messages.REQUESTS),\n"
             "      [n for n in messages.__all__ if getattr(messages, n, None) is None])\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    loaded, requests = done.stdout.splitlines()
+    loaded, requests = fresh_output(code).splitlines()
     assert loaded == "['base', 'leases', 'meta']"
     assert requests == f"{len(ApiKey)} []"
 
