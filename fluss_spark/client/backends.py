@@ -90,4 +90,3 @@ def use_cpus(n: int | None) -> None:
     executor's cores do not each start more decoding threads than they have cores for."""
     from fluss_spark.protocol.apache_fluss.compiled import use_threads
     use_threads(n)
-

@@ -273,7 +273,7 @@ fn null_value(c: &mut Column, layout: Layout, r: usize, n: usize) {
     }
 }
 
-/// Rows decoded on two threads when there are at least this many and a second core.
+/// Rows decoded on two threads when there are at least this many and two threads are allowed.
 const PARALLEL_ROWS: usize = 1 << 15;
 
 /// `decode` of many rows on two threads when it may use two (`threads`), each taking half of

@@ -79,6 +79,8 @@ _AREAS = {
                "GetMetricsResponse", "ListTablesRequest", "ListTablesResponse"),
 }
 _AREA_OF = {name: area for area, names in _AREAS.items() for name in names}
+
+
 def __getattr__(name: str) -> Any:
     if name == "REQUESTS":
         # The request type of every API key: each area's ``...Request`` (SCAN_KV's decodes
