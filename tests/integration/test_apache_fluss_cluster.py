@@ -105,12 +105,14 @@ def test_kill_9_of_a_tablet_then_restart_serves_again(apache_fluss_for_faults, p
     # Rows acknowledged before the kill -9 may be gone from the killed server's buckets (with
     # one replica it truncates to its last checkpointed high watermark); those written after
     # the restart are all there, once the read reaches the buckets' settled leaders.
-    deadline = time.monotonic() + 60
-    while True:
+    def read_back():
         ids = {r["id"] for r in af.rows(boot, t)}
-        if set(range(20, 25)) <= ids or time.monotonic() > deadline:
-            break
-    assert set(range(20, 25)) <= ids <= set(range(25))
+        return ids if set(range(20, 25)) <= ids else None
+    try:
+        ids = wait_until(read_back, 60, "rows 20-24, acknowledged after the restart")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{apache_fluss.log_tails()}") from None
+    assert ids <= set(range(25))
 
 
 def fs(*argv, timeout=300):
