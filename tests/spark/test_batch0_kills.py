@@ -33,6 +33,7 @@ import os
 import threading
 import uuid
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 
 import pyarrow as pa
@@ -136,32 +137,38 @@ class ApacheFluss:
     name = "apache-fluss"
 
     def __init__(self, local):
-        from fluss_spark.testing.apache_fluss import PyFluss
         self.local, self.servers = local, local.bootstrap_servers
-        self.fluss = PyFluss(self.servers)
 
     def close(self) -> None:
-        self.fluss.close()
+        pass
+
+    def connect(self):
+        """A pyfluss connection of its own. Each use opens one: a connection kept for the whole
+        module once left a flush unanswered, and every later write on it waited for that one."""
+        from fluss_spark.testing.apache_fluss import PyFluss
+        return PyFluss(self.servers)
 
     def new_table(self) -> str:
         return f"kills.t_{uuid.uuid4().hex[:10]}"
 
     def create(self, table: str) -> None:
-        self.fluss.create_table(table, SCHEMA, primary_key=["id"], buckets=BUCKETS)
-        self.fluss.upsert(table, [(i, f"v{i}") for i in range(ROWS)])
+        with self.connect() as fluss:
+            fluss.create_table(table, SCHEMA, primary_key=["id"], buckets=BUCKETS)
+            fluss.upsert(table, [(i, f"v{i}") for i in range(ROWS)])
 
     def client(self):
-        from fluss_spark.testing.apache_fluss import PyFluss
-        return ApacheWriter(PyFluss(self.servers))
+        return ApacheWriter(self.connect())
 
     def read_log(self, table: str, end: dict[int, int]) -> dict[int, list[Record]]:
-        got = self.fluss.read_log_ranges(table, {b: (0, e) for b, e in end.items()},
-                                         timeout_s=120)
+        with self.connect() as fluss:
+            got = fluss.read_log_ranges(table, {b: (0, e) for b, e in end.items()},
+                                        timeout_s=120)
         return {b: [(o, kind, row["id"], row["v"]) for o, kind, row in recs]
                 for b, recs in got.items()}
 
     def content(self, table: str, logs: dict[int, list[Record]]) -> dict[int, str]:
-        return {r["id"]: r["v"] for r in self.fluss.rows(table, timeout_s=120)}
+        with self.connect() as fluss:
+            return {r["id"]: r["v"] for r in fluss.rows(table, timeout_s=120)}
 
     def leases(self) -> ZooKeeperLeases:
         return FlussLeases(self.local)
@@ -611,19 +618,16 @@ class DayWriter(Writer):
 @pytest.mark.parametrize("point", [OFFSETS_0, MID_SNAPSHOT], ids=["offsets0", "mid-snapshot"])
 def test_a_partitioned_table_restarts_exactly_after_a_kill_on_apache_fluss(
         spark, engine, point, tmp_path):
-    fluss, servers = engine.fluss, engine.servers
+    servers = engine.servers
     table = engine.new_table()
-    fluss.create_table(table, "id BIGINT NOT NULL, dt STRING NOT NULL, v STRING",
-                       primary_key=["id", "dt"], buckets=2, partition_keys=["dt"])
-    cluster = open_cluster(servers)
-    try:
+    with engine.connect() as fluss, closing(open_cluster(servers)) as cluster:
+        fluss.create_table(table, "id BIGINT NOT NULL, dt STRING NOT NULL, v STRING",
+                           primary_key=["id", "dt"], buckets=2, partition_keys=["dt"])
         for day in DAYS:
             fluss.create_partition(table, {"dt": day})
             fluss.upsert(table, [(k, day, "0") for k in range(DAY_ROWS)])
         for day in DAYS:
             await_covering_snapshots(cluster, table, day)
-    finally:
-        cluster.close()
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     writer = DayWriter(engine, table)
     with engine.leases() as leases:
@@ -681,5 +685,6 @@ def test_a_partitioned_table_restarts_exactly_after_a_kill_on_apache_fluss(
     assert Counter(r["dt"] for r in snap) == {
         day: sum(s.row_count for s in snapshots[day].values()) for day in DAYS}
     assert len(set(snap)) == len(snap)
-    want = {(r["id"], r["dt"]): r["v"] for r in fluss.rows(table, timeout_s=120)}
+    with engine.connect() as fluss:
+        want = {(r["id"], r["dt"]): r["v"] for r in fluss.rows(table, timeout_s=120)}
     assert fold_changelog(result, key=("id", "dt")) == want
