@@ -103,4 +103,6 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     os.chdir(ROOT)
+    # As tests/conftest.py does for pytest: the JVMs of the wheel check compile with C1 only.
+    os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
     sys.exit(main(sys.argv[1:]))
