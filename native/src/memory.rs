@@ -49,6 +49,27 @@ fn give(v: Vec<u8>) {
     }
 }
 
+/// Give back to the system the pages of `file[from..to]` (whole pages inside it): `file` must be
+/// a read-only mapping of a file, whose pages a later read faults in again from the file (the
+/// memory of the process's own would read back as zeros). Returns how far it was given back.
+pub fn give_back(file: &[u8], from: usize, to: usize) -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as usize,
+        _ => return from,
+    };
+    let base = file.as_ptr() as usize;
+    let start = (base + from).next_multiple_of(page);
+    let end = (base + to.min(file.len())) / page * page;
+    if end > start {
+        // SAFETY: [start, end) lies inside the mapping `file` borrows; MADV_DONTNEED on a file
+        // mapping only drops resident pages, and no reference into them is used again before
+        // a read faults them back in.
+        unsafe { libc::madvise(start as *mut c_void, end - start, libc::MADV_DONTNEED) };
+    }
+    to
+}
+
 /// Bytes Python reads through the buffer protocol (numpy.frombuffer, pyarrow.py_buffer).
 #[pyclass(frozen, module = "fluss_spark.protocol.apache_fluss._native")]
 pub struct Memory {

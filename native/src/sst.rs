@@ -1,11 +1,16 @@
-//! The live values of RocksDB block-based table files: blocks verified, decompressed, walked
-//! and the files merged, newest version of each key first (on two threads for large reads).
+//! The live values of RocksDB block-based table files, streamed: each file's blocks verified,
+//! decompressed and walked one at a time, the files merged as they go (newest version of each
+//! key first), and the live values copied into pages of a bounded size.
 //!
 //! The same reading as `fluss_spark/protocol/apache_fluss/rocksdb_sst.py` (`read_tables`, then
 //! `live_values`), which stays the reference: that module reads each file's footer, properties
 //! and index and hands the data blocks' positions here. Every read is bounds-checked; anything
-//! this code does not take is an `Error`, and the caller then reads the files the numpy way,
-//! which says precisely what is wrong.
+//! this code does not take is an `Error`. What can be checked before the first value (every
+//! block's place, compression and size) is, so that a caller can still read the files another
+//! way; an error found later, in a block's bytes, is the files' damage.
+//!
+//! Memory is one decompressed block per file and the page being filled. A file mapped from
+//! disk (`Table::mapped`) also gives back the pages of the blocks its cursor has passed.
 
 use std::cmp::Ordering;
 
@@ -27,6 +32,9 @@ pub struct Table<'a> {
     pub entries: u64,
     /// The footer's checksum type: 0 none, 1 CRC32C (others are not read here).
     pub checksum: u8,
+    /// Whether `file` is a read-only mapping of a file (its pages can be given back and read
+    /// again from the file), not memory of the process's own.
+    pub mapped: bool,
 }
 
 /// Each block is followed by its compression type (1 byte) and its checksum (4 bytes).
@@ -68,98 +76,68 @@ fn varint32(data: &[u8], mut pos: usize, stop: usize) -> Result<(u32, usize)> {
     fail("SST: a varint runs past its block")
 }
 
-/// Where a block's contents go in the joined buffer, and how they are stored in the file.
+/// Where a block is in its file and how it is stored.
 struct Slot {
-    /// The table, and the block's bytes in its file (with its trailer, for the checksum).
-    table: usize,
+    /// The block's bytes in the file (its trailer follows, for the checksum).
     offset: usize,
     size: usize,
+    /// Where its stored contents start (after the uncompressed size, for LZ4), their kind and
+    /// their uncompressed length.
     src: usize,
     kind: u8,
     length: usize,
 }
 
-/// Check every block's bounds and read its uncompressed size: the slots of the blocks of
-/// every file and the joined buffer's size. The size is read before the block's checksum is
-/// verified (that is done as it is decompressed, on the threads that do it): a wrong one is
+/// Check every block's bounds and read its uncompressed size. The size is read before the
+/// block's checksum is verified (that is done when the block is reached): a wrong one is
 /// bounded by what LZ4 can hold, and then fails the checksum or the decompression.
-fn plan(tables: &[Table], max_bytes: u64) -> Result<(Vec<Slot>, u64)> {
-    let mut slots = Vec::new();
-    let mut total: u64 = 0;
-    for (table, t) in tables.iter().enumerate() {
-        let file = t.file;
-        for &(offset, size) in &t.blocks {
-            let end = offset.checked_add(size).and_then(|e| e.checked_add(BLOCK_TRAILER as u64));
-            if end.is_none_or(|e| e > file.len() as u64) {
-                return fail(format!("SST: a block handle points past the file's end ({} bytes)",
-                                    file.len()));
-            }
-            let (offset, size) = (offset as usize, size as usize);
-            let kind = file[offset + size];
-            if t.checksum > 1 {
-                return fail(format!("SST: block checksum type {} is not read here", t.checksum));
-            }
-            let (src, length) = match kind {
-                NO_COMPRESSION => (offset, size),
-                LZ4 | LZ4HC => {
-                    let (n, start) = varint32(file, offset, offset + size)?;
-                    let packed = (offset + size - start) as u64;
-                    if n as u64 > packed * LZ4_MAX_RATIO + 16 {
-                        return fail(format!("SST: a block of {packed} compressed bytes says it \
-                                             holds {n}"));
-                    }
-                    (start, n as usize)
-                }
-                other => return fail(format!("SST: compression type {other} is not read here")),
-            };
-            total += length as u64;
-            if total > max_bytes {
-                return fail(format!("SST: the blocks hold more than {max_bytes} bytes"));
-            }
-            slots.push(Slot { table, offset, size, src, kind, length });
-        }
+fn plan(t: &Table) -> Result<Vec<Slot>> {
+    let file = t.file;
+    if t.checksum > 1 {
+        return fail(format!("SST: block checksum type {} is not read here", t.checksum));
     }
-    Ok((slots, total))
+    let mut slots = Vec::with_capacity(t.blocks.len());
+    for &(offset, size) in &t.blocks {
+        let end = offset.checked_add(size).and_then(|e| e.checked_add(BLOCK_TRAILER as u64));
+        if end.is_none_or(|e| e > file.len() as u64) {
+            return fail(format!("SST: a block handle points past the file's end ({} bytes)",
+                                file.len()));
+        }
+        let (offset, size) = (offset as usize, size as usize);
+        let kind = file[offset + size];
+        let (src, length) = match kind {
+            NO_COMPRESSION => (offset, size),
+            LZ4 | LZ4HC => {
+                let (n, start) = varint32(file, offset, offset + size)?;
+                let packed = (offset + size - start) as u64;
+                if n as u64 > packed * LZ4_MAX_RATIO + 16 {
+                    return fail(format!("SST: a block of {packed} compressed bytes says it \
+                                         holds {n}"));
+                }
+                (start, n as usize)
+            }
+            other => return fail(format!("SST: compression type {other} is not read here")),
+        };
+        slots.push(Slot { offset, size, src, kind, length });
+    }
+    Ok(slots)
 }
 
-/// Verify and decompress (or copy) the blocks of `slots` into `out`, one after another.
-fn join(tables: &[Table], slots: &[Slot], out: &mut [u8]) -> Result<()> {
-    let mut at = 0;
-    for s in slots {
-        let file = tables[s.table].file;
-        if tables[s.table].checksum == 1 {
-            let crc = crc32c::crc32c(&file[s.offset..s.offset + s.size + 1]);
-            let masked = crc.rotate_right(15).wrapping_add(CRC_MASK_DELTA);
-            if masked != u32_at(file, s.offset + s.size + 1)? {
-                return fail(format!("SST: the block at byte {} does not match its checksum",
-                                    s.offset));
-            }
-        }
-        let src = &file[s.src..s.offset + s.size];
-        let dst = &mut out[at..at + s.length];
-        if s.kind == NO_COMPRESSION {
-            dst.copy_from_slice(src);
-        } else {
-            match lz4_flex::block::decompress_into(src, dst) {
-                Ok(n) if n == s.length => {}
-                _ => return fail("SST: a compressed data block does not decompress"),
-            }
-        }
-        at += s.length;
-    }
-    Ok(())
-}
+/// Mapped pages are given back in steps of at least this many bytes.
+const GIVE_BACK_BYTES: usize = 1 << 20;
 
 /// One file's entries, one at a time, in its order: the current entry's user key, sequence
-/// number, value type and value range in the joined buffer.
+/// number, value type and value range in the current block.
 struct Cursor<'a> {
-    buffer: &'a [u8],
-    /// The file's blocks in the joined buffer: (base, size), and the next one to read.
-    blocks: Vec<(usize, usize)>,
+    file: &'a [u8],
+    checksum: u8,
+    mapped: bool,
+    /// The file's blocks, and the next one to read.
+    slots: Vec<Slot>,
     next_block: usize,
-    /// Where the block being read starts, its entries end, its restart array starts and how
-    /// many restart points it has and were passed.
-    base: usize,
+    /// The block being read, decompressed: where its entries end, where its restart array
+    /// starts, how many restart points it has and were passed.
+    block: Vec<u8>,
     pos: usize,
     data_end: usize,
     restarts: usize,
@@ -173,19 +151,10 @@ struct Cursor<'a> {
     kind: u8,
     begin: usize,
     end: usize,
-    /// Entries walked (the order check starts at the second), and those inside the range.
+    /// Entries walked (the order check starts at the second).
     entries: u64,
-    counted: u64,
-    /// The user keys this cursor yields: at or after `from`, before `until`.
-    from: Option<Bound>,
-    until: Option<Bound>,
-}
-
-/// A user key that bounds a cursor's range, with its prefix.
-#[derive(Clone)]
-struct Bound {
-    prefix: u64,
-    key: Vec<u8>,
+    /// The file's bytes before this offset were given back (mapped files only).
+    given_back: usize,
 }
 
 #[inline]
@@ -201,33 +170,11 @@ fn prefix_of(key: &[u8]) -> u64 {
 }
 
 impl<'a> Cursor<'a> {
-    fn new(buffer: &'a [u8], blocks: Vec<(usize, usize)>, from: Option<Bound>,
-           until: Option<Bound>) -> Cursor<'a> {
-        Cursor { buffer, blocks, next_block: 0, base: 0, pos: 0, data_end: 0, restarts: 0,
-                 next_restart: 0, key: Vec::new(), prefix: 0, sequence: 0, kind: 0, begin: 0,
-                 end: 0, entries: 0, counted: 0, from, until }
-    }
-
-    /// The current user key against `bound`.
-    fn against(&self, bound: &Bound) -> Ordering {
-        self.prefix.cmp(&bound.prefix).then_with(|| self.user_key().cmp(&bound.key))
-    }
-
-    /// Move to the next entry in the range: false past the range's (or the file's) end.
-    fn advance(&mut self) -> Result<bool> {
-        loop {
-            if !self.step()? {
-                return Ok(false);
-            }
-            if self.from.as_ref().is_some_and(|b| self.against(b) == Ordering::Less) {
-                continue;
-            }
-            if self.until.as_ref().is_some_and(|b| self.against(b) != Ordering::Less) {
-                return Ok(false);
-            }
-            self.counted += 1;
-            return Ok(true);
-        }
+    fn new(table: &Table<'a>) -> Result<Cursor<'a>> {
+        Ok(Cursor { file: table.file, checksum: table.checksum, mapped: table.mapped,
+                    slots: plan(table)?, next_block: 0, block: Vec::new(), pos: 0,
+                    data_end: 0, restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0,
+                    sequence: 0, kind: 0, begin: 0, end: 0, entries: 0, given_back: 0 })
     }
 
     fn user_key(&self) -> &[u8] {
@@ -256,15 +203,44 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// Start the next block: false when the file has no more.
+    fn value(&self) -> &[u8] {
+        &self.block[self.begin..self.end]
+    }
+
+    /// Verify and decompress the next block: false when the file has no more.
     fn open_block(&mut self) -> Result<bool> {
-        let Some(&(base, size)) = self.blocks.get(self.next_block) else { return Ok(false) };
+        let Some(s) = self.slots.get(self.next_block) else { return Ok(false) };
+        let file = self.file;
+        if self.checksum == 1 {
+            let crc = crc32c::crc32c(&file[s.offset..s.offset + s.size + 1]);
+            let masked = crc.rotate_right(15).wrapping_add(CRC_MASK_DELTA);
+            if masked != u32_at(file, s.offset + s.size + 1)? {
+                return fail(format!("SST: the block at byte {} does not match its checksum",
+                                    s.offset));
+            }
+        }
+        let src = &file[s.src..s.offset + s.size];
+        // Every byte is written below: only a longer block than any before grows (and zeroes)
+        // the buffer.
+        self.block.resize(s.length, 0);
+        if s.kind == NO_COMPRESSION {
+            self.block.copy_from_slice(src);
+        } else {
+            match lz4_flex::block::decompress_into(src, &mut self.block) {
+                Ok(n) if n == s.length => {}
+                _ => return fail("SST: a compressed data block does not decompress"),
+            }
+        }
+        let offset = s.offset;
         self.next_block += 1;
-        let block = &self.buffer[base..base + size];
+        if self.mapped && offset >= self.given_back + GIVE_BACK_BYTES {
+            self.given_back = memory::give_back(file, self.given_back, offset);
+        }
+        let size = self.block.len();
         if size < 4 {
             return fail("SST: a block is shorter than its footer");
         }
-        let footer = u32_at(block, size - 4)?;
+        let footer = u32_at(&self.block, size - 4)?;
         if footer >> 31 != 0 {
             return fail("SST: blocks with a hash index are not read here");
         }
@@ -272,7 +248,7 @@ impl<'a> Cursor<'a> {
         if restarts < 1 || 4 * restarts + 4 > size {
             return fail("SST: a block's restart count does not fit it");
         }
-        (self.base, self.pos, self.data_end) = (base, 0, size - 4 - 4 * restarts);
+        (self.pos, self.data_end) = (0, size - 4 - 4 * restarts);
         (self.restarts, self.next_restart) = (restarts, 0);
         Ok(true)
     }
@@ -288,7 +264,7 @@ impl<'a> Cursor<'a> {
                 return Ok(false);
             }
         }
-        let block = &self.buffer[self.base..self.base + self.data_end + 4 * self.restarts];
+        let block = &self.block[..self.data_end + 4 * self.restarts];
         let (pos, data_end) = (self.pos, self.data_end);
         let restart = self.next_restart < self.restarts
             && u32_at(block, data_end + 4 * self.next_restart)? as usize == pos;
@@ -348,166 +324,147 @@ impl<'a> Cursor<'a> {
         }
         self.prefix = prefix_of(&self.key[..user]);
         (self.sequence, self.kind) = (trailer >> 8, kind);
-        (self.begin, self.end) = (self.base + value, self.base + next);
+        (self.begin, self.end) = (value, next);
         self.pos = next;
         self.entries += 1;
         Ok(true)
     }
 }
 
-/// The blocks of each file in the joined buffer: (base, size).
-fn file_blocks(tables: &[Table], slots: &[Slot]) -> Vec<Vec<(usize, usize)>> {
-    let mut files = vec![Vec::new(); tables.len()];
-    let mut base = 0;
-    for s in slots {
-        files[s.table].push((base, s.length));
-        base += s.length;
+/// Every file, read to its end, held the entries its table says.
+fn verify(cursors: &[Cursor], entries: &[u64]) -> Result<()> {
+    for (c, &expected) in cursors.iter().zip(entries) {
+        if c.entries != expected {
+            return fail(format!("SST: {} entries found, the table says {expected}", c.entries));
+        }
     }
-    files
+    Ok(())
 }
 
-/// The user key of a block's first entry (a restart point: all its key bytes are there).
-fn first_key(buffer: &[u8], (base, size): (usize, usize)) -> Option<&[u8]> {
-    let block = buffer.get(base..base + size)?;
-    let (shared, p) = varint32(block, 0, size).ok()?;
-    let (unshared, p) = varint32(block, p, size).ok()?;
-    let (_, p) = varint32(block, p, size).ok()?;
-    let key = block.get(p..p + unshared as usize)?;
-    (shared == 0 && key.len() >= TRAILER).then(|| &key[..key.len() - TRAILER])
+/// A page of live values: value `i` is `data[begin[i]..end[i]]` (little-endian int64 each, as
+/// Python reads them).
+pub struct Page {
+    pub data: Vec<u8>,
+    pub begin: Vec<u8>,
+    pub end: Vec<u8>,
 }
 
-/// The ranges of the values a read of the files sees, in key order, of the user keys in
-/// `[from, until)`: of a key's entries the newest (highest sequence number) wins, and a
-/// deletion there hides the key. The files are merged as they are walked (a cursor each, the
-/// smallest key next), so no entry is kept. Also each file's count of entries in the range.
-fn live(files: &[Vec<(usize, usize)>], buffer: &[u8], from: Option<Bound>,
-        until: Option<Bound>, capacity: usize) -> Result<(Vec<u8>, Vec<u8>, Vec<u64>)> {
-    let mut cursors: Vec<Cursor> = Vec::with_capacity(files.len());
-    for blocks in files {
-        // A cursor that starts at `from` skips the blocks that begin before the last one
-        // whose first key is under it.
-        let mut skip = 0;
-        if let Some(bound) = &from {
-            skip = blocks.partition_point(|&b| first_key(buffer, b)
-                .is_some_and(|k| k < bound.key.as_slice())).saturating_sub(1);
-        }
-        cursors.push(Cursor::new(buffer, blocks[skip..].to_vec(), from.clone(), until.clone()));
+/// The live values of a set of files in key order: of a key's entries the newest (highest
+/// sequence number) wins, and a deletion there hides the key. The files are merged as they
+/// are walked (a cursor each, the smallest key next).
+pub struct Stream<'a> {
+    cursors: Vec<Cursor<'a>>,
+    /// The entry count each file's table properties give.
+    entries: Vec<u64>,
+    /// The cursors not at their file's end; None before the first value.
+    going: Option<Vec<usize>>,
+    /// The key being merged, when longer than its prefix.
+    key: Vec<u8>,
+}
+
+impl<'a> Stream<'a> {
+    /// A stream of `tables`, every block's place and size checked.
+    pub fn new(tables: &[Table<'a>]) -> Result<Stream<'a>> {
+        Ok(Stream { cursors: tables.iter().map(Cursor::new).collect::<Result<_>>()?,
+                    entries: tables.iter().map(|t| t.entries).collect(), going: None,
+                    key: Vec::new() })
     }
-    // The values' ranges, little-endian int64 each, as Python reads them.
-    let (mut begin, mut end) = (memory::take(capacity * 8), memory::take(capacity * 8));
-    let mut going: Vec<usize> = Vec::with_capacity(cursors.len());
-    for (i, c) in cursors.iter_mut().enumerate() {
-        if c.advance()? {
-            going.push(i);
-        }
-    }
-    let mut key: Vec<u8> = Vec::new();
-    while !going.is_empty() {
-        let mut smallest = going[0];
-        for &i in &going[1..] {
-            if cursors[i].cmp(&cursors[smallest]) == Ordering::Less {
-                smallest = i;
-            }
-        }
-        let (prefix, len) = (cursors[smallest].prefix, cursors[smallest].user_len());
-        key.clear();
-        if len > 8 {
-            key.extend_from_slice(cursors[smallest].user_key());
-        }
-        let (mut newest, mut range) = (None::<(u64, u8)>, (0, 0));
-        let mut k = 0;
-        while k < going.len() {
-            let c = &mut cursors[going[k]];
-            let mut more = true;
-            while c.is(prefix, len, &key) {
-                if newest.is_none_or(|(sequence, _)| c.sequence > sequence) {
-                    newest = Some((c.sequence, c.kind));
-                    range = (c.begin, c.end);
-                }
-                more = c.advance()?;
-                if !more {
-                    break;
+
+    /// Move to the next live value, appending it to `out` (None: step over it): false at
+    /// the end, once every file was found to hold the entries its table says.
+    fn next(&mut self, mut out: Option<&mut Vec<u8>>) -> Result<bool> {
+        if self.going.is_none() {
+            let mut going = Vec::with_capacity(self.cursors.len());
+            for (i, c) in self.cursors.iter_mut().enumerate() {
+                if c.step()? {
+                    going.push(i);
                 }
             }
-            if more { k += 1 } else { going.remove(k); }
+            if going.is_empty() {
+                verify(&self.cursors, &self.entries)?;
+            }
+            self.going = Some(going);
         }
-        if let Some((_, VALUE)) = newest {
-            begin.extend_from_slice(&(range.0 as i64).to_le_bytes());
-            end.extend_from_slice(&(range.1 as i64).to_le_bytes());
+        let Some(going) = self.going.as_mut() else { unreachable!() };
+        let cursors = &mut self.cursors;
+        while !going.is_empty() {
+            let mut smallest = going[0];
+            for &i in &going[1..] {
+                if cursors[i].cmp(&cursors[smallest]) == Ordering::Less {
+                    smallest = i;
+                }
+            }
+            let (prefix, len) = (cursors[smallest].prefix, cursors[smallest].user_len());
+            self.key.clear();
+            if len > 8 {
+                self.key.extend_from_slice(cursors[smallest].user_key());
+            }
+            // Each file's first entry of the key is its newest; the newest of those wins. Its
+            // value is copied before its cursor moves on (and replaced by a newer one's).
+            let mark = out.as_ref().map_or(0, |o| o.len());
+            let (mut newest, mut live) = (None::<u64>, false);
+            let mut k = 0;
+            while k < going.len() {
+                let c = &mut cursors[going[k]];
+                let mut more = true;
+                if c.is(prefix, len, &self.key) {
+                    if newest.is_none_or(|sequence| c.sequence > sequence) {
+                        (newest, live) = (Some(c.sequence), c.kind == VALUE);
+                        if let Some(o) = out.as_mut() {
+                            o.truncate(mark);
+                            if live {
+                                o.extend_from_slice(c.value());
+                            }
+                        }
+                    }
+                    while more && c.is(prefix, len, &self.key) {
+                        more = c.step()?;
+                    }
+                }
+                if more { k += 1 } else { going.remove(k); }
+            }
+            if going.is_empty() {
+                verify(cursors, &self.entries)?;
+            }
+            if live {
+                return Ok(true);
+            }
         }
+        Ok(false)
     }
-    Ok((begin, end, cursors.iter().map(|c| c.counted).collect()))
-}
 
-/// The joined buffer's size, and a function filling it and returning the live values' ranges.
-pub fn read<'a>(tables: &'a [Table<'a>], max_bytes: u64) -> Result<(u64, Reader<'a>)> {
-    let (slots, total) = plan(tables, max_bytes)?;
-    Ok((total, Reader { tables, slots }))
-}
 
-/// The second half of a read, once the joined buffer is allocated.
-pub struct Reader<'a> {
-    tables: &'a [Table<'a>],
-    slots: Vec<Slot>,
-}
+    /// Whether every file was read to its end (and held the entries its table says).
+    pub fn done(&self) -> bool {
+        self.going.as_ref().is_some_and(|g| g.is_empty())
+    }
 
-impl Reader<'_> {
-    /// Fill the joined buffer and find the live values, on two threads when the read is large
-    /// and may use two (`threads`): each half of the blocks is decompressed by one, then the
-    /// keys below and from a pivot key are merged by one each.
-    pub fn fill(&self, out: &mut [u8], threads: usize) -> Result<(Vec<u8>, Vec<u8>)> {
-        let two = threads > 1 && out.len() >= PARALLEL_BYTES;
-        if two {
-            let (mut half, mut at) = (0, 0);
-            while half < self.slots.len() && 2 * at < out.len() {
-                at += self.slots[half].length;
-                half += 1;
+    /// The next live values, up to `max_rows` of them, and fewer once their bytes and
+    /// `overhead` bytes a value reach `max_bytes` (at least one value, when there is one).
+    pub fn page(&mut self, max_rows: usize, max_bytes: usize, overhead: usize) -> Result<Page> {
+        let rows = max_rows.min(max_bytes / overhead.max(1) + 1);
+        let mut page = Page { data: memory::take(max_bytes.min(64 << 20)),
+                              begin: memory::take(rows.min(1 << 20) * 8),
+                              end: memory::take(rows.min(1 << 20) * 8) };
+        let mut n = 0;
+        while n < max_rows && page.data.len() + n * overhead < max_bytes {
+            let at = page.data.len() as i64;
+            if !self.next(Some(&mut page.data))? {
+                break;
             }
-            let (low, high) = out.split_at_mut(at);
-            let (first, second) = self.slots.split_at(half);
-            std::thread::scope(|scope| {
-                let other = scope.spawn(|| join(self.tables, second, high));
-                let mine = join(self.tables, first, low);
-                other.join().expect("a decompressing thread panicked").and(mine)
-            })?;
-        } else {
-            join(self.tables, &self.slots, out)?;
+            page.begin.extend_from_slice(&at.to_le_bytes());
+            page.end.extend_from_slice(&(page.data.len() as i64).to_le_bytes());
+            n += 1;
         }
-        let out: &[u8] = out;
-        let files = file_blocks(self.tables, &self.slots);
-        // Sized from the tables' counts, bounded by what the blocks can hold (an entry takes
-        // at least its three varints and its key's trailer).
-        let claimed: u64 = self.tables.iter().map(|t| t.entries).sum();
-        let capacity = claimed.min(out.len() as u64 / 11) as usize;
-        // The pivot: the first key of the middle block of the file with the most blocks.
-        let pivot = files.iter().max_by_key(|b| b.len())
-            .and_then(|b| b.get(b.len() / 2).and_then(|&m| first_key(out, m)))
-            .map(|k| Bound { prefix: prefix_of(k), key: k.to_vec() });
-        let (begin, end, counts) = match pivot {
-            Some(pivot) if two => {
-                let (low, high) = std::thread::scope(|scope| {
-                    let other = scope.spawn(|| live(&files, out, Some(pivot.clone()), None,
-                                                    capacity / 2));
-                    let mine = live(&files, out, None, Some(pivot.clone()), capacity / 2);
-                    (mine, other.join().expect("a merging thread panicked"))
-                });
-                let ((mut begin, mut end, mut counts), (b, e, c)) = (low?, high?);
-                begin.extend_from_slice(&b);
-                end.extend_from_slice(&e);
-                counts.iter_mut().zip(c).for_each(|(a, b)| *a += b);
-                (begin, end, counts)
-            }
-            _ => live(&files, out, None, None, capacity)?,
-        };
-        for (t, found) in self.tables.iter().zip(counts) {
-            if found != t.entries {
-                return fail(format!("SST: {found} entries found, the table says {}",
-                                    t.entries));
-            }
+        Ok(page)
+    }
+
+    /// Step over the next `n` live values: how many there were.
+    pub fn skip(&mut self, n: u64) -> Result<u64> {
+        let mut skipped = 0;
+        while skipped < n && self.next(None)? {
+            skipped += 1;
         }
-        Ok((begin, end))
+        Ok(skipped)
     }
 }
-
-/// Reads whose blocks hold at least this many bytes use two threads.
-const PARALLEL_BYTES: usize = 4 << 20;

@@ -13,8 +13,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from itertools import islice
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from fluss_spark.clock import monotonic_ms
 
@@ -31,16 +30,16 @@ class Checkpoint:
     db: Any
     users: int = 0
     last_used_ms: int = 0
-    #: ``(row, values iterator standing at that row)`` left by the last read that stopped there.
-    cursor: tuple[int, Iterator[bytes]] | None = field(default=None, repr=False)
+    #: ``(row, values standing at that row)`` left by the last read that stopped there.
+    cursor: tuple[int, Any] | None = field(default=None, repr=False)
 
-    def values_from(self, row: int) -> Iterator[bytes]:
+    def values_from(self, row: int) -> Any:
         """The values from row ``row`` on: the saved cursor if it stands there, else a new
-        iterator that steps over the first ``row`` rows."""
+        one from ``db.values_from(row)``."""
         if self.cursor is not None and self.cursor[0] == row:
             values, self.cursor = self.cursor[1], None
             return values
-        return islice(self.db.values(), row, None)
+        return self.db.values_from(row)
 
 
 def _alive(pid: int) -> bool:
@@ -102,7 +101,7 @@ class CheckpointCache:
         _close(db, into)
         return existing
 
-    def release(self, entry: Checkpoint, cursor: tuple[int, Iterator[bytes]] | None = None, *,
+    def release(self, entry: Checkpoint, cursor: tuple[int, Any] | None = None, *,
                 finished: bool = False) -> None:
         """Done with ``entry``; ``cursor`` is where the next read of it may start. A copy read
         to its ``finished`` end goes at once: the splits of a snapshot come in row order, so

@@ -5,12 +5,18 @@ checkpoint in ``remote.data.dir``: GET_KV_SNAPSHOT_METADATA names its files (the
 the file's name inside the checkpoint) and the log offset it covers; the snapshot's directory
 also holds ``_METADATA``, a JSON document with the row count. A reader reads the files through
 a pyarrow filesystem (local, S3, HDFS, GCS ... by the path's scheme) and decodes the values (a
-schema id, then a compacted row) in batches, to Arrow. Its SST files are decoded in memory
-(``protocol/apache_fluss/rocksdb_sst.py``: no Python object per row); a snapshot in a layout
-that reader does not take (or larger than ``MAX_IN_MEMORY_SST_BYTES``) is copied into a local
-directory and read through RocksDB instead. Either way rows come in key order, so rows
-``[start, start + n)`` are the same rows every time: a retried split reads exactly what the
-first attempt read.
+schema id, then a compacted row) in batches, to Arrow, with no Python object per row:
+
+- with the compiled decode, its SST files are mapped from local disk (copied there first from
+  remote storage) and streamed a page at a time (``StreamedSnapshot``): memory stays a block
+  per file and a batch, whatever the bucket's size;
+- without it, they are decoded whole in memory (``protocol/apache_fluss/rocksdb_sst.py``), up
+  to ``MAX_IN_MEMORY_SST_BYTES``;
+- a snapshot in a layout neither takes, or larger, is copied into a local directory and read
+  through RocksDB.
+
+Either way rows come in key order, so rows ``[start, start + n)`` are the same rows every time:
+a retried split reads exactly what the first attempt read.
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ import pyarrow.fs as pafs
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
 from fluss_spark.client.remote_storage import RemoteStorage, filesystem
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
+from fluss_spark.protocol.apache_fluss import compiled
 from fluss_spark.protocol.apache_fluss.compacted_row import (NUMPY_DECODE_ROWS, decode_kv_ranges,
                                                              decode_kv_values)
-from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values, stream_opener
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +54,11 @@ _MAX_CHUNK_ROWS = 1 << 20
 #: Values taken from RocksDB and decoded at a time, a batch's pieces joined after (see
 #: compacted_row.NUMPY_DECODE_ROWS).
 _DECODE_ROWS = NUMPY_DECODE_ROWS
-#: A snapshot whose SST files hold more bytes than this is read through RocksDB from a local
-#: copy: decoded in memory, its blocks stay in memory (decompressed, with their keys) while it
-#: is read, about ten times the files' bytes at the peak (bench/bench_scale.py: a 2.5M-row
-#: bucket of ~60 MB of SST files took a Spark Python worker to 1 GB), so a worker stays bounded
-#: whatever the bucket's size.
+#: Without the compiled decode, a snapshot whose SST files hold more bytes than this is read
+#: through RocksDB from a local copy: decoded in memory, its blocks stay in memory
+#: (decompressed, with their keys) while it is read, about ten times the files' bytes at the
+#: peak (bench/bench_scale.py: a 2.5M-row bucket of ~60 MB of SST files took a Spark Python
+#: worker to 1 GB), so a worker stays bounded whatever the bucket's size.
 MAX_IN_MEMORY_SST_BYTES = 16 << 20
 #: The files of a checkpoint besides its SST files that hold no rows.
 _ROWLESS_FILES = ("CURRENT", "MANIFEST-", "OPTIONS-")
@@ -130,6 +137,10 @@ class _OnePassCheckpoint:
 
     def values(self) -> Iterator[bytes]:
         return self._db.values(read_opt=self._read)
+
+    def values_from(self, row: int) -> Iterator[bytes]:
+        """The values from row ``row`` on (the first ``row`` stepped over)."""
+        return islice(self.values(), row, None)
 
     def keys(self) -> Iterator[bytes]:
         return self._db.keys(read_opt=self._read)
@@ -211,8 +222,78 @@ def _file_bytes(fs: pafs.FileSystem, path: str) -> pa.Buffer:
         return f.read_buffer()
 
 
+class StreamedSnapshot:
+    """A snapshot's SST files mapped from local disk, their live values read a page at a time
+    by the compiled stream (``rocksdb_sst.stream_opener``): a reader's memory is a block per
+    file and a page, whatever the bucket's size."""
+
+    def __init__(self, files: KvSnapshotFiles, open_stream: Callable[[], Any]):
+        self.files, self._open_stream = files, open_stream
+
+    @classmethod
+    def open(cls, files: KvSnapshotFiles, directory: str) -> "StreamedSnapshot | None":
+        """The snapshot's SST files mapped (from remote storage, copied into ``directory``
+        first); None when the checkpoint holds other row files or the compiled stream refuses
+        them (numpy or RocksDB reads them then)."""
+        if compiled.native() is None or not all(
+                local.endswith(".sst") or local.startswith(_ROWLESS_FILES)
+                for _, local in files.files):
+            return None
+        ssts = [(remote, local) for remote, local in files.files if local.endswith(".sst")]
+        located = [filesystem(remote, files.storage) for remote, _ in ssts]
+        if all(isinstance(fs, pafs.LocalFileSystem) for fs, _ in located):
+            paths = [path for _, path in located]
+        else:
+            download(files, directory)      # mapped from a local copy
+            paths = [os.path.join(directory, local) for _, local in ssts]
+        tables = []
+        for (remote, _), path in zip(ssts, paths):
+            try:
+                with pa.memory_map(path) as f:
+                    tables.append(np.frombuffer(f.read_buffer(), dtype=np.uint8))
+            except FileNotFoundError:
+                raise _gone(files, remote) from None
+        try:
+            opener = stream_opener(tables, [True] * len(tables))
+        except (UnsupportedVersion, CorruptMessage) as e:
+            log.debug("%s is read through RocksDB: %s", files.describe(), e)
+            return None
+        return None if opener is None else cls(files, opener)
+
+    def values_from(self, row: int) -> Any:
+        """A stream of the values from row ``row`` on."""
+        stream = self._open_stream()
+        self._call(stream.skip, row)
+        return stream
+
+    def _call(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except ValueError as e:
+            raise CorruptMessage(f"{self.files.describe()}: {e}") from None
+
+    def page(self, stream: Any, max_rows: int, max_bytes: int, ahead: bool
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The stream's next values (none at the end): up to ``max_rows`` (the rows the read
+        still wants), fewer past ``max_bytes`` with their Arrow overhead; with ``ahead``, the
+        next page is read on another thread meanwhile."""
+        data, begin, end = self._call(stream.page, max_rows, max_bytes, _ROW_OVERHEAD_BYTES,
+                                      ahead)
+        return (np.frombuffer(data, dtype=np.uint8), np.frombuffer(begin, dtype=np.int64),
+                np.frombuffer(end, dtype=np.int64))
+
+    def count(self) -> int:
+        return int(self._call(self._open_stream().skip, 1 << 62))
+
+    def close(self) -> None:
+        """Nothing to close: the mappings go with the last stream that reads them."""
+
+
 def _copy_and_open(files: KvSnapshotFiles) -> Callable[[str], Any]:
     def open_into(directory: str) -> Any:
+        streamed = StreamedSnapshot.open(files, directory)
+        if streamed is not None:
+            return streamed
         values = read_values(files)
         if values is not None:
             return values
@@ -236,6 +317,8 @@ def count_rows(files: KvSnapshotFiles, cache: CheckpointCache = CHECKPOINTS) -> 
     try:
         if isinstance(entry.db, SnapshotValues):
             return len(entry.db)
+        if isinstance(entry.db, StreamedSnapshot):
+            return entry.db.count()
         return sum(1 for _ in entry.db.keys())
     finally:
         cache.release(entry)
@@ -275,6 +358,9 @@ class CheckpointScan:
         if isinstance(entry.db, SnapshotValues):
             yield from self._read_decoded(entry, entry.db, stop)
             return
+        if isinstance(entry.db, StreamedSnapshot):
+            yield from self._read_streamed(entry, entry.db, stop)
+            return
         row = self._start
         cursor = None
         finished = False
@@ -307,6 +393,38 @@ class CheckpointScan:
         finally:
             self._cache.release(entry, cursor, finished=finished)
 
+    def _read_streamed(self, entry: Any, snapshot: StreamedSnapshot, stop: int | None
+                       ) -> Iterator[pa.RecordBatch]:
+        """Rows ``[start, stop)`` a page at a time, each page a batch of about
+        ``batch_size_bytes``; the stream is left in the cache where the rows end."""
+        row, cursor, finished = self._start, None, False
+        try:
+            stream = entry.values_from(row)
+            # The rows the read still wants, as the stream reads a page ahead for them
+            # (batches are bounded by their bytes).
+            last = self._start + (1 << 62) if stop is None else stop
+            # With two threads or more, one reads the next page while the others decode this
+            # one: faster than both decoding (a 1M-row read: BENCHMARKS.md, "Streamed a page
+            # at a time").
+            threads = compiled.threads
+            while row < last:
+                buffer, begin, end = snapshot.page(stream, last - row, self._batch_bytes,
+                                                   threads > 1)
+                if not len(begin):
+                    finished = True
+                    return
+                row += len(begin)
+                finished = stream.done
+                if row == stop and not finished:
+                    # Saved before the last yield: a reader stops asking once it has its rows.
+                    cursor = (row, stream)
+                yield decode_kv_ranges(buffer, begin, end, self._schema_of, self._output,
+                                       max(1, threads - 1))
+                if finished:
+                    return
+        finally:
+            self._cache.release(entry, cursor, finished=finished)
+
     def _read_decoded(self, entry: Any, values: SnapshotValues, stop: int | None
                       ) -> Iterator[pa.RecordBatch]:
         """Rows ``[start, stop)`` of values decoded in memory: taken by index, no cursor."""
@@ -335,5 +453,5 @@ class CheckpointScan:
 
 
 __all__ = ["CHECKPOINTS", "CheckpointScan", "KvSnapshotFiles", "MAX_IN_MEMORY_SST_BYTES",
-           "METADATA_FILE", "SnapshotValues", "count_rows", "download", "filesystem",
-           "read_row_count", "read_values"]
+           "METADATA_FILE", "SnapshotValues", "StreamedSnapshot", "count_rows", "download",
+           "filesystem", "read_row_count", "read_values"]

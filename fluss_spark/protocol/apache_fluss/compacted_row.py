@@ -130,11 +130,12 @@ def _layout(t: pa.DataType, want: bool) -> int | None:
 
 
 def _decode_compiled(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | None,
-                     schema: pa.Schema, columns: Sequence[int], schema_id: int | None = None
-                     ) -> list[pa.Array] | None:
+                     schema: pa.Schema, columns: Sequence[int], schema_id: int | None = None,
+                     threads: int | None = None) -> list[pa.Array] | None:
     """The columns of _decode from the compiled decode; None where it is missing, does not
     build a column's type or finds a row it does not take (the numpy decode names it). With
-    ``schema_id``, ``starts`` are KV values' and each must start with that schema id."""
+    ``schema_id``, ``starts`` are KV values' and each must start with that schema id.
+    ``threads``: the most it may use (default ``compiled.threads``)."""
     native = compiled.native()
     if native is None:
         return None
@@ -148,7 +149,8 @@ def _decode_compiled(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | 
             else np.ascontiguousarray(ends, dtype=np.int64))
     try:
         out = native.decode_rows(buffer, starts, ends, 0 if schema_id is None else SCHEMA_ID_SIZE,
-                                 schema_id or 0, len(schema), layouts, want, compiled.threads)
+                                 schema_id or 0, len(schema), layouts, want,
+                                 compiled.threads if threads is None else threads)
     except ValueError:
         return None
     n = len(starts)
@@ -285,14 +287,16 @@ def decode_kv_values(values: Sequence[bytes], schema_of: Callable[[int], pa.Sche
 
 
 def decode_kv_ranges(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
-                     schema_of: Callable[[int], pa.Schema], output: pa.Schema) -> pa.RecordBatch:
+                     schema_of: Callable[[int], pa.Schema], output: pa.Schema,
+                     threads: int | None = None) -> pa.RecordBatch:
     """The rows of the KV values at ``buffer[begins[i]:ends[i]]`` (a uint8 array, e.g. the
-    decompressed blocks of a snapshot's files) as a batch of ``output``, as decode_kv_values."""
+    decompressed blocks of a snapshot's files) as a batch of ``output``, as decode_kv_values;
+    the compiled decode uses at most ``threads`` threads (default ``compiled.threads``)."""
     if not len(begins):
         return _empty(output)
     if ((begins < 0) | (ends < begins) | (ends > len(buffer))).any():
         raise CorruptMessage(f"a KV value range lies outside its buffer of {len(buffer)} bytes")
-    batch = _decode_one_schema(buffer, begins, ends, schema_of, output)
+    batch = _decode_one_schema(buffer, begins, ends, schema_of, output, threads)
     if batch is not None:
         return batch
     pieces = [_decode_values(buffer, begins[a:a + NUMPY_DECODE_ROWS],
@@ -380,8 +384,8 @@ def _as_output(arrays: dict[str, pa.Array], schema_id: int, count: int, output: 
 
 
 def _decode_one_schema(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
-                       schema_of: Callable[[int], pa.Schema], output: pa.Schema
-                       ) -> pa.RecordBatch | None:
+                       schema_of: Callable[[int], pa.Schema], output: pa.Schema,
+                       threads: int | None = None) -> pa.RecordBatch | None:
     """The batch of _decode_values from the compiled decode in one call, when every value has
     the first one's schema id (the usual case); None otherwise, or where it does not apply."""
     if compiled.native() is None or ends[0] - begins[0] < SCHEMA_ID_SIZE:
@@ -392,7 +396,8 @@ def _decode_one_schema(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
     columns = _columns_of(schema, output)
     if not columns:
         return None
-    arrays = _decode_compiled(buffer, begins, ends, schema, list(columns.values()), schema_id)
+    arrays = _decode_compiled(buffer, begins, ends, schema, list(columns.values()), schema_id,
+                              threads)
     if arrays is None:
         return None
     return pa.record_batch(_as_output(dict(zip(columns, arrays)), schema_id, len(begins),

@@ -54,7 +54,7 @@ BYTEWISE = b"leveldb.BytewiseComparator"
 #: LZ4 turns one byte into at most 255: a block that says it holds more is refused before its
 #: buffer is allocated.
 _MAX_EXPANSION = 255
-#: The most bytes the compiled reader joins the blocks of one read into.
+#: The most bytes of live values the compiled reader puts in one buffer for ``read_live_values``.
 _MAX_JOINED_BYTES = 2 << 30
 #: Keys are held as big-endian 64-bit words: at most this many bytes of them per file.
 _MAX_KEY_WORD_BYTES = 256 << 20
@@ -423,18 +423,41 @@ def read_tables(files: Sequence[np.ndarray]) -> SstEntries:
                       entries.value + entries.size, runs)
 
 
+def stream_opener(files: Sequence[np.ndarray], mapped: Sequence[bool] | None = None
+                  ) -> Callable[[], Any] | None:
+    """A function opening a compiled stream of the files' live values in key order, a page at
+    a time (``_native.SstStream``: ``page(max_rows, max_bytes, overhead, ahead)``, ``skip(n)``
+    and ``done``), the files' indexes read once for all; None where the install has none or it
+    refuses the files' layout (numpy or RocksDB then reads them). ``mapped[i]``: file ``i`` is
+    a read-only mapping of a file, whose pages already read are given back."""
+    native = compiled.native()
+    if native is None:
+        return None
+    tables = [_table(file) for file in files]
+    args = (list(files), [(o.tolist(), s.tolist()) for o, s, _ in tables],
+            [count for _, _, count in tables],
+            [int(file[len(file) - FOOTER_SIZE]) for file in files],
+            list(mapped) if mapped is not None else [False] * len(files))
+    try:
+        native.SstStream(*args)     # every block's place, compression and size checked
+    except ValueError:
+        return None
+    return lambda: native.SstStream(*args)
+
+
+def open_stream(files: Sequence[np.ndarray], mapped: Sequence[bool] | None = None) -> Any:
+    """One stream of ``stream_opener`` (None as it)."""
+    opener = stream_opener(files, mapped)
+    return None if opener is None else opener()
+
+
 def read_live_values(files: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``live_values(read_tables(files))``: compiled where the install has it, else in numpy
     (also when the compiled reader refuses the files: the numpy one then says why)."""
-    native = compiled.native()
-    if native is not None and files:
-        tables = [_table(file) for file in files]
+    stream = open_stream(files) if files else None
+    if stream is not None:
         try:
-            buffer, begin, end = native.sst_live_values(
-                list(files), [(o.tolist(), s.tolist()) for o, s, _ in tables],
-                [count for _, _, count in tables],
-                [int(file[len(file) - FOOTER_SIZE]) for file in files], _MAX_JOINED_BYTES,
-                compiled.threads)
+            buffer, begin, end = stream.page(1 << 62, _MAX_JOINED_BYTES, 0, False)
         except ValueError:
             pass
         else:
@@ -553,5 +576,5 @@ def live_values(table: SstEntries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return buffer, begin[live], end[live]
 
 
-__all__ = ["SstEntries", "live_values", "read_block", "read_live_values", "read_tables",
-           "small_block_entries"]
+__all__ = ["SstEntries", "live_values", "open_stream", "read_block", "read_live_values",
+           "read_tables", "small_block_entries", "stream_opener"]

@@ -17,7 +17,7 @@ import pytest
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
 from fluss_spark.protocol.apache_fluss import compiled
 from fluss_spark.protocol.apache_fluss.compacted_row import decode_kv_ranges
-from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import open_stream, read_live_values
 from rocksdict import ChecksumType
 from tests.unit.protocol.test_apache_fluss_compacted_row import (ALL_TYPES, kv_value,
                                                                  random_rows)
@@ -189,10 +189,10 @@ def test_a_large_batch_decoded_on_two_threads_is_the_same(threads):
 
 
 @pytest.mark.parametrize("key_bytes", [4, 12])
-def test_a_read_past_4_mib_merged_on_two_threads_is_the_same(tmp_path, key_bytes, threads):
-    """Past 4 MiB of blocks the compiled read decompresses and merges on two threads (where it
-    may use two), split at a pivot key: every key on either side of it, its newest version,
-    deletions included."""
+def test_a_stream_read_by_pages_and_skips_is_the_numpy_read(tmp_path, key_bytes):
+    """The compiled stream, a page of at most ~64 KiB at a time and from after any number of
+    skipped values: every key's newest version in key order, deletions included, as numpy
+    reads the files whole; ``done`` once the last value is read."""
     rng = random.Random(key_bytes)
     keys = sorted({rng.randbytes(key_bytes) for _ in range(40_000)})
     rounds: list[dict[bytes, bytes | None]] = [
@@ -200,11 +200,54 @@ def test_a_read_past_4_mib_merged_on_two_threads_is_the_same(tmp_path, key_bytes
     rounds.append({k: None if rng.random() < 0.5 else b"newest" for k in rng.sample(keys, 2000)})
     write_rounds(tmp_path, fluss_options(), rounds)
     files = sst_files(tmp_path)
-
-    def values():
+    compiled.enabled = False
+    try:
         buffer, begin, end = read_live_values(files)
-        assert len(buffer) >= 4 << 20
-        return [buffer[b:e].tobytes() for b, e in zip(begin.tolist(), end.tolist())]
+    finally:
+        compiled.enabled = True
+    want = [buffer[b:e].tobytes() for b, e in zip(begin.tolist(), end.tolist())]
+    assert b"newest" in want and len(want) < len(keys)
 
-    compiled_out, numpy_out = both_ways(values, compiled_must_decode=True)
-    assert compiled_out == numpy_out and b"newest" in compiled_out
+    def page(stream, max_rows, max_bytes, overhead=16, ahead=False):
+        data, b, e = (np.frombuffer(m, dtype=dtype) for m, dtype in
+                      zip(stream.page(max_rows, max_bytes, overhead, ahead),
+                          (np.uint8, np.int64, np.int64)))
+        return [data[x:y].tobytes() for x, y in zip(b.tolist(), e.tolist())], len(data)
+
+    stream = open_stream(files)
+    got, pages = [], 0
+    while not stream.done:
+        values, size = page(stream, 1 << 20, 64 << 10)
+        # A page stops at the first value that takes it (with 16 bytes a value) to the bound.
+        assert size - len(values[-1]) + 16 * (len(values) - 1) < 64 << 10
+        assert size + 16 * len(values) >= 64 << 10 or stream.done
+        got += values
+        pages += 1
+    assert got == want and pages > 50 and page(stream, 10, 1 << 20) == ([], 0)
+    # Each page read ahead on another thread while the last is taken: the same values.
+    stream, got, rows = open_stream(files), [], len(want) - 7
+    while rows:
+        values, _ = page(stream, rows, 64 << 10, ahead=True)
+        got, rows = got + values, rows - len(values)
+    assert got == want[:-7] and not stream.done
+    assert page(stream, 7, 1 << 20)[0] == want[-7:] and stream.done
+    for start in (0, 1, 12_345, len(want) - 1, len(want), len(want) + 5):
+        stream = open_stream(files)
+        assert stream.skip(start) == min(start, len(want))
+        assert page(stream, 100, 1 << 30)[0] == want[start:start + 100]
+
+
+def test_a_damaged_block_met_mid_stream_is_an_error_naming_the_fault(tmp_path):
+    """Block checksums are verified as the stream reaches each block: pages before the damage
+    come out, then the read fails."""
+    rng = random.Random(3)
+    write_rounds(tmp_path, fluss_options(), [{rng.randbytes(12): rng.randbytes(100)
+                                              for _ in range(5000)}])
+    files = sst_files(tmp_path)
+    damaged = files[0].copy()
+    damaged[len(damaged) // 2] ^= 0xFF      # inside a data block in the file's middle
+    stream = open_stream([damaged])
+    assert len(stream.page(10, 1 << 20, 0, False)[1]) == 80     # ten values, int64 offsets each
+    with pytest.raises(ValueError, match="does not match its checksum"):
+        while not stream.done:
+            stream.page(1000, 1 << 20, 0, False)
