@@ -16,7 +16,8 @@ use std::cmp::Ordering;
 
 use crate::memory;
 
-/// Why the files were not read here (the caller falls back to the numpy reader).
+/// Why the files were not read here: before the first value, the caller reads them another
+/// way; after it, they are damaged.
 pub struct Error(pub String);
 
 type Result<T> = std::result::Result<T, Error>;
