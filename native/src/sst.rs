@@ -77,21 +77,15 @@ fn varint32(data: &[u8], mut pos: usize, stop: usize) -> Result<(u32, usize)> {
     fail("SST: a varint runs past its block")
 }
 
-/// Where a block is in its file and how it is stored.
+/// Where a block is in its file: its bytes (its trailer follows: compression type, checksum).
 struct Slot {
-    /// The block's bytes in the file (its trailer follows, for the checksum).
     offset: usize,
     size: usize,
-    /// Where its stored contents start (after the uncompressed size, for LZ4), their kind and
-    /// their uncompressed length.
-    src: usize,
-    kind: u8,
-    length: usize,
 }
 
-/// Check every block's bounds and read its uncompressed size. The size is read before the
-/// block's checksum is verified (that is done when the block is reached): a wrong one is
-/// bounded by what LZ4 can hold, and then fails the checksum or the decompression.
+/// Check every block's bounds, and that the first block's compression is read here (a file's
+/// blocks share it, or are stored uncompressed): the rest of each block is checked when it
+/// is reached, so that planning touches no more of the file than its first block.
 fn plan(t: &Table) -> Result<Vec<Slot>> {
     let file = t.file;
     if t.checksum > 1 {
@@ -104,24 +98,31 @@ fn plan(t: &Table) -> Result<Vec<Slot>> {
             return fail(format!("SST: a block handle points past the file's end ({} bytes)",
                                 file.len()));
         }
-        let (offset, size) = (offset as usize, size as usize);
-        let kind = file[offset + size];
-        let (src, length) = match kind {
-            NO_COMPRESSION => (offset, size),
-            LZ4 | LZ4HC => {
-                let (n, start) = varint32(file, offset, offset + size)?;
-                let packed = (offset + size - start) as u64;
-                if n as u64 > packed * LZ4_MAX_RATIO + 16 {
-                    return fail(format!("SST: a block of {packed} compressed bytes says it \
-                                         holds {n}"));
-                }
-                (start, n as usize)
-            }
-            other => return fail(format!("SST: compression type {other} is not read here")),
-        };
-        slots.push(Slot { offset, size, src, kind, length });
+        slots.push(Slot { offset: offset as usize, size: size as usize });
+    }
+    if let Some(first) = slots.first() {
+        stored(file, first)?;
     }
     Ok(slots)
+}
+
+/// Where a block's stored contents start, their compression and their uncompressed length
+/// (read from an LZ4 block before its buffer is sized: bounded by what LZ4 can hold).
+fn stored(file: &[u8], s: &Slot) -> Result<(usize, u8, usize)> {
+    let kind = file[s.offset + s.size];
+    match kind {
+        NO_COMPRESSION => Ok((s.offset, kind, s.size)),
+        LZ4 | LZ4HC => {
+            let (n, start) = varint32(file, s.offset, s.offset + s.size)?;
+            let packed = (s.offset + s.size - start) as u64;
+            if n as u64 > packed * LZ4_MAX_RATIO + 16 {
+                return fail(format!("SST: a block of {packed} compressed bytes says it holds \
+                                     {n}"));
+            }
+            Ok((start, kind, n as usize))
+        }
+        other => fail(format!("SST: compression type {other} is not read here")),
+    }
 }
 
 /// Mapped pages are given back in steps of at least this many bytes.
@@ -220,15 +221,16 @@ impl<'a> Cursor<'a> {
                                     s.offset));
             }
         }
-        let src = &file[s.src..s.offset + s.size];
+        let (src, kind, length) = stored(file, s)?;
+        let src = &file[src..s.offset + s.size];
         // Every byte is written below: only a longer block than any before grows (and zeroes)
         // the buffer.
-        self.block.resize(s.length, 0);
-        if s.kind == NO_COMPRESSION {
+        self.block.resize(length, 0);
+        if kind == NO_COMPRESSION {
             self.block.copy_from_slice(src);
         } else {
             match lz4_flex::block::decompress_into(src, &mut self.block) {
-                Ok(n) if n == s.length => {}
+                Ok(n) if n == length => {}
                 _ => return fail("SST: a compressed data block does not decompress"),
             }
         }
