@@ -2,7 +2,8 @@
 
 Run::
 
-    .venv/bin/python bench/bench_snapshot_decode.py --rows 1000000 [--buckets 2] [--repeat 9]
+    .venv/bin/python bench/bench_snapshot_decode.py --rows 1000000 [--buckets 2] [--repeat 9] \
+        [--threads N]
     .venv/bin/python bench/bench_snapshot_decode.py --checkpoint DIR [--checkpoint DIR ...]
 
 Without ``--checkpoint`` it writes ``--rows`` rows of the snapshot bench's table (``id BIGINT NOT
@@ -17,6 +18,8 @@ reads and decodes the files again). Each repeat reads once with the compiled dec
 (``native/``) and once with numpy, alternating which goes first, and checks that both gave
 the same batches. Printed: min / median / max of the wall and CPU seconds of a read, and the
 paired ratio numpy / compiled of each repeat (above 1: the compiled read is faster).
+``--threads`` sets the compiled decode's thread budget (``compiled.use_threads``; default:
+every CPU of the process; a Spark task uses ``spark.task.cpus``, 1 by default).
 """
 
 from __future__ import annotations
@@ -66,9 +69,12 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--buckets", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="the compiled decode's thread budget (default: every CPU)")
     ap.add_argument("--checkpoint", action="append", type=Path, default=[],
                     help="a directory of SST files (repeatable); default: write --rows rows")
     args = ap.parse_args()
+    compiled.use_threads(args.threads)
     if compiled.native() is None:
         raise SystemExit("this install has no compiled decode (native/): install the package "
                          "where cargo is on PATH")
@@ -90,8 +96,8 @@ def main() -> None:
                 rows = sum(b.num_rows for b in got["compiled"])
                 assert pa.Table.from_batches(got["compiled"]).equals(
                     pa.Table.from_batches(got["numpy"])), "the decodes disagree"
-    print(f"{rows:,} rows in {len(dirs)} bucket(s), {args.repeat} paired reads "
-          "(min / median / max)")
+    print(f"{rows:,} rows in {len(dirs)} bucket(s), {args.repeat} paired reads, "
+          f"{compiled.threads} thread(s) (min / median / max)")
     for name, pairs in times.items():
         print(f"{name:9} wall {spread([w for w, _ in pairs])} s   "
               f"CPU {spread([c for _, c in pairs])} s")

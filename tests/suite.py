@@ -10,9 +10,9 @@ runs in three groups, each a pytest process of its own with its own ``--basetemp
    every test on the Apache Fluss cluster: an integration file that names the ``apache_fluss``
    fixtures goes with the Spark tests, so the cluster is started once), ``python`` the unit tests
    and the rest of the integration tests, then the check of the package as a user installs it
-   (``.ci/wheel_check.py``), then the Spark tests on a standalone cluster (``STANDALONE``: their
-   master, workers and clusters are their own), which fit in the time the ``jvm`` group takes
-   longer.
+   (``.ci/wheel_check.py``), then the Spark tests whose Spark runs in processes of their own
+   (``STANDALONE``: a standalone cluster's master and workers, or spark-submit), which fit in
+   the time the ``jvm`` group takes longer.
 
 Each group's output is printed whole when it ends (``python`` first, as it ends first), with its
 own slowest tests. The exit status is the first failing group's. With test paths among the
@@ -37,8 +37,11 @@ TESTS = ROOT / "tests"
 #: Test files with a latency bound of about a second (a reply under 1 s during a flood).
 LATENCY_BOUND = ["tests/integration/test_rpc_probes.py"]
 WHEEL_CHECK = ".ci/wheel_check.py"
-#: Spark tests with a standalone master and workers of their own: the ``python`` lane's last.
-STANDALONE = ["tests/spark/test_standalone.py", "tests/spark/test_standalone_tiering.py"]
+#: Spark tests whose Spark runs in processes of their own (a standalone master and workers, or
+#: spark-submit), not in the lane's SparkSession: the ``python`` lane's last. The examples went
+#: here from the ``jvm`` lane, which ended 8 minutes after this one (CI, 2026-11-27).
+STANDALONE = ["tests/spark/test_standalone.py", "tests/spark/test_standalone_tiering.py",
+              "tests/spark/test_examples.py"]
 _APACHE_FLUSS_FIXTURE = re.compile(r"\bapache_fluss(_for_faults)?\b")
 
 

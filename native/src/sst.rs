@@ -366,7 +366,8 @@ pub struct Stream<'a> {
 }
 
 impl<'a> Stream<'a> {
-    /// A stream of `tables`, every block's place and size checked.
+    /// A stream of `tables`: every block's place checked, and each file's first block's
+    /// compression (see `plan`).
     pub fn new(tables: &[Table<'a>]) -> Result<Stream<'a>> {
         Ok(Stream { cursors: tables.iter().map(Cursor::new).collect::<Result<_>>()?,
                     entries: tables.iter().map(|t| t.entries).collect(), going: None,
@@ -435,7 +436,6 @@ impl<'a> Stream<'a> {
         }
         Ok(false)
     }
-
 
     /// Whether every file was read to its end (and held the entries its table says).
     pub fn done(&self) -> bool {
