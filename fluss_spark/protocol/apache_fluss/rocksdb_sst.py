@@ -439,7 +439,7 @@ def stream_opener(files: Sequence[np.ndarray], mapped: Sequence[bool] | None = N
             [int(file[len(file) - FOOTER_SIZE]) for file in files],
             list(mapped) if mapped is not None else [False] * len(files))
     try:
-        native.SstStream(*args)     # every block's place, compression and size checked
+        native.SstStream(*args)     # blocks' places, files' first compressions: checked
     except ValueError:
         return None
     return lambda: native.SstStream(*args)
