@@ -179,13 +179,18 @@ class SnapshotValues:
         """Nothing to release but memory (the cache closes what it holds)."""
 
 
+def _only_sst_rows(files: KvSnapshotFiles) -> bool:
+    """Whether the checkpoint's rows are all in SST files (no write-ahead log ...)."""
+    return all(local.endswith(".sst") or local.startswith(_ROWLESS_FILES)
+               for _, local in files.files)
+
+
 def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
                 ) -> SnapshotValues | None:
     """The snapshot's values decoded from its SST files in memory; None when the checkpoint
     holds other row files (a write-ahead log ...), is larger than ``max_bytes``, or is in a
     layout only RocksDB reads."""
-    if not all(local.endswith(".sst") or local.startswith(_ROWLESS_FILES)
-               for _, local in files.files):
+    if not _only_sst_rows(files):
         return None
     ssts = [(remote, *filesystem(remote, files.storage))
             for remote, local in files.files if local.endswith(".sst")]
@@ -235,9 +240,7 @@ class StreamedSnapshot:
         """The snapshot's SST files mapped (from remote storage, copied into ``directory``
         first); None when the checkpoint holds other row files or the compiled stream refuses
         them (numpy or RocksDB reads them then)."""
-        if compiled.native() is None or not all(
-                local.endswith(".sst") or local.startswith(_ROWLESS_FILES)
-                for _, local in files.files):
+        if compiled.native() is None or not _only_sst_rows(files):
             return None
         ssts = [(remote, local) for remote, local in files.files if local.endswith(".sst")]
         located = [filesystem(remote, files.storage) for remote, _ in ssts]
