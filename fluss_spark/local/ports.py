@@ -3,14 +3,45 @@
 from __future__ import annotations
 
 import errno
+import random
 import socket
 import time
+from pathlib import Path
+
+#: Where Linux keeps the range it draws outgoing connections' (and port 0's) local ports from.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: The lowest port handed out: below it sit well-known services' defaults (ZooKeeper's 2181,
+#: Kafka's 9092, web servers' 8080...).
+_LOWEST = 15000
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a server that is told its port before it starts.
+
+    Drawn from below the kernel's ephemeral range when there is room: a port from that range
+    (what binding port 0 gives) can be taken, between this call and the server's bind, by any
+    process's outgoing connection or by any server that binds port 0, such as a JVM's."""
+    low, high = _unclaimed_range()
+    for _ in range(64 if high > low else 0):
+        port = random.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _unclaimed_range() -> tuple[int, int]:
+    """``(low, high)`` of the ports below the ephemeral range; empty (low > high) if unknown."""
+    try:
+        first = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 1, 0
+    return _LOWEST, first - 1
 
 
 def bind_error(host: str, port: int) -> str | None:
