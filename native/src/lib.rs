@@ -28,10 +28,14 @@ fn slice<T: Element>(b: &PyBuffer<T>) -> PyResult<&[T]> {
     Ok(unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const T, b.item_count()) })
 }
 
+/// Data blocks' (offsets, sizes) as int64 arrays: a numpy array each, not a Python int per
+/// block (a large bucket's files have some hundred thousand blocks).
+type Handles = (PyBuffer<i64>, PyBuffer<i64>);
+
 /// SST files as `sst::Table`s: `files[i]` is a file's bytes (uint8), `blocks[i]` its data
 /// blocks' (offsets, sizes), `entries[i]` its entry count, `checksums[i]` its footer's checksum
 /// type and `mapped[i]` whether its bytes are a read-only mapping of the file.
-fn tables<'a>(files: &'a [PyBuffer<u8>], blocks: Vec<(Vec<u64>, Vec<u64>)>, entries: Vec<u64>,
+fn tables<'a>(files: &'a [PyBuffer<u8>], blocks: Vec<Handles>, entries: Vec<u64>,
               checksums: Vec<u8>, mapped: Vec<bool>) -> PyResult<Vec<sst::Table<'a>>> {
     let n = files.len();
     if blocks.len() != n || entries.len() != n || checksums.len() != n || mapped.len() != n {
@@ -40,11 +44,13 @@ fn tables<'a>(files: &'a [PyBuffer<u8>], blocks: Vec<(Vec<u64>, Vec<u64>)>, entr
     let mut tables = Vec::with_capacity(n);
     for ((((file, (offsets, sizes)), count), checksum), mapped) in
         files.iter().zip(blocks).zip(entries).zip(checksums).zip(mapped) {
+        let (offsets, sizes) = (slice(&offsets)?, slice(&sizes)?);
         if offsets.len() != sizes.len() {
             return Err(PyValueError::new_err("SST files: mismatched block handles"));
         }
-        tables.push(sst::Table { file: slice(file)?, blocks: offsets.into_iter().zip(sizes).collect(),
-                                 entries: count, checksum, mapped });
+        // A negative handle becomes one past any file's end, which `sst::plan` refuses.
+        let blocks = offsets.iter().zip(sizes).map(|(&o, &s)| (o as u64, s as u64)).collect();
+        tables.push(sst::Table { file: slice(file)?, blocks, entries: count, checksum, mapped });
     }
     Ok(tables)
 }
@@ -82,7 +88,7 @@ impl Drop for SstStream {
 #[pymethods]
 impl SstStream {
     #[new]
-    fn new(files: Vec<PyBuffer<u8>>, blocks: Vec<(Vec<u64>, Vec<u64>)>, entries: Vec<u64>,
+    fn new(files: Vec<PyBuffer<u8>>, blocks: Vec<Handles>, entries: Vec<u64>,
            checksums: Vec<u8>, mapped: Vec<bool>) -> PyResult<SstStream> {
         let tables = tables(&files, blocks, entries, checksums, mapped)?;
         let stream = sst::Stream::new(&tables).map_err(sst_error)?;

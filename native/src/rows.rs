@@ -60,14 +60,22 @@ fn truncated<T>(row: usize) -> Result<T> {
     Err(Error(format!("compacted row {row}: truncated")))
 }
 
-#[inline]
-fn varint(data: &[u8], pos: &mut usize, stop: usize, most: u32, row: usize) -> Result<u64> {
+/// The varint at `row[*pos..]`, of at most `most` bytes; one byte takes one branch.
+#[inline(always)]
+fn varint(row: &[u8], pos: &mut usize, most: u32, r: usize) -> Result<u64> {
+    match row.get(*pos) {
+        Some(&b) if b < 0x80 => {
+            *pos += 1;
+            Ok(b as u64)
+        }
+        _ => long_varint(row, pos, most, r),
+    }
+}
+
+fn long_varint(row: &[u8], pos: &mut usize, most: u32, r: usize) -> Result<u64> {
     let mut value: u64 = 0;
     for i in 0..most {
-        if *pos >= stop {
-            return truncated(row);
-        }
-        let b = data[*pos];
+        let Some(&b) = row.get(*pos) else { return truncated(r) };
         *pos += 1;
         // Bits past the type's width are dropped, as a Java int or long drops them.
         value |= ((b & 0x7F) as u64) << (7 * i);
@@ -75,7 +83,7 @@ fn varint(data: &[u8], pos: &mut usize, stop: usize, most: u32, row: usize) -> R
             return Ok(value);
         }
     }
-    Err(Error(format!("compacted row {row}: varint longer than {most} bytes")))
+    Err(Error(format!("compacted row {r}: varint longer than {most} bytes")))
 }
 
 /// Decode fields `0..layouts.len()` of the rows `data[starts[r]..ends[r]]`, each starting with
@@ -133,26 +141,26 @@ fn decode_into(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id
             Column { nulls: 0, validity: None, first, second }
         })
     }).collect();
+    // The null bits of the decoded fields: a row with none of them set checks no field's.
+    let mut mask = vec![0u8; header];
+    for i in 0..layouts.len() {
+        mask[i >> 3] |= 1 << (i & 7);
+    }
+    let head = skip + header;
     for r in 0..n {
-        let (mut pos, end) = (starts[r] as usize, ends[r] as usize);
-        if skip == 2 {
-            if pos + 2 > end {
-                return truncated(r);
-            }
-            if i16::from_le_bytes([data[pos], data[pos + 1]]) != schema_id {
-                return Err(Error(format!("row {r}: another schema id")));
-            }
-            pos += 2;
-        }
-        if pos + header > end {
+        // Inside `data`: every range was checked above.
+        let row = &data[starts[r] as usize..ends[r] as usize];
+        if row.len() < head {
             return truncated(r);
         }
-        let bits = &data[pos..pos + header];
-        pos += header;
-        for (i, layout) in layouts.iter().enumerate() {
-            let null = bits[i >> 3] & (1 << (i & 7)) != 0;
-            let column = &mut columns[i];
-            if null {
+        if skip == 2 && i16::from_le_bytes([row[0], row[1]]) != schema_id {
+            return Err(Error(format!("row {r}: another schema id")));
+        }
+        let bits = &row[skip..head];
+        let any_null = bits.iter().zip(&mask).any(|(b, m)| b & m != 0);
+        let mut pos = head;
+        for (i, (layout, column)) in layouts.iter().zip(columns.iter_mut()).enumerate() {
+            if any_null && bits[i >> 3] & (1 << (i & 7)) != 0 {
                 if let Some(c) = column {
                     null_value(c, *layout, r, n);
                 }
@@ -162,41 +170,42 @@ fn decode_into(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id
                 v[r >> 3] |= 1 << (r & 7);
             }
             match *layout {
-                Layout::Bool | Layout::Fixed(_) => {
-                    let w = if let Layout::Fixed(w) = *layout { w } else { 1 };
-                    if pos + w > end {
-                        return truncated(r);
-                    }
+                Layout::Bool => {
+                    let Some(&b) = row.get(pos) else { return truncated(r) };
                     if let Some(c) = column {
-                        match w {
-                            _ if *layout == Layout::Bool => {
-                                if data[pos] != 0 {
-                                    c.first[r >> 3] |= 1 << (r & 7);
-                                }
-                            }
-                            1 => c.first.push(data[pos]),
-                            2 => c.first.extend_from_slice(&[data[pos], data[pos + 1]]),
-                            4 => c.first.extend_from_slice(&<[u8; 4]>::try_from(
-                                &data[pos..pos + 4]).expect("4 bytes")),
-                            _ => c.first.extend_from_slice(&<[u8; 8]>::try_from(
-                                &data[pos..pos + 8]).expect("8 bytes")),
+                        if b != 0 {
+                            c.first[r >> 3] |= 1 << (r & 7);
+                        }
+                    }
+                    pos += 1;
+                }
+                Layout::Fixed(w) => {
+                    let Some(bytes) = row.get(pos..pos + w) else { return truncated(r) };
+                    if let Some(c) = column {
+                        // Constant sizes: a move each, not a call to copy `w` bytes.
+                        match *bytes {
+                            [a] => c.first.push(a),
+                            [a, b] => c.first.extend_from_slice(&[a, b]),
+                            [a, b, c2, d] => c.first.extend_from_slice(&[a, b, c2, d]),
+                            _ => c.first.extend_from_slice(&<[u8; 8]>::try_from(bytes)
+                                .expect("8 bytes")),
                         }
                     }
                     pos += w;
                 }
                 Layout::Int => {
-                    let v = varint(data, &mut pos, end, 5, r)? as u32;
+                    let v = varint(row, &mut pos, 5, r)? as u32;
                     if let Some(c) = column {
                         c.first.extend_from_slice(&v.to_le_bytes());
                     }
                 }
                 Layout::Long | Layout::LongNanos => {
-                    let v = varint(data, &mut pos, end, 10, r)?;
+                    let v = varint(row, &mut pos, 10, r)?;
                     if let Some(c) = column {
                         c.first.extend_from_slice(&v.to_le_bytes());
                     }
                     if *layout == Layout::LongNanos {
-                        let nanos = varint(data, &mut pos, end, 5, r)? as u32 as i32;
+                        let nanos = varint(row, &mut pos, 5, r)? as u32 as i32;
                         if !(0..1_000_000).contains(&nanos) {
                             return Err(Error(format!("compacted row {r}: nanos of millisecond \
                                                       out of range")));
@@ -207,12 +216,12 @@ fn decode_into(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id
                     }
                 }
                 Layout::Bytes | Layout::Utf8 => {
-                    let length = varint(data, &mut pos, end, 5, r)? as u32 as i32;
-                    if length < 0 || pos + length as usize > end {
+                    let length = varint(row, &mut pos, 5, r)? as u32 as i32;
+                    let Some(bytes) = usize::try_from(length).ok()
+                        .and_then(|length| row.get(pos..pos + length)) else {
                         return truncated(r);
-                    }
-                    let bytes = &data[pos..pos + length as usize];
-                    pos += length as usize;
+                    };
+                    pos += bytes.len();
                     if let Some(c) = column {
                         c.second.extend_from_slice(bytes);
                         let offset = i32::try_from(c.second.len()).map_err(|_| {

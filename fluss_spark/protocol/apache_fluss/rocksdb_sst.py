@@ -434,7 +434,7 @@ def stream_opener(files: Sequence[np.ndarray], mapped: Sequence[bool] | None = N
     if native is None:
         return None
     tables = [_table(file) for file in files]
-    args = (list(files), [(o.tolist(), s.tolist()) for o, s, _ in tables],
+    args = (list(files), [(o, s) for o, s, _ in tables],
             [count for _, _, count in tables],
             [int(file[len(file) - FOOTER_SIZE]) for file in files],
             list(mapped) if mapped is not None else [False] * len(files))
