@@ -158,6 +158,8 @@ struct Cursor<'a> {
     end: usize,
     /// Entries walked (the order check starts at the second).
     entries: u64,
+    /// Whether the current entry's user key is the one before's (an older version of it).
+    again: bool,
     /// The file's bytes before this offset were given back (mapped files only).
     given_back: usize,
 }
@@ -179,7 +181,8 @@ impl<'a> Cursor<'a> {
         Ok(Cursor { file: table.file, checksum: table.checksum, mapped: table.mapped,
                     slots: plan(table)?, next_block: 0, block: Vec::new(), pos: 0,
                     data_end: 0, restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0,
-                    sequence: 0, kind: 0, begin: 0, end: 0, entries: 0, given_back: 0 })
+                    sequence: 0, kind: 0, begin: 0, end: 0, entries: 0, again: false,
+                    given_back: 0 })
     }
 
     fn user_key(&self) -> &[u8] {
@@ -333,6 +336,7 @@ impl<'a> Cursor<'a> {
         (self.begin, self.end) = (value, next);
         self.pos = next;
         self.entries += 1;
+        self.again = order == Ordering::Equal;
         Ok(true)
     }
 }
@@ -395,6 +399,35 @@ impl<'a> Stream<'a> {
         let Some(going) = self.going.as_mut() else { unreachable!() };
         let cursors = &mut self.cursors;
         while !going.is_empty() {
+            // Usually one file's key has the smallest prefix: it is the smallest key, no other
+            // file holds it, and it needs no more comparing. Its older versions follow it.
+            let (mut at, mut low) = (0, cursors[going[0]].prefix);
+            for (k, &i) in going.iter().enumerate().skip(1) {
+                if cursors[i].prefix < low {
+                    (at, low) = (k, cursors[i].prefix);
+                }
+            }
+            if going.iter().filter(|&&i| cursors[i].prefix == low).count() == 1 {
+                let c = &mut cursors[going[at]];
+                let live = c.kind == VALUE;
+                if let (true, Some(o)) = (live, out.as_mut()) {
+                    o.extend_from_slice(c.value());
+                }
+                let mut more = c.step()?;
+                while more && c.again {
+                    more = c.step()?;
+                }
+                if !more {
+                    going.remove(at);
+                    if going.is_empty() {
+                        verify(cursors, &self.entries)?;
+                    }
+                }
+                if live {
+                    return Ok(true);
+                }
+                continue;
+            }
             let mut smallest = going[0];
             for &i in &going[1..] {
                 if cursors[i].cmp(&cursors[smallest]) == Ordering::Less {
