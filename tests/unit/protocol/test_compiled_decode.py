@@ -188,13 +188,15 @@ def test_a_large_batch_decoded_on_two_threads_is_the_same(threads):
         assert compiled_out.num_rows == n and compiled_out.equals(numpy_out)
 
 
-@pytest.mark.parametrize("key_bytes", [4, 12])
-def test_a_stream_read_by_pages_and_skips_is_the_numpy_read(tmp_path, key_bytes):
+@pytest.mark.parametrize("key_bytes, prefix", [(4, b""), (12, b""), (4, b"samepref")],
+                         ids=["short keys", "long keys", "long keys of one 8-byte prefix"])
+def test_a_stream_read_by_pages_and_skips_is_the_numpy_read(tmp_path, key_bytes, prefix):
     """The compiled stream, a page of at most ~64 KiB at a time and from after any number of
     skipped values: every key's newest version in key order, deletions included, as numpy
-    reads the files whole; ``done`` once the last value is read."""
-    rng = random.Random(key_bytes)
-    keys = sorted({rng.randbytes(key_bytes) for _ in range(40_000)})
+    reads the files whole; ``done`` once the last value is read. Keys that share their first
+    8 bytes are told apart by the rest (the merge orders most keys by those 8 alone)."""
+    rng = random.Random(key_bytes + len(prefix))
+    keys = sorted({prefix + rng.randbytes(key_bytes) for _ in range(40_000)})
     rounds: list[dict[bytes, bytes | None]] = [
         {k: rng.randbytes(rng.randrange(100, 160)) for k in keys[i::3]} for i in range(3)]
     rounds.append({k: None if rng.random() < 0.5 else b"newest" for k in rng.sample(keys, 2000)})
