@@ -127,8 +127,8 @@ fn stored(file: &[u8], s: &Slot) -> Result<(usize, u8, usize)> {
 
 /// Mapped pages are given back in steps of at least this many bytes: what each file of a
 /// stream may hold at once, so a bucket of many files (a larger table's) holds little more
-/// than one of few, for a call per 256 KiB read (BENCHMARKS.md, "Memory that grew with the
-/// bucket").
+/// than one of few, for a call per 256 KiB read (BENCHMARKS.md, "A leaner merge and decode;
+/// memory that grew with the bucket").
 const GIVE_BACK_BYTES: usize = 1 << 18;
 
 /// One file's entries, one at a time, in its order: the current entry's user key, sequence
