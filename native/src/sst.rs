@@ -339,6 +339,16 @@ impl<'a> Cursor<'a> {
         self.again = order == Ordering::Equal;
         Ok(true)
     }
+
+    /// Move to the next key's first (newest) entry, past the current key's older versions:
+    /// false past the file's last.
+    fn next_key(&mut self) -> Result<bool> {
+        let mut more = self.step()?;
+        while more && self.again {
+            more = self.step()?;
+        }
+        Ok(more)
+    }
 }
 
 /// Every file, read to its end, held the entries its table says.
@@ -413,11 +423,7 @@ impl<'a> Stream<'a> {
                 if let (true, Some(o)) = (live, out.as_mut()) {
                     o.extend_from_slice(c.value());
                 }
-                let mut more = c.step()?;
-                while more && c.again {
-                    more = c.step()?;
-                }
-                if !more {
+                if !c.next_key()? {
                     going.remove(at);
                     if going.is_empty() {
                         verify(cursors, &self.entries)?;
@@ -457,9 +463,7 @@ impl<'a> Stream<'a> {
                             }
                         }
                     }
-                    while more && c.is(prefix, len, &self.key) {
-                        more = c.step()?;
-                    }
+                    more = c.next_key()?;
                 }
                 if more { k += 1 } else { going.remove(k); }
             }
