@@ -11,8 +11,8 @@ runs in three groups, each a pytest process of its own with its own ``--basetemp
    fixtures goes with the Spark tests, so the cluster is started once), ``python`` the unit tests
    and the rest of the integration tests, then the check of the package as a user installs it
    (``.ci/wheel_check.py``), then the Spark tests whose Spark runs in processes of their own
-   (``STANDALONE``: a standalone cluster's master and workers, or spark-submit), which fit in
-   the time the ``jvm`` group takes longer.
+   (``STANDALONE``: a standalone cluster's master and workers, or spark-submit) and a few more
+   that even the lanes out, which fit in the time the ``jvm`` group takes longer.
 
 Each group's output is printed whole when it ends (``python`` first, as it ends first), with its
 own slowest tests. The exit status is the first failing group's. With test paths among the
@@ -37,11 +37,13 @@ TESTS = ROOT / "tests"
 #: Test files with a latency bound of about a second (a reply under 1 s during a flood).
 LATENCY_BOUND = ["tests/integration/test_rpc_probes.py"]
 WHEEL_CHECK = ".ci/wheel_check.py"
-#: Spark tests whose Spark runs in processes of their own (a standalone master and workers, or
-#: spark-submit), not in the lane's SparkSession: the ``python`` lane's last. The examples went
-#: here from the ``jvm`` lane, which ended 8 minutes after this one (CI, 2026-11-27).
+#: The ``python`` lane's last: Spark tests whose Spark runs in processes of their own (a
+#: standalone master and workers, or spark-submit), and, to even the lanes out, the restart
+#: points' (its own SparkSession there). The examples came from the ``jvm`` lane when it ended 8
+#: minutes after this one, the restart points when it still ended 6 minutes after (CI,
+#: 2026-11-27).
 STANDALONE = ["tests/spark/test_standalone.py", "tests/spark/test_standalone_tiering.py",
-              "tests/spark/test_examples.py"]
+              "tests/spark/test_examples.py", "tests/spark/test_restart_points.py"]
 _APACHE_FLUSS_FIXTURE = re.compile(r"\bapache_fluss(_for_faults)?\b")
 
 
