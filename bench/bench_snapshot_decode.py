@@ -34,15 +34,16 @@ import pyarrow as pa
 
 from fluss_spark.client.apache_fluss import kv_snapshot
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
+from fluss_spark.client.apache_fluss.snapshot_files import KvSnapshotFiles
 from fluss_spark.protocol.apache_fluss import compiled
 from kv_checkpoints import SCHEMA, write_buckets  # bench/kv_checkpoints.py
 
 
-def snapshot_files(directory: Path, bucket: int) -> kv_snapshot.KvSnapshotFiles:
+def snapshot_files(directory: Path, bucket: int) -> KvSnapshotFiles:
     names = sorted(p.name for p in directory.iterdir()
                    if p.suffix == ".sst" or p.name.startswith(("CURRENT", "MANIFEST", "OPTIONS")))
-    return kv_snapshot.KvSnapshotFiles("bench.kv", bucket, 1, 0,
-                                       tuple((str(directory / n), n) for n in names))
+    return KvSnapshotFiles("bench.kv", bucket, 1, 0,
+                           tuple((str(directory / n), n) for n in names))
 
 
 def read(dirs: list[Path], root: Path) -> tuple[float, float, list[pa.RecordBatch]]:

@@ -187,8 +187,10 @@ class Enumerator:
         return self._initial
 
     def _plan_initial(self) -> SourceOffset:
-        """Where a new query starts; no lease yet (see the module docstring)."""
-        return self.planner.initial(self._resolve(), self.options.lease_id or str(uuid.uuid4()),
+        """Where a new query starts, of the tables as ``prepare_for_available_now`` resolved them
+        just before if it did (a round trip less); no lease yet (see the module docstring)."""
+        return self.planner.initial(list(self._infos.values()) or self._resolve(),
+                                    self.options.lease_id or str(uuid.uuid4()),
                                     self._identity(uuid.uuid4().hex))
 
     # -- binding to the checkpoint ------------------------------------------------------------

@@ -74,14 +74,16 @@ class LeaseKeeper:
     def __init__(self, cluster: Cluster, lease_id: str, duration_ms: int, *,
                  clock: Clock = monotonic_ms, interval_ms: int | None = None,
                  pins: Callable[[], UnitPins] | None = None, holder: str | None = None,
-                 lock: threading.RLock | None = None):
+                 lock: threading.RLock | None = None, renewal: str | None = None):
+        """``renewal``: the cluster's ``capabilities().lease_renewal`` when the caller knows it
+        (asking ``cluster`` connects it, a few round trips the thread can make later)."""
         self.cluster = cluster
         self.lease_id = lease_id
         self.duration_ms = duration_ms
         self._fixed_interval = interval_ms is not None
         self.interval_ms = interval_ms or max(1, duration_ms // 3)
         self.clock = clock
-        self.reacquire = cluster.capabilities().lease_renewal == "reacquire"
+        self.reacquire = (renewal or cluster.capabilities().lease_renewal) == "reacquire"
         if self.reacquire and pins is None:
             raise ValueError("a cluster that renews by re-acquiring needs the pins to acquire")
         self.pins = pins

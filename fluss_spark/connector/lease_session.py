@@ -233,7 +233,8 @@ class LeaseSession:
                 keeper_cluster = self._cluster()
             self.keeper = LeaseKeeper(keeper_cluster, self._bound_id(),
                                       self.duration_ms, clock=self.clock,
-                                      pins=self.held, holder=self.holder, lock=self._lock)
+                                      pins=self.held, holder=self.holder, lock=self._lock,
+                                      renewal=self._cluster().capabilities().lease_renewal)
             if self.renew_in_thread:
                 self.keeper.start()
         self.keeper.acquired()

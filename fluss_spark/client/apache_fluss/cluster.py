@@ -9,13 +9,11 @@ import pyarrow as pa
 
 from fluss_spark.client.apache_fluss.connection import (FlussWireConnection, PartitionMetadata,
                                                         TableMetadata, split_table_name)
-from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
-                                                         count_rows, read_row_count)
 from fluss_spark.client.apache_fluss.leases import FlussLeases, checked, kv_snapshot_metadata
 from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_scan,
                                                        supports_live_scans)
-from fluss_spark.client.apache_fluss.log_reader import first_offset_at, read_log
 from fluss_spark.client.apache_fluss.partitions import FlussPartitions
+from fluss_spark.client.apache_fluss.snapshot_files import KvSnapshotFiles, read_row_count
 from fluss_spark.client.remote_storage import RemoteStorage
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, PartitionAdmin, PartitionPins, Pins,
@@ -41,6 +39,9 @@ from fluss_spark.retry import retry
 
 log = logging.getLogger(__name__)
 
+# The row decoders (kv_snapshot, log_reader) are imported where they are used: the driver-side
+# source process, a fresh one for every query run, uses neither.
+
 #: How long a new table may go without bucket leaders before it is taken for lost (leaders
 #: come within a second), and how often it is then created again.
 NEW_TABLE_LEADERS_S = 15.0
@@ -62,9 +63,8 @@ class ApacheFlussWireCluster:
     lease existed (``drop_kv_snapshot_lease`` returns True). A snapshot is read from its files,
     the RocksDB checkpoint in Fluss's remote storage (``snapshot_read="files"``, see
     ``kv_snapshot``). Where every tablet server offers SCAN_KV (Fluss's main branch), live KV
-    scans are offered too (``live_kv_scan``, see ``live_scan``). Partitions are listed, created
-    and dropped through the coordinator (``partition_admin``, see ``partitions``); reads name
-    one by ``partition=``.
+    scans are offered too (``live_kv_scan``, see ``live_scan``). The coordinator lists, creates
+    and drops partitions (``partition_admin``, see ``partitions``); reads take ``partition=``.
     """
 
     def __init__(self, conn: FlussWireConnection):
@@ -265,6 +265,7 @@ class ApacheFlussWireCluster:
         assert timestamp_ms is not None
         latest = self.list_offsets(table, list(found), partition=partition)
         part = self.partitions.resolve(table, partition)
+        from fluss_spark.client.apache_fluss.log_reader import first_offset_at
         return {b: first_offset_at(self.conn, table, b, o, latest[b], timestamp_ms, part)
                 if 0 <= o < latest[b] else o for b, o in found.items()}
 
@@ -294,6 +295,7 @@ class ApacheFlussWireCluster:
         rows = read_row_count(files)
         if rows is None:
             log.info("%s records no row count; counting its rows", files.describe())
+            from fluss_spark.client.apache_fluss.kv_snapshot import count_rows
             rows = count_rows(files)
         return SnapshotInfo(table_id=self.conn.table(table).table_id, bucket=bucket,
                             snapshot_id=snapshot_id, path=files.directory,
@@ -360,6 +362,7 @@ class ApacheFlussWireCluster:
         (the projection is pushed to the servers; see ``log_reader``)."""
         self._projection(table, projection)
         part = self.partitions.resolve(table, partition)
+        from fluss_spark.client.apache_fluss.log_reader import read_log
         return read_log(self.conn, table, int(bucket), int(start), int(end), projection, part)
 
     def _projection(self, table: str, projection: list[str] | None) -> list[str]:
@@ -383,6 +386,7 @@ class ApacheFlussWireCluster:
         batch is asked for; projection happens after decoding (the files hold whole rows)."""
         meta = self._kv_table(table)
         part = self.partitions.resolve(table, partition)
+        from fluss_spark.client.apache_fluss.kv_snapshot import CheckpointScan
         return CheckpointScan(lambda: self._snapshot_files(table, bucket, snapshot_id, part),
                               lambda schema_id: self.conn.schema(meta, schema_id)[1],
                               self._output(table, projection), start_row=start_row, limit=limit,

@@ -21,11 +21,8 @@ a retried split reads exactly what the first attempt read.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import posixpath
-import shutil
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Generator, Iterator
@@ -35,8 +32,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
-from fluss_spark.client.remote_storage import RemoteStorage, filesystem
-from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist, UnsupportedVersion
+from fluss_spark.client.apache_fluss.snapshot_files import (KvSnapshotFiles, download,
+                                                            snapshot_gone)
+from fluss_spark.client.remote_storage import filesystem
+from fluss_spark.errors import CorruptMessage, UnsupportedVersion
 from fluss_spark.protocol.apache_fluss import compiled
 from fluss_spark.protocol.apache_fluss.compacted_row import (NUMPY_DECODE_ROWS, decode_kv_ranges,
                                                              decode_kv_values)
@@ -44,8 +43,6 @@ from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values, stre
 
 log = logging.getLogger(__name__)
 
-#: The snapshot's own description, written by Fluss next to its private files.
-METADATA_FILE = "_METADATA"
 #: What a value costs beyond its bytes when a batch's size is estimated (Arrow offsets, nulls).
 _ROW_OVERHEAD_BYTES = 16
 #: Rows of a read's first batch, before the size of a value is known; and the most of any batch.
@@ -62,67 +59,6 @@ _DECODE_ROWS = NUMPY_DECODE_ROWS
 MAX_IN_MEMORY_SST_BYTES = 16 << 20
 #: The files of a checkpoint besides its SST files that hold no rows.
 _ROWLESS_FILES = ("CURRENT", "MANIFEST-", "OPTIONS-")
-
-
-@dataclass(frozen=True)
-class KvSnapshotFiles:
-    """One KV snapshot's files, ``(remote path, name in the checkpoint)``, and its log offset."""
-
-    table: str
-    bucket: int
-    snapshot_id: int
-    log_offset: int
-    files: tuple[tuple[str, str], ...]
-    #: The partition's name, for a snapshot of a partitioned table's bucket.
-    partition: str | None = None
-    #: How the files are reached (S3 endpoint and keys).
-    storage: RemoteStorage = RemoteStorage()
-
-    @property
-    def directory(self) -> str:
-        """The snapshot's own directory (``.../snap-<id>``): where its private files are."""
-        for remote, local in self.files:
-            if local == "CURRENT":
-                return posixpath.dirname(remote)
-        raise CorruptMessage(f"{self.describe()} lists no CURRENT file: {self.files}")
-
-    def describe(self) -> str:
-        where = "" if self.partition is None else f" partition {self.partition}"
-        return f"KV snapshot {self.snapshot_id} of {self.table}{where} bucket {self.bucket}"
-
-
-def read_row_count(files: KvSnapshotFiles) -> int | None:
-    """The row count Fluss recorded in the snapshot's ``_METADATA`` (None when it has none:
-    tables in the WAL changelog mode, snapshots of servers before 0.9)."""
-    fs, path = filesystem(posixpath.join(files.directory, METADATA_FILE), files.storage)
-    try:
-        with fs.open_input_stream(path) as f:
-            node = json.loads(f.read())
-    except FileNotFoundError:
-        raise KvSnapshotNotExist(f"{files.describe()} is gone from remote storage "
-                                 f"({path} is missing)") from None
-    except ValueError as e:
-        raise CorruptMessage(f"{files.describe()}: {path} is not JSON: {e}") from None
-    count = node.get("row_count") if isinstance(node, dict) else None
-    return int(count) if isinstance(count, int) and count >= 0 else None
-
-
-def _gone(files: KvSnapshotFiles, remote: str) -> KvSnapshotNotExist:
-    return KvSnapshotNotExist(f"{files.describe()} is gone from remote storage ({remote} is "
-                              "missing): retention removed it")
-
-
-def download(files: KvSnapshotFiles, into: str) -> None:
-    """Copy the snapshot's files into the directory ``into`` under their checkpoint names."""
-    for remote, local in files.files:
-        if not local or "/" in local or local in (".", ".."):
-            raise CorruptMessage(f"{files.describe()}: unsafe checkpoint file name {local!r}")
-        fs, path = filesystem(remote, files.storage)
-        try:
-            with fs.open_input_stream(path) as src, open(os.path.join(into, local), "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-        except FileNotFoundError:
-            raise _gone(files, remote) from None
 
 
 class _OnePassCheckpoint:
@@ -199,7 +135,7 @@ def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
     for remote, fs, path in ssts:
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
-            raise _gone(files, remote)
+            raise snapshot_gone(files, remote)
         total += info.size or 0
     if total > max_bytes:
         return None
@@ -208,7 +144,7 @@ def read_values(files: KvSnapshotFiles, max_bytes: int = MAX_IN_MEMORY_SST_BYTES
         try:
             tables.append(np.frombuffer(_file_bytes(fs, path), dtype=np.uint8))
         except FileNotFoundError:
-            raise _gone(files, remote) from None
+            raise snapshot_gone(files, remote) from None
     try:
         return SnapshotValues(*read_live_values(tables))
     except (UnsupportedVersion, CorruptMessage) as e:
@@ -255,7 +191,7 @@ class StreamedSnapshot:
                 with pa.memory_map(path) as f:
                     tables.append(np.frombuffer(f.read_buffer(), dtype=np.uint8))
             except FileNotFoundError:
-                raise _gone(files, remote) from None
+                raise snapshot_gone(files, remote) from None
         try:
             opener = stream_opener(tables, [True] * len(tables))
         except (UnsupportedVersion, CorruptMessage) as e:
@@ -455,6 +391,5 @@ class CheckpointScan:
             self._batches.close()   # runs the generator's cleanup when it stopped mid-way
 
 
-__all__ = ["CHECKPOINTS", "CheckpointScan", "KvSnapshotFiles", "MAX_IN_MEMORY_SST_BYTES",
-           "METADATA_FILE", "SnapshotValues", "StreamedSnapshot", "count_rows", "download",
-           "filesystem", "read_row_count", "read_values"]
+__all__ = ["CHECKPOINTS", "CheckpointScan", "MAX_IN_MEMORY_SST_BYTES", "SnapshotValues",
+           "StreamedSnapshot", "count_rows", "filesystem", "read_values"]

@@ -19,7 +19,6 @@ from fluss_spark.client.apache_fluss.connection import FlussWireConnection, Tabl
 from fluss_spark.client.cluster import LiveScanStart
 from fluss_spark.errors import ApiError, FlussError, LiveScanLost, TooManyScanners
 from fluss_spark.protocol.apache_fluss.api import FlussApiKey
-from fluss_spark.protocol.apache_fluss.compacted_row import decode_value_batch
 from fluss_spark.protocol.apache_fluss.errors import to_exception
 from fluss_spark.protocol.apache_fluss.messages import (PbScanReqForBucket, ScanKvRequest,
                                                         ScanKvResponse)
@@ -107,6 +106,9 @@ class FlussLiveScan:
     def _decode(self, records: bytes | None) -> pa.RecordBatch | None:
         if not records:
             return None
+        # Imported here: the driver opens live scans (and asks whether servers offer them) but
+        # decodes no rows.
+        from fluss_spark.protocol.apache_fluss.compacted_row import decode_value_batch
         batch = decode_value_batch(records, self._schema_of, self._output)
         return batch if batch.num_rows else None
 

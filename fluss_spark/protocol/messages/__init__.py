@@ -6,7 +6,7 @@ to the type a server decodes its requests with.
 
 The names below are imported on first use, each with its area's module only: building the
 dataclasses of every area costs ~50 ms, paid by each fresh Spark Python process, and a client of
-Apache Fluss needs four of them.
+Apache Fluss needs only the records its ``Cluster`` returns (``records``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from fluss_spark.protocol.messages.base import Empty, Message, Request
     from fluss_spark.protocol.messages.leases import (AcquireLeaseRequest, AcquireLeaseResponse,
                                                       DescribeLeaseRequest, DropLeaseRequest,
-                                                      DropLeaseResponse, LeaseInfo,
-                                                      ListLeasesRequest, ListLeasesResponse,
-                                                      ReleaseLeaseRequest, ReleaseLeaseResponse,
+                                                      DropLeaseResponse, ListLeasesRequest,
+                                                      ListLeasesResponse, ReleaseLeaseRequest,
+                                                      ReleaseLeaseResponse,
                                                       RenewLeaseRequest, RenewLeaseResponse)
     from fluss_spark.protocol.messages.log import (FetchLogRequest, FetchLogResponse,
                                                    ListOffsetsRequest, ListOffsetsResponse,
@@ -33,17 +33,19 @@ if TYPE_CHECKING:
     from fluss_spark.protocol.messages.meta import (ApiVersionsRequest, ApiVersionsResponse,
                                                     AuthenticateRequest, AuthenticateResponse,
                                                     GetMetadataRequest, GetMetadataResponse,
-                                                    ServerAddress, TableInfo, TabletAddress)
+                                                    ServerAddress, TabletAddress)
     from fluss_spark.protocol.messages.partitions import (CreatePartitionRequest,
                                                           DropPartitionRequest,
                                                           ListPartitionsRequest,
-                                                          ListPartitionsResponse, PartitionInfo)
+                                                          ListPartitionsResponse)
+    from fluss_spark.protocol.messages.records import (LeaseInfo, PartitionInfo, SnapshotInfo,
+                                                       TableInfo)
     from fluss_spark.protocol.messages.scan import (CloseScan, ContinueScan, ListScannersRequest,
                                                     ListScannersResponse, OpenScan, ScanKvRequest,
                                                     ScanKvResponse, ScannerInfo)
     from fluss_spark.protocol.messages.snapshots import (CommitKvSnapshotRequest,
                                                          ListKvSnapshotsRequest,
-                                                         ListKvSnapshotsResponse, SnapshotInfo,
+                                                         ListKvSnapshotsResponse,
                                                          TriggerKvSnapshotRequest,
                                                          TriggerKvSnapshotResponse)
     from fluss_spark.protocol.messages.tables import (AlterTableRequest, AlterTableResponse,
@@ -60,20 +62,21 @@ _AREAS = {
              "DropAclsRequest", "DropAclsResponse", "ListAclsRequest", "ListAclsResponse"),
     "base": ("Empty", "Message", "Request"),
     "leases": ("AcquireLeaseRequest", "AcquireLeaseResponse", "DescribeLeaseRequest",
-               "DropLeaseRequest", "DropLeaseResponse", "LeaseInfo", "ListLeasesRequest",
+               "DropLeaseRequest", "DropLeaseResponse", "ListLeasesRequest",
                "ListLeasesResponse", "ReleaseLeaseRequest", "ReleaseLeaseResponse",
                "RenewLeaseRequest", "RenewLeaseResponse"),
     "log": ("FetchLogRequest", "FetchLogResponse", "ListOffsetsRequest", "ListOffsetsResponse",
             "ProduceRequest", "ProduceResponse"),
     "meta": ("ApiVersionsRequest", "ApiVersionsResponse", "AuthenticateRequest",
              "AuthenticateResponse", "GetMetadataRequest", "GetMetadataResponse",
-             "ServerAddress", "TableInfo", "TabletAddress"),
+             "ServerAddress", "TabletAddress"),
     "partitions": ("CreatePartitionRequest", "DropPartitionRequest", "ListPartitionsRequest",
-                   "ListPartitionsResponse", "PartitionInfo"),
+                   "ListPartitionsResponse"),
+    "records": ("LeaseInfo", "PartitionInfo", "SnapshotInfo", "TableInfo"),
     "scan": ("CloseScan", "ContinueScan", "ListScannersRequest", "ListScannersResponse",
              "OpenScan", "ScanKvRequest", "ScanKvResponse", "ScannerInfo"),
     "snapshots": ("CommitKvSnapshotRequest", "ListKvSnapshotsRequest", "ListKvSnapshotsResponse",
-                  "SnapshotInfo", "TriggerKvSnapshotRequest", "TriggerKvSnapshotResponse"),
+                  "TriggerKvSnapshotRequest", "TriggerKvSnapshotResponse"),
     "tables": ("AlterTableRequest", "AlterTableResponse", "CreateTableRequest",
                "CreateTableResponse", "DropTableRequest", "GetMetricsRequest",
                "GetMetricsResponse", "ListTablesRequest", "ListTablesResponse"),

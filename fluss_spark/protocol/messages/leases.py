@@ -6,36 +6,13 @@ from dataclasses import dataclass
 
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.messages.base import (Bool, Int, ListOf, MapOf, Message, Nested,
-                                                Request, Str, wire)
+                                                Request, wire)
+from fluss_spark.protocol.messages.records import LEASE_ID, PARTITION_PINS, PINS, LeaseInfo
 
-#: Lease ids and holders: their rule (protocol/names.py) is checked by the lease manager, which
-#: answers InvalidLeaseId; on the wire they are bounded strings.
-LEASE_ID = Str(max_len=1024)
-#: {table_id: {bucket: snapshot_id}}; ids may come as digit strings from loosely typed clients.
-#: Every id and bucket is an integer in 0..2**53 (``Int``'s bounds), as everywhere on the wire.
-PINS = MapOf(Int(digits_ok=True), MapOf(Int(digits_ok=True), Int()))
-#: {table_id: {partition_id: {bucket: snapshot_id}}}: the pins of partitions, same bounds.
-PARTITION_PINS = MapOf(Int(digits_ok=True), PINS)
 #: {table_id: [bucket]}: buckets to release.
 BUCKETS = MapOf(Int(digits_ok=True), ListOf(Int(digits_ok=True)))
 #: {table_id: {partition_id: [bucket]}}: buckets of partitions to release.
 PARTITION_BUCKETS = MapOf(Int(digits_ok=True), BUCKETS)
-
-
-@dataclass(frozen=True)
-class LeaseInfo(Message):
-    """A KV snapshot lease: its expiry and its pins, ``tables`` (table id -> bucket -> snapshot
-    id) and ``partitions`` (table id -> partition id -> bucket -> snapshot id; absent from older
-    servers). ``holders`` and ``pin_count`` cover both."""
-
-    lease_id: str = wire(LEASE_ID)
-    expires_at_ms: int = wire(Int(), 0)
-    created_ms: int = wire(Int(), 0)
-    tables: dict = wire(PINS, default_factory=dict, compare=False)
-    pin_count: int = wire(Int(), 0)
-    holders: dict = wire(MapOf(Int(digits_ok=True), Str()), default_factory=dict, compare=False)
-    owner: str | None = wire(Str(), None)
-    partitions: dict = wire(PARTITION_PINS, default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from fluss_spark.config import MAX_BUCKETS
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.messages.base import (Bytes, Choice, Int, ListOf, MapOf, Message,
                                                 Request, Str, wire)
-from fluss_spark.protocol.messages.meta import COLUMN, MAX_COLUMNS
+from fluss_spark.protocol.messages.records import COLUMN, MAX_COLUMNS
 
 #: The longest a FETCH_LOG waits for records; a longer ``max_wait_ms`` is cut to this.
 MAX_FETCH_WAIT_MS = 30_000

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.messages.base import (Bool, Empty, ListOf, MapOf, Message,
                                                 Nested, Request, Str, wire)
-from fluss_spark.protocol.messages.meta import COLUMN, MAX_PARTITIONS, PartitionInfo
+from fluss_spark.protocol.messages.records import COLUMN, MAX_PARTITIONS, PartitionInfo
 
 #: A partition spec: {partition key: value}, one entry per partition key of the table (the
 #: coordinator checks the keys against the table and each value against the naming rule).

@@ -9,7 +9,7 @@ from fluss_spark.errors import ApiError, InvalidScanRequest
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.messages.base import (Bool, Bytes, Int, ListOf, Message, Nested, Request,
                                                 Str, wire)
-from fluss_spark.protocol.messages.meta import COLUMN, MAX_COLUMNS
+from fluss_spark.protocol.messages.records import COLUMN, MAX_COLUMNS
 
 SCANNER_ID = Str(max_len=128, min_len=1)
 #: Fields that only an open request may carry.

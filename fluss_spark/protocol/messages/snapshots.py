@@ -9,23 +9,7 @@ from fluss_spark.config import MAX_BUCKETS
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.messages.base import (Bool, Empty, Int, ListOf, MapOf, Message, Nested,
                                                 Request, Str, wire)
-
-
-@dataclass(frozen=True)
-class SnapshotInfo(Message):
-    """One registered KV snapshot of a bucket; ``log_offset`` is the exclusive offset it covers."""
-
-    table_id: int = wire(Int())
-    bucket: int = wire(Int())
-    snapshot_id: int = wire(Int())
-    path: str = wire(Str(max_len=4096), "")
-    log_offset: int = wire(Int(), 0)
-    row_count: int = wire(Int(), 0)
-    size_bytes: int = wire(Int(), 0)
-    created_ms: int = wire(Int(), 0)
-    pinned_by: tuple[str, ...] = wire(ListOf(Str()), ())
-    #: The partition of a partitioned table; absent for an unpartitioned one.
-    partition_id: int | None = wire(Int(), None, omit_none=True)
+from fluss_spark.protocol.messages.records import SnapshotInfo
 
 
 @dataclass(frozen=True)

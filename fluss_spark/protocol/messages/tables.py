@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.messages.base import (Bool, Bytes, Empty, Int, ListOf, MapOf, Message,
                                                 Raw, Request, Str, wire)
-from fluss_spark.protocol.messages.meta import COLUMN, MAX_COLUMNS
+from fluss_spark.protocol.messages.records import COLUMN, MAX_COLUMNS
 from fluss_spark.protocol.partitions import MAX_PARTITION_KEYS
 
 @dataclass(frozen=True)

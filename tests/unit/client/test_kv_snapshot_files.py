@@ -19,9 +19,9 @@ from rocksdict import Options, Rdict
 
 from fluss_spark.client.apache_fluss import kv_snapshot
 from fluss_spark.client.apache_fluss.checkpoint_cache import CheckpointCache
-from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, KvSnapshotFiles,
-                                                         SnapshotValues, count_rows,
-                                                         read_row_count, read_values)
+from fluss_spark.client.apache_fluss.kv_snapshot import (CheckpointScan, SnapshotValues,
+                                                         count_rows, read_values)
+from fluss_spark.client.apache_fluss.snapshot_files import KvSnapshotFiles, read_row_count
 from fluss_spark.errors import CorruptMessage, KvSnapshotNotExist
 from fluss_spark.protocol.apache_fluss import compiled
 from tests.unit.protocol.test_apache_fluss_compacted_row import kv_value

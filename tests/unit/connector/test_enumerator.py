@@ -327,6 +327,16 @@ def test_available_now_stops_at_the_target(cluster, clock):
     assert e.latest_offset(end, ReadAllAvailable()) == end
 
 
+def test_available_now_resolves_the_tables_once_before_the_first_offset(pk, clock):
+    # Spark calls prepareForTriggerAvailableNow right before the run's first initialOffset: the
+    # tables it resolved serve both (one table lookup less on the way to the first batch).
+    e = make(pk, clock)
+    e.prepare_for_available_now()
+    first = e.initial_offset()
+    assert pk.calls_of("get_table") == [("get_table", "db.pk")]
+    assert next(iter(first["tables"].values()))["snapshot"] == {"0": [3, 10, 0, 12]}
+
+
 def test_report_latest_offset(pk, clock):
     e = make(pk, clock)
     assert e.report_latest_offset() is None

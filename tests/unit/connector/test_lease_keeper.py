@@ -168,3 +168,21 @@ def test_a_release_that_failed_half_way_is_repaired_by_pinning_again(clock):
     assert failures and cluster.calls_of("acquire")[-1] == ("acquire", "L", {tid: {0: 3, 1: 1}},
                                                             "q")
     assert "L" not in cluster.leases and session.held() == {}
+
+
+def test_the_renewal_thread_connects_its_own_cluster_only_when_it_renews(clock):
+    """Starting the keeper costs the query's first batch no round trip: how the lease is
+    renewed comes from the enumerator's cluster, and the keeper's own cluster is first used by
+    its thread."""
+    cluster, tid = leased(clock, lease_renewal="reacquire", duration_ms=90_000)
+
+    class Untouched:
+        def __getattr__(self, name):
+            raise AssertionError(f"the keeper's cluster was used ({name}) before a renewal")
+    options = parse_options({"bootstrap.servers": "h:1", "table": "db.pk",
+                             "scan.kv.snapshot.lease.duration": "90s"})
+    session = LeaseSession(options, lambda: cluster, Untouched, clock=clock)
+    session.bind("L", "q")
+    assert session.acquire({(tid, None): {0: 3, 1: 1}}, {}) == {}
+    assert session.keeper is not None and session.keeper.reacquire
+    session.keeper.stop()

@@ -147,7 +147,7 @@ class Offsets:
 
     def __init__(self, partitioned: bool):
         from fluss_spark.client.cluster import TableInfo
-        from fluss_spark.protocol.messages.meta import PartitionInfo
+        from fluss_spark.protocol.messages.records import PartitionInfo
         parts = (PartitionInfo(11, "d1"), PartitionInfo(12, "d2")) if partitioned else ()
         self.info = TableInfo(table_id=5, name="db.t", schema=SCHEMA, num_buckets=2,
                               partition_keys=("dt",) if partitioned else (), partitions=parts)
