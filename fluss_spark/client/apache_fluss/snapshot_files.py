@@ -63,6 +63,7 @@ def read_row_count(files: KvSnapshotFiles) -> int | None:
 
 
 def snapshot_gone(files: KvSnapshotFiles, remote: str) -> KvSnapshotNotExist:
+    """The error for a file of the snapshot that is missing from remote storage."""
     return KvSnapshotNotExist(f"{files.describe()} is gone from remote storage ({remote} is "
                               "missing): retention removed it")
 

@@ -1,4 +1,4 @@
-"""The records both backends' ``Cluster`` returns, as this project's servers send them: tables,
+"""The records the ``Cluster`` interface returns, as this project's servers send them: tables,
 partitions, KV snapshots and leases.
 
 Kept apart from the requests that carry them, so that a client of Apache Fluss, which describes
