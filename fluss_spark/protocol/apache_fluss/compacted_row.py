@@ -294,11 +294,12 @@ def decode_kv_ranges(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
     the compiled decode uses at most ``threads`` threads (default ``compiled.threads``)."""
     if not len(begins):
         return _empty(output)
-    if ((begins < 0) | (ends < begins) | (ends > len(buffer))).any():
-        raise CorruptMessage(f"a KV value range lies outside its buffer of {len(buffer)} bytes")
+    # The compiled decode checks every range itself: the numpy check is for the other paths.
     batch = _decode_one_schema(buffer, begins, ends, schema_of, output, threads)
     if batch is not None:
         return batch
+    if ((begins < 0) | (ends < begins) | (ends > len(buffer))).any():
+        raise CorruptMessage(f"a KV value range lies outside its buffer of {len(buffer)} bytes")
     pieces = [_decode_values(buffer, begins[a:a + NUMPY_DECODE_ROWS],
                              ends[a:a + NUMPY_DECODE_ROWS], schema_of, output)
               for a in range(0, len(begins), NUMPY_DECODE_ROWS)]
@@ -388,9 +389,10 @@ def _decode_one_schema(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                        threads: int | None = None) -> pa.RecordBatch | None:
     """The batch of _decode_values from the compiled decode in one call, when every value has
     the first one's schema id (the usual case); None otherwise, or where it does not apply."""
-    if compiled.native() is None or ends[0] - begins[0] < SCHEMA_ID_SIZE:
-        return None
     at = int(begins[0])
+    if (compiled.native() is None or ends[0] - at < SCHEMA_ID_SIZE
+            or not 0 <= at <= len(buffer) - SCHEMA_ID_SIZE):
+        return None
     schema_id = int(buffer[at:at + SCHEMA_ID_SIZE].view("<i2")[0])
     schema = schema_of(schema_id)
     columns = _columns_of(schema, output)

@@ -112,6 +112,25 @@ def test_rows_decode_alike_whole_or_damaged(seed):
             assert got[0] == got[1], trial
 
 
+def test_value_ranges_outside_their_buffer_are_refused_alike():
+    """A value range before, past or across the end of its buffer, or ending before it begins,
+    is the same CorruptMessage whichever decode meets it (the compiled one checks every range
+    itself, the numpy one before it reads)."""
+    rows = [kv_value(3, COMPILED_TYPES, r) for r in random_rows(random.Random(5),
+                                                                COMPILED_TYPES, 20)]
+    data = np.frombuffer(b"".join(rows), dtype=np.uint8)
+    begins, ends = values_of(data, rows)
+    for row, begin, end in ((0, -1, None), (7, None, len(data) + 1), (19, len(data) + 4, None),
+                            (3, None, int(begins[3]) - 1)):
+        b, e = begins.copy(), ends.copy()
+        b[row] = b[row] if begin is None else begin
+        e[row] = e[row] if end is None else end
+        got = both_ways(lambda: decode_kv_ranges(data, b, e, lambda _: COMPILED_TYPES,
+                                                 COMPILED_TYPES))
+        assert got[0] == got[1] == (CorruptMessage, "a KV value range lies outside its buffer "
+                                                    f"of {len(data)} bytes"), row
+
+
 def test_strings_that_split_a_character_are_not_utf8():
     """Two strings that are valid UTF-8 only when joined: the compiled check of the whole
     column must still see each string on its own."""
