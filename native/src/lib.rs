@@ -163,6 +163,18 @@ impl SstStream {
     }
 }
 
+/// The data blocks' (offsets, sizes) of an SST file's index block (see `sst::index_handles`),
+/// as two int64 buffers.
+#[pyfunction]
+fn index_handles(py: Python<'_>, file: PyBuffer<u8>, offset: u64, size: u64, checksum: u8,
+                 delta: bool) -> PyResult<(Memory, Memory)> {
+    let file = slice(&file)?;
+    let (offsets, sizes) = py.detach(|| sst::index_handles(file, offset, size, checksum, delta))
+        .map_err(sst_error)?;
+    let bytes = |v: Vec<i64>| v.into_iter().flat_map(i64::to_le_bytes).collect::<Vec<u8>>();
+    Ok((Memory::new(bytes(offsets)), Memory::new(bytes(sizes))))
+}
+
 /// One decoded column: (null count, validity bitmap or None, first buffer, second buffer).
 type ColumnBytes<'py> = (usize, Option<Bound<'py, PyBytes>>, Memory, Memory);
 
@@ -193,5 +205,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Memory>()?;
     m.add_class::<SstStream>()?;
     m.add_function(wrap_pyfunction!(decode_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(index_handles, m)?)?;
     Ok(())
 }

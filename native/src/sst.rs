@@ -125,6 +125,110 @@ fn stored(file: &[u8], s: &Slot) -> Result<(usize, u8, usize)> {
     }
 }
 
+/// Verify block `s` of `file` (checksum type `checksum`) and decompress it into `out`.
+fn read_block(file: &[u8], s: &Slot, checksum: u8, out: &mut Vec<u8>) -> Result<()> {
+    if checksum == 1 {
+        let crc = crc32c::crc32c(&file[s.offset..s.offset + s.size + 1]);
+        let masked = crc.rotate_right(15).wrapping_add(CRC_MASK_DELTA);
+        if masked != u32_at(file, s.offset + s.size + 1)? {
+            return fail(format!("SST: the block at byte {} does not match its checksum",
+                                s.offset));
+        }
+    } else if checksum != 0 {
+        return fail(format!("SST: block checksum type {checksum} is not read here"));
+    }
+    let (src, kind, length) = stored(file, s)?;
+    let src = &file[src..s.offset + s.size];
+    // Every byte is written below: only a longer block than any before grows (and zeroes)
+    // the buffer.
+    out.resize(length, 0);
+    if kind == NO_COMPRESSION {
+        out.copy_from_slice(src);
+    } else {
+        match lz4_flex::block::decompress_into(src, out) {
+            Ok(n) if n == length => {}
+            _ => return fail("SST: a compressed data block does not decompress"),
+        }
+    }
+    Ok(())
+}
+
+/// A varint of at most 10 bytes before `stop`: (value, end).
+fn varint64(data: &[u8], mut pos: usize, stop: usize) -> Result<(u64, usize)> {
+    let mut value: u64 = 0;
+    for i in 0..10 {
+        let Some(&b) = data[..stop].get(pos) else { break };
+        pos += 1;
+        value |= ((b & 0x7F) as u64) << (7 * i);
+        if b < 0x80 {
+            return Ok((value, pos));
+        }
+    }
+    fail("SST: a varint runs past its block")
+}
+
+/// The data blocks' (offsets, sizes) that the index block at `offset`, `size` of `file` holds,
+/// one block handle an entry: the same reading as `rocksdb_sst._data_handles`, which stays the
+/// reference and names what this refuses. With `delta` (value delta encoding) every entry is
+/// a restart point holding its key and a whole handle, as Fluss writes its index blocks.
+pub fn index_handles(file: &[u8], offset: u64, size: u64, checksum: u8, delta: bool)
+                     -> Result<(Vec<i64>, Vec<i64>)> {
+    let end = offset.checked_add(size).and_then(|e| e.checked_add(BLOCK_TRAILER as u64));
+    if end.is_none_or(|e| e > file.len() as u64) {
+        return fail("SST: the index block's handle points past the file's end");
+    }
+    let mut block = Vec::new();
+    read_block(file, &Slot { offset: offset as usize, size: size as usize }, checksum,
+               &mut block)?;
+    let size = block.len();
+    if size < 4 {
+        return fail("SST: the index block is shorter than its footer");
+    }
+    let footer = u32_at(&block, size - 4)?;
+    let restarts = footer as usize;
+    if footer >> 31 != 0 || restarts < 1 || 4 * restarts + 4 > size {
+        return fail("SST: the index block's restart array does not fit it");
+    }
+    let data_end = size - 4 - 4 * restarts;
+    let restart = |i: usize| -> Result<usize> {
+        if i < restarts { Ok(u32_at(&block, data_end + 4 * i)? as usize) } else { Ok(data_end) }
+    };
+    let (mut offsets, mut sizes) = (Vec::with_capacity(restarts), Vec::with_capacity(restarts));
+    let (mut pos, mut next) = (0, 0);
+    while pos < data_end {
+        let at_restart = next < restarts && restart(next)? == pos;
+        if at_restart {
+            next += 1;
+        } else if delta {
+            return fail("SST: an index entry is not a restart point");
+        }
+        let (shared, p) = varint32(&block, pos, data_end)?;
+        let (unshared, p) = varint32(&block, p, data_end)?;
+        let (stop, p) = if delta {
+            if shared != 0 {
+                return fail("SST: an index restart point shares key bytes");
+            }
+            (restart(next)?, p + unshared as usize)
+        } else {
+            let (length, p) = varint32(&block, p, data_end)?;
+            let value = p + unshared as usize;
+            (value + length as usize, value)
+        };
+        if stop > data_end || p > stop {
+            return fail("SST: an index entry runs past its block");
+        }
+        let (o, p) = varint64(&block, p, stop)?;
+        let (n, p) = varint64(&block, p, stop)?;
+        if p != stop {
+            return fail("SST: an index entry holds more than one block handle");
+        }
+        offsets.push(o as i64);
+        sizes.push(n as i64);
+        pos = stop;
+    }
+    Ok((offsets, sizes))
+}
+
 /// Mapped pages are given back in steps of at least this many bytes: what each file of a
 /// stream may hold at once, so a bucket of many files (a larger table's) holds little more
 /// than one of few, for a call per 256 KiB read (BENCHMARKS.md, "A leaner merge and decode;
@@ -218,32 +322,11 @@ impl<'a> Cursor<'a> {
     /// Verify and decompress the next block: false when the file has no more.
     fn open_block(&mut self) -> Result<bool> {
         let Some(s) = self.slots.get(self.next_block) else { return Ok(false) };
-        let file = self.file;
-        if self.checksum == 1 {
-            let crc = crc32c::crc32c(&file[s.offset..s.offset + s.size + 1]);
-            let masked = crc.rotate_right(15).wrapping_add(CRC_MASK_DELTA);
-            if masked != u32_at(file, s.offset + s.size + 1)? {
-                return fail(format!("SST: the block at byte {} does not match its checksum",
-                                    s.offset));
-            }
-        }
-        let (src, kind, length) = stored(file, s)?;
-        let src = &file[src..s.offset + s.size];
-        // Every byte is written below: only a longer block than any before grows (and zeroes)
-        // the buffer.
-        self.block.resize(length, 0);
-        if kind == NO_COMPRESSION {
-            self.block.copy_from_slice(src);
-        } else {
-            match lz4_flex::block::decompress_into(src, &mut self.block) {
-                Ok(n) if n == length => {}
-                _ => return fail("SST: a compressed data block does not decompress"),
-            }
-        }
+        read_block(self.file, s, self.checksum, &mut self.block)?;
         let offset = s.offset;
         self.next_block += 1;
         if self.mapped && offset >= self.given_back + GIVE_BACK_BYTES {
-            self.given_back = memory::give_back(file, self.given_back, offset);
+            self.given_back = memory::give_back(self.file, self.given_back, offset);
         }
         let size = self.block.len();
         if size < 4 {

@@ -17,6 +17,7 @@ from rocksdict import (AccessType, BlockBasedOptions, ChecksumType, DBCompressio
                        Rdict, WriteOptions)
 
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
+from fluss_spark.protocol.apache_fluss import compiled
 from fluss_spark.protocol.apache_fluss.rocksdb_sst import _table, read_live_values, read_tables
 
 # Every test reads both ways: compiled (where the install has it) and in numpy.
@@ -179,3 +180,36 @@ def test_a_block_claiming_more_than_lz4_can_hold_is_refused_unallocated(tmp_path
     with pytest.raises(CorruptMessage, match=f"block at byte {at} says it decompresses to "
                                              "2147483647 bytes"):
         read_live_values([bomb])
+
+
+@pytest.mark.parametrize("format_version, restart_interval", [(5, 1), (4, 1), (3, 1), (2, 16)])
+def test_index_blocks_give_the_same_block_handles_either_way(tmp_path, format_version,
+                                                             restart_interval):
+    """The data blocks' handles from a file's index block, with and without value delta
+    encoding (format versions 4+ and before) and with restart intervals of more than one
+    entry: the compiled reading is numpy's, and an index block it cannot read (damaged) is
+    left to numpy, which says why."""
+    opts = fluss_options(format_version=format_version)
+    table = BlockBasedOptions()
+    table.set_format_version(format_version)
+    table.set_checksum_type(ChecksumType.crc32c())
+    table.set_index_block_restart_interval(restart_interval)
+    table.set_block_size(1024)
+    opts.set_block_based_table_factory(table)
+    rng = random.Random(format_version)
+    write_rounds(tmp_path, opts, [{rng.randbytes(10): rng.randbytes(200) for _ in range(3000)}])
+    (data,) = sst_files(tmp_path)
+    offsets, sizes, entries = _table(data)
+    assert entries == 3000 and len(offsets) > 400 and sizes.min() > 0
+    if compiled.enabled:
+        compiled.enabled = False
+        try:
+            by_numpy = _table(data)
+        finally:
+            compiled.enabled = True
+        assert (offsets == by_numpy[0]).all() and (sizes == by_numpy[1]).all()
+    # Damage inside the index block (it sits right after the last data block).
+    damaged = data.copy()
+    damaged[int(offsets[-1] + sizes[-1]) + 5 + 3] ^= 0xFF
+    with pytest.raises(CorruptMessage, match="checksum"):
+        _table(damaged)
