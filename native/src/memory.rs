@@ -2,9 +2,9 @@
 //!
 //! A read of a snapshot bucket fills some tens of MB of fresh buffers; from the C heap each
 //! large one is a new mapping whose every page faults in on first touch, which cost more than
-//! decoding into it. Buffers of a megabyte or more come back here when Python drops them, and
-//! the next read takes the smallest that fits: a worker reading split after split touches
-//! memory it already has.
+//! decoding into it. Buffers of 64 KiB or more come back here when Python drops them, and the
+//! next read takes the smallest that fits: a worker reading split after split touches memory
+//! it already has.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
@@ -13,10 +13,13 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-/// Buffers smaller than this are not kept (the heap reuses small ones by itself).
-const KEEP_FROM: usize = 1 << 20;
+/// Buffers smaller than this are not kept (the heap reuses small ones by itself). A 4 MiB page
+/// of short rows has columns and value offsets of a few hundred KiB, which the heap maps
+/// afresh each time: keeping them made a page's decode 15-20% faster (BENCHMARKS.md, "Index
+/// blocks and kept buffers").
+const KEEP_FROM: usize = 1 << 16;
 /// The most buffers, and bytes, kept for reuse at once.
-const KEEP_BUFFERS: usize = 8;
+const KEEP_BUFFERS: usize = 32;
 const KEEP_BYTES: usize = 128 << 20;
 
 static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());

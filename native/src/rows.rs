@@ -60,16 +60,29 @@ fn truncated<T>(row: usize) -> Result<T> {
     Err(Error(format!("compacted row {row}: truncated")))
 }
 
-/// The varint at `row[*pos..]`, of at most `most` bytes; one byte takes one branch.
+/// The varint at `row[*pos..]`, of at most `most` (5 or more) bytes; one byte takes one
+/// branch, two or three (a key up to two million, a string's length past 127) a few more.
 #[inline(always)]
 fn varint(row: &[u8], pos: &mut usize, most: u32, r: usize) -> Result<u64> {
-    match row.get(*pos) {
-        Some(&b) if b < 0x80 => {
-            *pos += 1;
-            Ok(b as u64)
+    let p = *pos;
+    if let Some(&b) = row.get(p) {
+        if b < 0x80 {
+            *pos = p + 1;
+            return Ok(b as u64);
         }
-        _ => long_varint(row, pos, most, r),
     }
+    if let Some(&[b0, b1, b2]) = row.get(p..p + 3) {
+        let low = (b0 & 0x7F) as u64 | ((b1 & 0x7F) as u64) << 7;
+        if b1 < 0x80 {
+            *pos = p + 2;
+            return Ok(low);
+        }
+        if b2 < 0x80 {
+            *pos = p + 3;
+            return Ok(low | (b2 as u64) << 14);
+        }
+    }
+    long_varint(row, pos, most, r)
 }
 
 fn long_varint(row: &[u8], pos: &mut usize, most: u32, r: usize) -> Result<u64> {
@@ -166,9 +179,6 @@ fn decode_into(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id
                 }
                 continue;
             }
-            if let Some(Column { validity: Some(v), .. }) = column {
-                v[r >> 3] |= 1 << (r & 7);
-            }
             match *layout {
                 Layout::Bool => {
                     let Some(&b) = row.get(pos) else { return truncated(r) };
@@ -257,10 +267,10 @@ fn utf8(c: &Column) -> bool {
 /// Row `r` of column `c` is null: a zero value (or an empty range) and a clear validity bit.
 fn null_value(c: &mut Column, layout: Layout, r: usize, n: usize) {
     let validity = c.validity.get_or_insert_with(|| {
-        // Every row before this one was valid.
-        let mut bits = vec![0u8; n.div_ceil(8)];
-        for i in 0..r {
-            bits[i >> 3] |= 1 << (i & 7);
+        // Every row is valid until it is found null: a valid value sets no bit.
+        let mut bits = vec![0xFFu8; n.div_ceil(8)];
+        if n % 8 != 0 {
+            bits[n / 8] = (1u8 << (n % 8)) - 1;
         }
         bits
     });
