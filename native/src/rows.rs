@@ -233,7 +233,7 @@ fn decode_into(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id
                     };
                     pos += bytes.len();
                     if let Some(c) = column {
-                        c.second.extend_from_slice(bytes);
+                        memory::append(&mut c.second, bytes);
                         let offset = i32::try_from(c.second.len()).map_err(|_| {
                             Error("rows: a column's bytes pass 2 GiB".into())
                         })?;
