@@ -269,7 +269,7 @@ fn null_value(c: &mut Column, layout: Layout, r: usize, n: usize) {
     let validity = c.validity.get_or_insert_with(|| {
         // Every row is valid until it is found null: a valid value sets no bit.
         let mut bits = vec![0xFFu8; n.div_ceil(8)];
-        if n % 8 != 0 {
+        if !n.is_multiple_of(8) {
             bits[n / 8] = (1u8 << (n % 8)) - 1;
         }
         bits
