@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 mod memory;
+mod ranges;
 mod rows;
 mod sst;
 
@@ -59,30 +60,19 @@ fn sst_error(e: sst::Error) -> PyErr {
     PyValueError::new_err(e.0)
 }
 
-/// The page a stream reads ahead, on a thread of its own, while its caller decodes the last.
-type Ahead = std::thread::JoinHandle<(sst::Stream<'static>, Result<sst::Page, sst::Error>)>;
-
 /// The live values of SST files, in key order, a page at a time (the arguments as `tables`).
 ///
 /// A stream holds the files' buffers until it goes; it is used by one thread at a time.
+/// `parallel` hands what is left of it to threads that walk ranges of its keys.
 #[pyclass(module = "fluss_spark.protocol.apache_fluss._native")]
 struct SstStream {
-    /// The next page being read, with the (max_rows, max_bytes, overhead) it was asked with.
-    ahead: Option<(Ahead, (usize, usize, usize))>,
-    /// The stream, while no page is being read ahead.
-    stream: Option<sst::Stream<'static>>,
+    /// Read on the calling thread, until `parallel`.
+    stream: sst::Stream<'static>,
+    ranges: Option<ranges::Ranges>,
+    files: Vec<sst::File<'static>>,
     done: bool,
-    // Last: the stream's slices borrow these buffers.
-    _files: Vec<PyBuffer<u8>>,
-}
-
-impl Drop for SstStream {
-    fn drop(&mut self) {
-        // A page read ahead reads the buffers: it ends before they go.
-        if let Some((ahead, _)) = self.ahead.take() {
-            let _ = ahead.join();
-        }
-    }
+    // Last: the streams' slices borrow these buffers, and the ranges' threads end first.
+    _buffers: Vec<PyBuffer<u8>>,
 }
 
 #[pymethods]
@@ -90,60 +80,45 @@ impl SstStream {
     #[new]
     fn new(files: Vec<PyBuffer<u8>>, blocks: Vec<Handles>, entries: Vec<u64>,
            checksums: Vec<u8>, mapped: Vec<bool>) -> PyResult<SstStream> {
-        let tables = tables(&files, blocks, entries, checksums, mapped)?;
-        let stream = sst::Stream::new(&tables).map_err(sst_error)?;
+        let planned = tables(&files, blocks, entries, checksums, mapped)?.iter()
+            .map(sst::File::plan).collect::<Result<Vec<_>, _>>().map_err(sst_error)?;
         // SAFETY: the slices point into the buffers of `files`, which the struct owns and which
-        // stay alive and unchanged (PyBuffer holds them read-only) until after the stream and
-        // any thread reading it are gone (Drop, then the field order).
-        let stream = unsafe { std::mem::transmute::<sst::Stream<'_>, sst::Stream<'static>>(stream) };
-        Ok(SstStream { ahead: None, stream: Some(stream), done: false, _files: files })
+        // stay alive and unchanged (PyBuffer holds them read-only) until after the streams and
+        // any thread reading them are gone (the field order).
+        let planned = unsafe {
+            std::mem::transmute::<Vec<sst::File<'_>>, Vec<sst::File<'static>>>(planned)
+        };
+        Ok(SstStream { stream: sst::Stream::new(&planned), ranges: None, files: planned,
+                       done: false, _buffers: files })
     }
 
     /// The next live values (data, int64 begins, int64 ends): up to `max_rows`, fewer once
-    /// their bytes and `overhead` bytes a value reach `max_bytes`; none at the end. With
-    /// `ahead`, when the page stopped short of `max_rows` the next one (up to the rows still
-    /// wanted, same bytes) is read on another thread meanwhile: the next call must ask for
-    /// just that.
-    fn page(&mut self, py: Python<'_>, max_rows: usize, max_bytes: usize, overhead: usize,
-            ahead: bool) -> PyResult<(Memory, Memory, Memory)> {
-        let asked = (max_rows, max_bytes, overhead);
-        let (pending, mut stream) = (self.ahead.take(), self.stream.take());
-        let (stream, page) = py.detach(|| match pending {
-            Some((thread, was)) => {
-                let (stream, page) = thread.join().expect("a stream's reading thread panicked");
-                let page = if was == asked { page } else {
-                    Err(sst::Error(format!("a page read ahead for {was:?} was asked for as \
-                                            {asked:?}")))
-                };
-                (stream, page)
-            }
-            None => {
-                let mut stream = stream.take().expect("a stream is here or reading ahead");
-                let page = stream.page(max_rows, max_bytes, overhead);
-                (stream, page)
-            }
+    /// their bytes and `overhead` bytes a value reach `max_bytes` (after `parallel`, pages of
+    /// the size it was given); none at the end.
+    fn page(&mut self, py: Python<'_>, max_rows: usize, max_bytes: usize, overhead: usize)
+            -> PyResult<(Memory, Memory, Memory)> {
+        let (stream, ranges) = (&mut self.stream, &mut self.ranges);
+        let (page, done) = py.detach(|| match ranges {
+            Some(r) => (r.page(max_rows), r.done()),
+            None => (stream.page(max_rows, max_bytes, overhead), stream.done()),
         });
-        let page = match page {
-            Ok(page) => page,
-            Err(e) => {
-                self.stream = Some(stream);
-                return Err(sst_error(e));
-            }
-        };
-        let rows = page.begin.len() / 8;
-        self.done = stream.done();
-        if ahead && !self.done && rows > 0 && rows < max_rows {
-            let next = (max_rows - rows, max_bytes, overhead);
-            let mut stream = stream;
-            let thread = std::thread::spawn(move || {
-                let page = stream.page(next.0, next.1, next.2);
-                (stream, page)
-            });
-            self.ahead = Some((thread, next));
-        } else {
-            self.stream = Some(stream);
-        }
+        let page = page.map_err(sst_error)?;
+        self.done = done;
         Ok((Memory::new(page.data), Memory::new(page.begin), Memory::new(page.end)))
+    }
+
+    /// Walk the values left on `workers` threads, a range of keys of about `page_bytes` each
+    /// at a time, into pages of `page_bytes` (`overhead` as `page`); the pages still come in
+    /// key order. Nothing changes with fewer than two workers, or once called, or when a block
+    /// read to cut the ranges is damaged: the stream then meets it where it lies, after the
+    /// values before it.
+    fn parallel(&mut self, py: Python<'_>, workers: usize, page_bytes: usize, overhead: usize) {
+        if workers < 2 || self.ranges.is_some() {
+            return;
+        }
+        let (stream, files) = (&self.stream, &self.files);
+        self.ranges = py.detach(|| ranges::Ranges::after(stream, files, workers, page_bytes,
+                                                         overhead)).ok();
     }
 
     /// Whether every value was read (and the files held the entries their tables say).
@@ -152,14 +127,15 @@ impl SstStream {
         self.done
     }
 
-    /// Step over the next `n` live values: how many there were. Not after a page read ahead.
+    /// Step over the next `n` live values: how many there were.
     fn skip(&mut self, py: Python<'_>, n: u64) -> PyResult<u64> {
-        let Some(stream) = self.stream.as_mut() else {
-            return Err(PyValueError::new_err("a stream reading a page ahead cannot skip"));
-        };
-        let skipped = py.detach(|| stream.skip(n)).map_err(sst_error)?;
-        self.done = stream.done();
-        Ok(skipped)
+        let (stream, ranges) = (&mut self.stream, &mut self.ranges);
+        let (skipped, done) = py.detach(|| match ranges {
+            Some(r) => (r.skip(n), r.done()),
+            None => (stream.skip(n), stream.done()),
+        });
+        self.done = done;
+        skipped.map_err(sst_error)
     }
 }
 

@@ -13,6 +13,7 @@
 //! disk (`Table::mapped`) also gives back the pages of the blocks its cursor has passed.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use crate::memory;
 
@@ -36,6 +37,79 @@ pub struct Table<'a> {
     /// Whether `file` is a read-only mapping of a file (its pages can be given back and read
     /// again from the file), not memory of the process's own.
     pub mapped: bool,
+}
+
+/// One SST file ready to read, its blocks' places checked (`plan`): cheap to clone, so that
+/// the streams of several key ranges share one plan.
+#[derive(Clone)]
+pub struct File<'a> {
+    file: &'a [u8],
+    slots: Arc<[Slot]>,
+    entries: u64,
+    checksum: u8,
+    mapped: bool,
+}
+
+impl<'a> File<'a> {
+    pub fn plan(t: &Table<'a>) -> Result<File<'a>> {
+        Ok(File { file: t.file, slots: plan(t)?.into(), entries: t.entries,
+                  checksum: t.checksum, mapped: t.mapped })
+    }
+
+    /// The user key of block `b`'s first entry (the block decompressed into `scratch`).
+    fn first_key(&self, b: usize, scratch: &mut Vec<u8>) -> Result<Vec<u8>> {
+        read_block(self.file, &self.slots[b], self.checksum, scratch)?;
+        let stop = scratch.len();
+        let (shared, p) = varint32(scratch, 0, stop)?;
+        let (unshared, p) = varint32(scratch, p, stop)?;
+        let (_, p) = varint32(scratch, p, stop)?;
+        let unshared = unshared as usize;
+        if shared != 0 || unshared < TRAILER || p + unshared > stop {
+            return fail("SST: a block's first key does not fit it");
+        }
+        Ok(scratch[p..p + unshared - TRAILER].to_vec())
+    }
+}
+
+/// Keys that cut the files' key space into ranges of about `target` bytes of blocks each (a
+/// file's blocks sized as its first, decompressed), in order; none when the files hold less
+/// than two such ranges. They are first keys of blocks spread evenly over each file, two a
+/// range, each taken where the blocks before it (every file's) reach `target` bytes.
+pub fn pivots(files: &[File], target: usize) -> Result<Vec<Vec<u8>>> {
+    let mut sized = Vec::with_capacity(files.len());
+    for f in files {
+        let bytes = match f.slots.first() { Some(s) => stored(f.file, s)?.2, None => 0 };
+        sized.push((f, f.slots.len(), bytes));
+    }
+    let total: usize = sized.iter().map(|&(_, n, bytes)| n.saturating_mul(bytes)).sum();
+    let ranges = total.div_ceil(target.max(1));
+    if ranges < 2 {
+        return Ok(Vec::new());
+    }
+    let (mut scratch, mut marks, mut before) = (Vec::new(), Vec::new(), 0);
+    for (f, n, bytes) in sized {
+        let k = n.min(2 * ranges);
+        for j in 0..k {
+            let (at, next) = (j * n / k, (j + 1) * n / k);
+            let weight = (next - at) * bytes;
+            // A file's first block is where the first range reads it anyway.
+            if at == 0 {
+                before += weight;
+            } else {
+                marks.push((f.first_key(at, &mut scratch)?, weight));
+            }
+        }
+    }
+    marks.sort();
+    let (mut pivots, mut bytes): (Vec<Vec<u8>>, usize) = (Vec::new(), before);
+    for (key, weight) in marks {
+        if bytes >= target && pivots.last().is_none_or(|p| *p < key) {
+            pivots.push(key);
+            bytes = 0;
+        }
+        bytes += weight;
+    }
+    Ok(pivots)
 }
 
 /// Each block is followed by its compression type (1 byte) and its checksum (4 bytes).
@@ -238,11 +312,8 @@ const GIVE_BACK_BYTES: usize = 1 << 18;
 /// One file's entries, one at a time, in its order: the current entry's user key, sequence
 /// number, value type and value range in the current block.
 struct Cursor<'a> {
-    file: &'a [u8],
-    checksum: u8,
-    mapped: bool,
-    /// The file's blocks, and the next one to read.
-    slots: Vec<Slot>,
+    /// The file, and its next block to read.
+    f: File<'a>,
     next_block: usize,
     /// The block being read, decompressed: where its entries end, where its restart array
     /// starts, how many restart points it has and were passed.
@@ -281,12 +352,39 @@ fn prefix_of(key: &[u8]) -> u64 {
 }
 
 impl<'a> Cursor<'a> {
-    fn new(table: &Table<'a>) -> Result<Cursor<'a>> {
-        Ok(Cursor { file: table.file, checksum: table.checksum, mapped: table.mapped,
-                    slots: plan(table)?, next_block: 0, block: Vec::new(), pos: 0,
-                    data_end: 0, restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0,
-                    sequence: 0, kind: 0, begin: 0, end: 0, entries: 0, again: false,
-                    given_back: 0 })
+    fn new(f: &File<'a>) -> Cursor<'a> {
+        Cursor { f: f.clone(), next_block: 0, block: Vec::new(), pos: 0, data_end: 0,
+                 restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0, sequence: 0,
+                 kind: 0, begin: 0, end: 0, entries: 0, again: false, given_back: 0 }
+    }
+
+    /// Move to the first entry whose user key is `key` or after it: false when the file has
+    /// none. Its block is found by the blocks' first keys; the entries before it there are
+    /// stepped over, and only the entries from it on are counted.
+    fn seek(&mut self, key: &[u8]) -> Result<bool> {
+        // The first block whose first key is `key` or after: the entry is in it, or in the
+        // block before it (whose last keys may come before or be `key`'s newer versions).
+        let (mut lo, mut hi) = (0, self.f.slots.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.f.first_key(mid, &mut self.block)?.as_slice() < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let start = lo.saturating_sub(1);
+        self.next_block = start;
+        (self.pos, self.data_end, self.restarts, self.next_restart) = (0, 0, 0, 0);
+        self.given_back = self.f.slots.get(start).map_or(0, |s| s.offset);
+        while self.step()? {
+            if self.user_key() >= key {
+                (self.entries, self.again) = (1, false);
+                return Ok(true);
+            }
+        }
+        self.entries = 0;
+        Ok(false)
     }
 
     fn user_key(&self) -> &[u8] {
@@ -321,12 +419,12 @@ impl<'a> Cursor<'a> {
 
     /// Verify and decompress the next block: false when the file has no more.
     fn open_block(&mut self) -> Result<bool> {
-        let Some(s) = self.slots.get(self.next_block) else { return Ok(false) };
-        read_block(self.file, s, self.checksum, &mut self.block)?;
+        let Some(s) = self.f.slots.get(self.next_block) else { return Ok(false) };
+        read_block(self.f.file, s, self.f.checksum, &mut self.block)?;
         let offset = s.offset;
         self.next_block += 1;
-        if self.mapped && offset >= self.given_back + GIVE_BACK_BYTES {
-            self.given_back = memory::give_back(self.file, self.given_back, offset);
+        if self.f.mapped && offset >= self.given_back + GIVE_BACK_BYTES {
+            self.given_back = memory::give_back(self.f.file, self.given_back, offset);
         }
         let size = self.block.len();
         if size < 4 {
@@ -435,10 +533,10 @@ impl<'a> Cursor<'a> {
 }
 
 /// Every file, read to its end, held the entries its table says.
-fn verify(cursors: &[Cursor], entries: &[u64]) -> Result<()> {
-    for (c, &expected) in cursors.iter().zip(entries) {
-        if c.entries != expected {
-            return fail(format!("SST: {} entries found, the table says {expected}", c.entries));
+pub fn verify(counted: impl Iterator<Item = u64>, files: &[File]) -> Result<()> {
+    for (found, f) in counted.zip(files) {
+        if found != f.entries {
+            return fail(format!("SST: {found} entries found, the table says {}", f.entries));
         }
     }
     Ok(())
@@ -452,40 +550,93 @@ pub struct Page {
     pub end: Vec<u8>,
 }
 
-/// The live values of a set of files in key order: of a key's entries the newest (highest
-/// sequence number) wins, and a deletion there hides the key. The files are merged as they
-/// are walked (a cursor each, the smallest key next).
-pub struct Stream<'a> {
+impl Page {
+    pub fn rows(&self) -> usize {
+        self.begin.len() / 8
+    }
+}
+
+/// The end of a key range: the first user key not in it.
+struct Upto {
+    key: Vec<u8>,
+    prefix: u64,
+}
+
+impl Upto {
+    /// Whether the cursor's user key is this one or after it.
+    #[inline]
+    fn reached_by(&self, c: &Cursor) -> bool {
+        match c.prefix.cmp(&self.prefix) {
+            Ordering::Less => false,
+            Ordering::Greater => true,
+            Ordering::Equal => c.user_key() >= self.key.as_slice(),
+        }
+    }
+}
+
+/// The live values of a set of files in key order, or (`RANGE`) of the keys of a range of
+/// them: of a key's entries the newest (highest sequence number) wins, and a deletion there
+/// hides the key. The files are merged as they are walked (a cursor each, the smallest key
+/// next). A stream of every key checks the files' entry counts at its end; a range's checks
+/// and bounds cost a stream of every key nothing.
+pub struct Stream<'a, const RANGE: bool = false> {
+    files: Vec<File<'a>>,
     cursors: Vec<Cursor<'a>>,
-    /// The entry count each file's table properties give.
-    entries: Vec<u64>,
     /// The cursors not at their file's end; None before the first value.
     going: Option<Vec<usize>>,
     /// The key being merged, when longer than its prefix.
     key: Vec<u8>,
+    /// A range's first key (its cursors seek it) and the first key after it.
+    from: Option<Vec<u8>>,
+    upto: Option<Upto>,
+    /// Whether the range's end was reached: the going cursors stand on entries after it.
+    stopped: bool,
 }
 
 impl<'a> Stream<'a> {
-    /// A stream of `tables`: every block's place checked, and each file's first block's
-    /// compression (see `plan`).
-    pub fn new(tables: &[Table<'a>]) -> Result<Stream<'a>> {
-        Ok(Stream { cursors: tables.iter().map(Cursor::new).collect::<Result<_>>()?,
-                    entries: tables.iter().map(|t| t.entries).collect(), going: None,
-                    key: Vec::new() })
+    /// A stream of every key of `files`.
+    pub fn new(files: &[File<'a>]) -> Stream<'a> {
+        Stream::bounded(files, None, None)
+    }
+}
+
+impl<'a> Stream<'a, true> {
+    /// A stream of the keys from `from` (the first, by default) up to and without `upto` (to
+    /// the last).
+    pub fn range(files: &[File<'a>], from: Option<Vec<u8>>, upto: Option<Vec<u8>>)
+                 -> Stream<'a, true> {
+        Stream::bounded(files, from, upto)
+    }
+}
+
+impl<'a, const RANGE: bool> Stream<'a, RANGE> {
+    fn bounded(files: &[File<'a>], from: Option<Vec<u8>>, upto: Option<Vec<u8>>)
+               -> Stream<'a, RANGE> {
+        let upto = upto.map(|key| Upto { prefix: prefix_of(&key), key });
+        Stream { files: files.to_vec(), cursors: files.iter().map(Cursor::new).collect(),
+                 going: None, key: Vec::new(), from, upto, stopped: false }
     }
 
     /// Move to the next live value, appending it to `out` (None: step over it): false at
-    /// the end, once every file was found to hold the entries its table says.
+    /// the end (of a stream of every key, once every file was found to hold the entries its
+    /// table says).
     fn next(&mut self, mut out: Option<&mut Vec<u8>>) -> Result<bool> {
+        if RANGE && self.stopped {
+            return Ok(false);
+        }
         if self.going.is_none() {
             let mut going = Vec::with_capacity(self.cursors.len());
             for (i, c) in self.cursors.iter_mut().enumerate() {
-                if c.step()? {
+                let more = match &self.from {
+                    Some(key) if RANGE => c.seek(key)?,
+                    _ => c.step()?,
+                };
+                if more {
                     going.push(i);
                 }
             }
-            if going.is_empty() {
-                verify(&self.cursors, &self.entries)?;
+            if going.is_empty() && !RANGE {
+                verify(self.cursors.iter().map(|c| c.entries), &self.files)?;
             }
             self.going = Some(going);
         }
@@ -502,14 +653,18 @@ impl<'a> Stream<'a> {
             }
             if going.iter().filter(|&&i| cursors[i].prefix == low).count() == 1 {
                 let c = &mut cursors[going[at]];
+                if RANGE && self.upto.as_ref().is_some_and(|u| u.reached_by(c)) {
+                    self.stopped = true;
+                    return Ok(false);
+                }
                 let live = c.kind == VALUE;
                 if let (true, Some(o)) = (live, out.as_mut()) {
                     o.extend_from_slice(c.value());
                 }
                 if !c.next_key()? {
                     going.remove(at);
-                    if going.is_empty() {
-                        verify(cursors, &self.entries)?;
+                    if going.is_empty() && !RANGE {
+                        verify(cursors.iter().map(|c| c.entries), &self.files)?;
                     }
                 }
                 if live {
@@ -522,6 +677,10 @@ impl<'a> Stream<'a> {
                 if cursors[i].cmp(&cursors[smallest]) == Ordering::Less {
                     smallest = i;
                 }
+            }
+            if RANGE && self.upto.as_ref().is_some_and(|u| u.reached_by(&cursors[smallest])) {
+                self.stopped = true;
+                return Ok(false);
             }
             let (prefix, len) = (cursors[smallest].prefix, cursors[smallest].user_len());
             self.key.clear();
@@ -550,8 +709,8 @@ impl<'a> Stream<'a> {
                 }
                 if more { k += 1 } else { going.remove(k); }
             }
-            if going.is_empty() {
-                verify(cursors, &self.entries)?;
+            if going.is_empty() && !RANGE {
+                verify(cursors.iter().map(|c| c.entries), &self.files)?;
             }
             if live {
                 return Ok(true);
@@ -560,9 +719,24 @@ impl<'a> Stream<'a> {
         Ok(false)
     }
 
+    /// The key of the next value's entries (None before the first value, or at the end).
+    pub fn next_key(&self) -> Option<Vec<u8>> {
+        let going = self.going.as_ref()?;
+        let smallest = going.iter().map(|&i| &self.cursors[i]).min_by(|a, b| a.cmp(b))?;
+        (!(RANGE && self.stopped)).then(|| smallest.user_key().to_vec())
+    }
+
+    /// Each file's entries of the keys read so far (the entries the cursors stand on are of
+    /// keys not read yet).
+    pub fn counted(&self) -> Vec<u64> {
+        let going = self.going.as_deref().unwrap_or(&[]);
+        self.cursors.iter().enumerate()
+            .map(|(i, c)| c.entries - going.contains(&i) as u64).collect()
+    }
+
     /// Whether every file was read to its end (and held the entries its table says).
     pub fn done(&self) -> bool {
-        self.going.as_ref().is_some_and(|g| g.is_empty())
+        (RANGE && self.stopped) || self.going.as_ref().is_some_and(|g| g.is_empty())
     }
 
     /// The next live values, up to `max_rows` of them, and fewer once their bytes and

@@ -211,13 +211,17 @@ class StreamedSnapshot:
         except ValueError as e:
             raise CorruptMessage(f"{self.files.describe()}: {e}") from None
 
-    def page(self, stream: Any, max_rows: int, max_bytes: int, ahead: bool
+    @staticmethod
+    def parallel(stream: Any, workers: int, page_bytes: int) -> None:
+        """Walk the rest of ``stream`` on ``workers`` threads, a range of its keys each at a
+        time (its pages still in key order, of ``page_bytes``); nothing with fewer than two."""
+        stream.parallel(workers, page_bytes, _ROW_OVERHEAD_BYTES)
+
+    def page(self, stream: Any, max_rows: int, max_bytes: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The stream's next values (none at the end): up to ``max_rows`` (the rows the read
-        still wants), fewer past ``max_bytes`` with their Arrow overhead; with ``ahead``, the
-        next page is read on another thread meanwhile."""
-        data, begin, end = self._call(stream.page, max_rows, max_bytes, _ROW_OVERHEAD_BYTES,
-                                      ahead)
+        still wants), fewer past ``max_bytes`` with their Arrow overhead."""
+        data, begin, end = self._call(stream.page, max_rows, max_bytes, _ROW_OVERHEAD_BYTES)
         return (np.frombuffer(data, dtype=np.uint8), np.frombuffer(begin, dtype=np.int64),
                 np.frombuffer(end, dtype=np.int64))
 
@@ -339,16 +343,16 @@ class CheckpointScan:
         row, cursor, finished = self._start, None, False
         try:
             stream = entry.values_from(row)
-            # The rows the read still wants, as the stream reads a page ahead for them
-            # (batches are bounded by their bytes).
+            # The rows the read still wants (batches are bounded by their bytes): a stream
+            # never hands over more, and keeps what it walked past them for the next split.
             last = self._start + (1 << 62) if stop is None else stop
-            # With two threads or more, one reads the next page while the others decode this
-            # one: faster than both decoding (a 1M-row read: BENCHMARKS.md, "Streamed a page
-            # at a time").
+            # With two threads or more, ranges of the keys are walked on threads of their own
+            # while this one decodes the pages they read (BENCHMARKS.md, "Key ranges walked on
+            # threads of their own").
             threads = compiled.threads
+            snapshot.parallel(stream, threads, self._batch_bytes)
             while row < last:
-                buffer, begin, end = snapshot.page(stream, last - row, self._batch_bytes,
-                                                   threads > 1)
+                buffer, begin, end = snapshot.page(stream, last - row, self._batch_bytes)
                 if not len(begin):
                     finished = True
                     return

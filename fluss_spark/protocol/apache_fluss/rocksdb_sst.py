@@ -436,10 +436,11 @@ def read_tables(files: Sequence[np.ndarray]) -> SstEntries:
 def stream_opener(files: Sequence[np.ndarray], mapped: Sequence[bool] | None = None
                   ) -> Callable[[], Any] | None:
     """A function opening a compiled stream of the files' live values in key order, a page at
-    a time (``_native.SstStream``: ``page(max_rows, max_bytes, overhead, ahead)``, ``skip(n)``
-    and ``done``), the files' indexes read once for all; None where the install has none or it
-    refuses the files' layout (numpy or RocksDB then reads them). ``mapped[i]``: file ``i`` is
-    a read-only mapping of a file, whose pages already read are given back."""
+    a time (``_native.SstStream``: ``page(max_rows, max_bytes, overhead)``, ``skip(n)``,
+    ``parallel(workers, page_bytes, overhead)`` and ``done``), the files' indexes read once
+    for all; None where the install has none or it refuses the files' layout (numpy or
+    RocksDB then reads them). ``mapped[i]``: file ``i`` is a read-only mapping of a file, whose
+    pages already read are given back."""
     native = compiled.native()
     if native is None:
         return None
@@ -467,7 +468,7 @@ def read_live_values(files: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarra
     stream = open_stream(files) if files else None
     if stream is not None:
         try:
-            buffer, begin, end = stream.page(1 << 62, _MAX_JOINED_BYTES, 0, False)
+            buffer, begin, end = stream.page(1 << 62, _MAX_JOINED_BYTES, 0)
         except ValueError:
             pass
         else:

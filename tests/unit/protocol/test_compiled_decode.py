@@ -251,9 +251,9 @@ def test_a_stream_read_by_pages_and_skips_is_the_numpy_read(tmp_path, key_bytes,
     want = [buffer[b:e].tobytes() for b, e in zip(begin.tolist(), end.tolist())]
     assert b"newest" in want and len(want) < len(keys)
 
-    def page(stream, max_rows, max_bytes, overhead=16, ahead=False):
+    def page(stream, max_rows, max_bytes, overhead=16):
         data, b, e = (np.frombuffer(m, dtype=dtype) for m, dtype in
-                      zip(stream.page(max_rows, max_bytes, overhead, ahead),
+                      zip(stream.page(max_rows, max_bytes, overhead),
                           (np.uint8, np.int64, np.int64)))
         return [data[x:y].tobytes() for x, y in zip(b.tolist(), e.tolist())], len(data)
 
@@ -267,17 +267,27 @@ def test_a_stream_read_by_pages_and_skips_is_the_numpy_read(tmp_path, key_bytes,
         got += values
         pages += 1
     assert got == want and pages > 50 and page(stream, 10, 1 << 20) == ([], 0)
-    # Each page read ahead on another thread while the last is taken: the same values.
-    stream, got, rows = open_stream(files), [], len(want) - 7
-    while rows:
-        values, _ = page(stream, rows, 64 << 10, ahead=True)
-        got, rows = got + values, rows - len(values)
-    assert got == want[:-7] and not stream.done
-    assert page(stream, 7, 1 << 20)[0] == want[-7:] and stream.done
     for start in (0, 1, 12_345, len(want) - 1, len(want), len(want) + 5):
         stream = open_stream(files)
         assert stream.skip(start) == min(start, len(want))
         assert page(stream, 100, 1 << 30)[0] == want[start:start + 100]
+    # Ranges of the keys walked on threads of their own, from the first key or from where the
+    # stream stands, taken in odd numbers of values (pages handed over in parts): the same
+    # values in the same order, ``done`` after the last.
+    for start, workers in ((0, 2), (0, 3), (7_777, 2), (len(want) - 3, 2)):
+        stream = open_stream(files)
+        assert stream.skip(start) == start
+        stream.parallel(workers, 64 << 10, 16)
+        got, taken = [], 0
+        while not stream.done:
+            values, _ = page(stream, 999 if taken % 2 else 1 << 20, 64 << 10)
+            got, taken = got + values, taken + 1
+        assert got == want[start:] and (taken > 50 or start > len(want) // 2)
+        assert page(stream, 10, 1 << 20) == ([], 0)
+    stream = open_stream(files)
+    stream.parallel(2, 64 << 10, 16)
+    assert stream.skip(20_000) == 20_000 and page(stream, 5, 1 << 20)[0] == want[20_000:20_005]
+    del stream      # its threads, each waiting to hand over a page, end with it
 
 
 def test_a_damaged_block_met_mid_stream_is_an_error_naming_the_fault(tmp_path):
@@ -290,7 +300,16 @@ def test_a_damaged_block_met_mid_stream_is_an_error_naming_the_fault(tmp_path):
     damaged = files[0].copy()
     damaged[len(damaged) // 2] ^= 0xFF      # inside a data block in the file's middle
     stream = open_stream([damaged])
-    assert len(stream.page(10, 1 << 20, 0, False)[1]) == 80     # ten values, int64 offsets each
+    assert len(stream.page(10, 1 << 20, 0)[1]) == 80     # ten values, int64 offsets each
     with pytest.raises(ValueError, match="does not match its checksum"):
         while not stream.done:
-            stream.page(1000, 1 << 20, 0, False)
+            stream.page(1000, 1 << 20, 0)
+    # The same when ranges of the keys are walked on threads of their own, whether a block
+    # read to cut the ranges is the damaged one or not.
+    for page_bytes in (32 << 10, 4 << 10):
+        stream = open_stream([damaged])
+        stream.parallel(2, page_bytes, 0)
+        assert len(stream.page(10, 1 << 20, 0)[1]) == 80
+        with pytest.raises(ValueError, match="does not match its checksum"):
+            while not stream.done:
+                stream.page(1000, 1 << 20, 0)
