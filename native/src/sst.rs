@@ -55,7 +55,6 @@ impl<'a> File<'a> {
         Ok(File { file: t.file, slots: plan(t)?.into(), entries: t.entries,
                   checksum: t.checksum, mapped: t.mapped })
     }
-
 }
 
 /// The user key of the first entry of block `s` of `file` (decompressed into `scratch`).
