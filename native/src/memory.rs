@@ -52,9 +52,10 @@ fn give(v: Vec<u8>) {
     }
 }
 
-/// Append `src` to `out`: a short slice (a key's bytes, a row's value, a string) with a few
-/// unaligned moves instead of a call to `memcpy`, whose call and size dispatch cost more than
-/// moving some tens of bytes; a longer one, or one near `out`'s capacity, by `extend_from_slice`.
+/// Append `src` to `out`: a short slice (a decoded string) with a few unaligned moves instead
+/// of a call to `memcpy`, whose call and size dispatch cost more than moving some tens of
+/// bytes; a longer one, or one near `out`'s capacity, by `extend_from_slice`. (The SST walk's
+/// keys and values measured 5% slower this way: they keep `extend_from_slice`.)
 #[inline(always)]
 pub fn append(out: &mut Vec<u8>, src: &[u8]) {
     let (n, len) = (src.len(), out.len());

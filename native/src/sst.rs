@@ -135,15 +135,22 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32> {
 
 /// A varint of at most 5 bytes before `stop`: (value, end).
 #[inline]
-fn varint32(data: &[u8], mut pos: usize, stop: usize) -> Result<(u32, usize)> {
-    let mut value: u32 = 0;
-    for i in 0..5 {
+fn varint32(data: &[u8], pos: usize, stop: usize) -> Result<(u32, usize)> {
+    // Bits past 32 are dropped, as a 32-bit varint's reader drops them.
+    varint::<5>(data, pos, stop).map(|(value, end)| (value as u32, end))
+}
+
+/// A varint of at most `MOST` bytes before `stop`: (value, end).
+#[inline]
+fn varint<const MOST: u32>(data: &[u8], mut pos: usize, stop: usize) -> Result<(u64, usize)> {
+    let mut value: u64 = 0;
+    for i in 0..MOST {
         if pos >= stop {
             break;
         }
         let b = data[pos];
         pos += 1;
-        value |= ((b & 0x7F) as u32) << (7 * i);
+        value |= ((b & 0x7F) as u64) << (7 * i);
         if b < 0x80 {
             return Ok((value, pos));
         }
@@ -227,20 +234,6 @@ fn read_block(file: &[u8], s: &Slot, checksum: u8, out: &mut Vec<u8>) -> Result<
     Ok(())
 }
 
-/// A varint of at most 10 bytes before `stop`: (value, end).
-fn varint64(data: &[u8], mut pos: usize, stop: usize) -> Result<(u64, usize)> {
-    let mut value: u64 = 0;
-    for i in 0..10 {
-        let Some(&b) = data[..stop].get(pos) else { break };
-        pos += 1;
-        value |= ((b & 0x7F) as u64) << (7 * i);
-        if b < 0x80 {
-            return Ok((value, pos));
-        }
-    }
-    fail("SST: a varint runs past its block")
-}
-
 /// The data blocks' (offsets, sizes) that the index block at `offset`, `size` of `file` holds,
 /// one block handle an entry: the same reading as `rocksdb_sst._data_handles`, which stays the
 /// reference and names what this refuses. With `delta` (value delta encoding) every entry is
@@ -291,8 +284,8 @@ pub fn index_handles(file: &[u8], offset: u64, size: u64, checksum: u8, delta: b
         if stop > data_end || p > stop {
             return fail("SST: an index entry runs past its block");
         }
-        let (o, p) = varint64(&block, p, stop)?;
-        let (n, p) = varint64(&block, p, stop)?;
+        let (o, p) = varint::<10>(&block, p, stop)?;
+        let (n, p) = varint::<10>(&block, p, stop)?;
         if p != stop {
             return fail("SST: an index entry holds more than one block handle");
         }
