@@ -7,12 +7,15 @@
 //! whose code gives the user's message; a block found damaged mid-stream is the snapshot's
 //! corruption, named by the caller.
 
+use std::sync::Arc;
+
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 mod memory;
+mod pages;
 mod ranges;
 mod rows;
 mod sst;
@@ -69,6 +72,8 @@ struct SstStream {
     /// Read on the calling thread, until `parallel`.
     stream: sst::Stream<'static>,
     ranges: Option<ranges::Ranges>,
+    /// How the rows of the pages read on the calling thread decode (`decode_as`).
+    plan: Option<Arc<rows::Plan>>,
     files: Vec<sst::File<'static>>,
     done: bool,
     // Last: the streams' slices borrow these buffers, and the ranges' threads end first.
@@ -88,23 +93,41 @@ impl SstStream {
         let planned = unsafe {
             std::mem::transmute::<Vec<sst::File<'_>>, Vec<sst::File<'static>>>(planned)
         };
-        Ok(SstStream { stream: sst::Stream::new(&planned), ranges: None, files: planned,
-                       done: false, _buffers: files })
+        Ok(SstStream { stream: sst::Stream::new(&planned), ranges: None, plan: None,
+                       files: planned, done: false, _buffers: files })
     }
 
-    /// The next live values (data, int64 begins, int64 ends): up to `max_rows`, fewer once
-    /// their bytes and `overhead` bytes a value reach `max_bytes` (after `parallel`, pages of
-    /// the size it was given); none at the end.
-    fn page(&mut self, py: Python<'_>, max_rows: usize, max_bytes: usize, overhead: usize)
-            -> PyResult<(Memory, Memory, Memory)> {
-        let (stream, ranges) = (&mut self.stream, &mut self.ranges);
+    /// The next live values (data, int64 begins, int64 ends, their rows decoded or None): up
+    /// to `max_rows`, fewer once their bytes and `overhead` bytes a value reach `max_bytes`
+    /// (after `parallel`, pages of the size it was given); none at the end. The rows come
+    /// decoded (`decode_as`) as (schema id, layout codes, wanted, columns as `decode_rows`).
+    fn page<'py>(&mut self, py: Python<'py>, max_rows: usize, max_bytes: usize,
+                 overhead: usize) -> PyResult<(Memory, Memory, Memory, Option<DecodedBytes<'py>>)> {
+        let (stream, ranges, plan) = (&mut self.stream, &mut self.ranges, self.plan.clone());
         let (page, done) = py.detach(|| match ranges {
             Some(r) => (r.page(max_rows), r.done()),
-            None => (stream.page(max_rows, max_bytes, overhead), stream.done()),
+            None => (pages::fill(stream, max_rows, max_bytes, overhead, plan), stream.done()),
         });
-        let page = page.map_err(sst_error)?;
+        let (page, decoded) = page.map_err(sst_error)?;
         self.done = done;
-        Ok((Memory::new(page.data), Memory::new(page.begin), Memory::new(page.end)))
+        let decoded = decoded.map(|(plan, columns)| {
+            let (schema_id, layouts, wanted) = plan.parts();
+            (schema_id, layouts, wanted, column_bytes(py, columns))
+        });
+        Ok((Memory::new(page.data), Memory::new(page.begin), Memory::new(page.end), decoded))
+    }
+
+    /// Decode the rows of the pages walked from now on (after `parallel`, on its threads) by
+    /// these arguments of `decode_rows`, as each page is filled; the pages of rows that do not
+    /// all decode by them come undecoded.
+    fn decode_as(&mut self, skip: usize, schema_id: i16, fields: usize, layouts: Vec<i64>,
+                 wanted: Vec<bool>) -> PyResult<()> {
+        let plan = Arc::new(plan(skip, schema_id, fields, layouts, wanted)?);
+        if let Some(ranges) = &self.ranges {
+            ranges.decode_as(plan.clone());
+        }
+        self.plan = Some(plan);
+        Ok(())
     }
 
     /// Walk the values left on `workers` threads, a range of keys of about `page_bytes` each
@@ -119,6 +142,9 @@ impl SstStream {
         let (stream, files) = (&self.stream, &self.files);
         self.ranges = py.detach(|| ranges::Ranges::after(stream, files, workers, page_bytes,
                                                          overhead)).ok();
+        if let (Some(ranges), Some(plan)) = (&self.ranges, &self.plan) {
+            ranges.decode_as(plan.clone());
+        }
     }
 
     /// Whether every value was read (and the files held the entries their tables say).
@@ -154,6 +180,25 @@ fn index_handles(py: Python<'_>, file: PyBuffer<u8>, offset: u64, size: u64, che
 /// One decoded column: (null count, validity bitmap or None, first buffer, second buffer).
 type ColumnBytes<'py> = (usize, Option<Bound<'py, PyBytes>>, Memory, Memory);
 
+/// A page's decoded rows: (schema id, layout codes, wanted, columns).
+type DecodedBytes<'py> = (i16, Vec<i64>, Vec<bool>, Vec<ColumnBytes<'py>>);
+
+fn column_bytes(py: Python<'_>, columns: Vec<rows::Column>) -> Vec<ColumnBytes<'_>> {
+    columns.into_iter().map(|c| {
+        (c.nulls, c.validity.map(|v| PyBytes::new(py, &v)), Memory::new(c.first),
+         Memory::new(c.second))
+    }).collect()
+}
+
+/// The decode of `decode_rows`'s arguments.
+fn plan(skip: usize, schema_id: i16, fields: usize, layouts: Vec<i64>, wanted: Vec<bool>)
+        -> PyResult<rows::Plan> {
+    let layouts = layouts.into_iter().map(rows::Layout::from_code).collect::<Option<Vec<_>>>()
+        .ok_or_else(|| PyValueError::new_err("decode_rows: unknown layout"))?;
+    rows::Plan::new(skip, schema_id, fields, layouts, wanted)
+        .map_err(|e| PyValueError::new_err(e.0))
+}
+
 /// Fields `0..len(layouts)` of the compacted rows `data[starts[r]:ends[r]]`, each row starting
 /// with `skip` bytes (0, or 2: a KV value's schema id, which must be `schema_id`) and then the
 /// null bits of `fields` fields; the buffers of the fields `wanted`, in field order (layout
@@ -164,16 +209,11 @@ fn decode_rows<'py>(py: Python<'py>, data: PyBuffer<u8>, starts: PyBuffer<i64>,
                     ends: PyBuffer<i64>, skip: usize, schema_id: i16, fields: usize,
                     layouts: Vec<i64>, wanted: Vec<bool>, threads: usize)
                     -> PyResult<Vec<ColumnBytes<'py>>> {
-    let layouts = layouts.into_iter().map(rows::Layout::from_code).collect::<Option<Vec<_>>>()
-        .ok_or_else(|| PyValueError::new_err("decode_rows: unknown layout"))?;
+    let plan = plan(skip, schema_id, fields, layouts, wanted)?;
     let (data, starts, ends) = (slice(&data)?, slice(&starts)?, slice(&ends)?);
-    let columns = py.detach(|| rows::decode_parallel(data, starts, ends, skip, schema_id, fields,
-                                                     &layouts, &wanted, threads))
+    let columns = py.detach(|| plan.decode(data, starts, ends, threads))
         .map_err(|e| PyValueError::new_err(e.0))?;
-    Ok(columns.into_iter().map(|c| {
-        (c.nulls, c.validity.map(|v| PyBytes::new(py, &v)), Memory::new(c.first),
-         Memory::new(c.second))
-    }).collect())
+    Ok(column_bytes(py, columns))
 }
 
 #[pymodule]

@@ -2,21 +2,29 @@
 //! their pages handed over in key order: the values of one stream, walked on several CPUs.
 //!
 //! A range's thread hands over one page at a time and waits until it is taken, so memory is
-//! a page per running range (at most `workers` of them) and the page being taken apart.
+//! a page per running range (at most `workers` of them) and the page being taken apart. Once
+//! the reader says how its rows decode (`decode_as`), each thread also decodes its pages, so
+//! that the decode runs on as many CPUs as the walk.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::memory;
+use crate::pages::{self, Decoded};
+use crate::rows::Plan;
 use crate::sst::{self, File, Page, Stream};
 
 type Result<T> = std::result::Result<T, sst::Error>;
 
-/// What a range's thread hands over: its pages, then each file's entries it read.
+/// How the pages' rows decode, once the reader said (shared with the ranges' threads).
+type Shared = Arc<Mutex<Option<Arc<Plan>>>>;
+
+/// What a range's thread hands over: its pages, then each file's entries it read (with its
+/// last page when it knows the page is its last, so that the reader knows at once).
 enum Piece {
-    Page(Page),
+    Page(Decoded, Option<Vec<u64>>),
     End(Vec<u64>),
     Failed(sst::Error),
 }
@@ -41,7 +49,8 @@ pub struct Ranges {
     page_bytes: usize,
     overhead: usize,
     /// A page handed over in part: it and the first of its values not handed over yet.
-    rest: Option<(Page, usize)>,
+    rest: Option<(Decoded, usize)>,
+    plan: Shared,
     done: bool,
 }
 
@@ -64,7 +73,7 @@ impl Ranges {
             files: files.to_vec(), counted: stream.counted(),
             waiting: if done { VecDeque::new() } else { starts.into_iter().zip(ends).collect() },
             running: VecDeque::new(), workers: workers.max(1), page_bytes, overhead, rest: None,
-            done,
+            plan: Shared::default(), done,
         };
         ranges.start();
         Ok(ranges)
@@ -75,19 +84,21 @@ impl Ranges {
         while self.running.len() < self.workers {
             let Some((from, upto)) = self.waiting.pop_front() else { return };
             let (files, bytes, overhead) = (self.files.clone(), self.page_bytes, self.overhead);
+            let plan = self.plan.clone();
             // A rendezvous: the thread waits with its page until it is taken.
             let (give, pieces) = sync_channel(0);
             let thread = std::thread::spawn(move || {
                 let mut stream = Stream::range(&files, from, upto);
                 loop {
-                    match stream.page(usize::MAX, bytes, overhead) {
-                        Ok(page) if page.rows() == 0 => break,
+                    let plan = plan.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    match pages::fill(&mut stream, usize::MAX, bytes, overhead, plan) {
+                        Ok((page, _)) if page.rows() == 0 => break,
                         Ok(page) => {
-                            if give.send(Piece::Page(page)).is_err() {
-                                return;     // the ranges were dropped
-                            }
-                            if stream.done() {
-                                break;
+                            let end = stream.done().then(|| stream.counted());
+                            let last = end.is_some();
+                            // An error: the ranges were dropped.
+                            if give.send(Piece::Page(page, end)).is_err() || last {
+                                return;
                             }
                         }
                         Err(e) => {
@@ -138,8 +149,13 @@ impl Ranges {
         Ok(())
     }
 
+    /// Decode the rows of the pages walked from now on by `plan` (until another replaces it).
+    pub fn decode_as(&self, plan: Arc<Plan>) {
+        *self.plan.lock().unwrap_or_else(|e| e.into_inner()) = Some(plan);
+    }
+
     /// The next values, up to `max_rows` of them: a range's page, or what is left of one.
-    pub fn page(&mut self, max_rows: usize) -> Result<Page> {
+    pub fn page(&mut self, max_rows: usize) -> Result<Decoded> {
         loop {
             if let Some((page, at)) = self.rest.take() {
                 let out = self.hand_over(page, at, max_rows);
@@ -147,14 +163,20 @@ impl Ranges {
                 return Ok(out);
             }
             if self.done || self.running.is_empty() {
-                return Ok(Page { data: Vec::new(), begin: Vec::new(), end: Vec::new() });
+                return Ok((Page { data: Vec::new(), begin: Vec::new(), end: Vec::new() }, None));
             }
             match self.take(true)? {
-                Some(Piece::Page(page)) => self.rest = Some((page, 0)),
+                Some(Piece::Page(page, end)) => self.taken(page, end)?,
                 Some(Piece::End(counted)) => self.ended(counted)?,
                 _ => unreachable!("a wait gives a piece or an error"),
             }
         }
+    }
+
+    /// A page taken from the first running range, with its counts when it was the range's last.
+    fn taken(&mut self, page: Decoded, end: Option<Vec<u64>>) -> Result<()> {
+        self.rest = Some((page, 0));
+        end.map_or(Ok(()), |counted| self.ended(counted))
     }
 
     /// Take the ranges' ends that are ready, without waiting: `done` as soon as it is known.
@@ -162,7 +184,7 @@ impl Ranges {
         while self.rest.is_none() {
             match self.take(false)? {
                 Some(Piece::End(counted)) => self.ended(counted)?,
-                Some(Piece::Page(page)) => self.rest = Some((page, 0)),
+                Some(Piece::Page(page, end)) => self.taken(page, end)?,
                 _ => break,
             }
         }
@@ -170,21 +192,22 @@ impl Ranges {
     }
 
     /// Values `at..` of `page`, up to `max_rows`; what is left stays for the next call.
-    fn hand_over(&mut self, page: Page, at: usize, max_rows: usize) -> Page {
+    fn hand_over(&mut self, (page, decoded): Decoded, at: usize, max_rows: usize) -> Decoded {
         let rows = page.rows();
         let upto = rows.min(at + max_rows.max(1));
         if at == 0 && upto == rows {
-            return page;
+            return (page, decoded);
         }
-        // Rare (a read that stops inside a page): the part handed over is copied.
+        // Rare (a read that stops inside a page): the part handed over is copied, and its
+        // rows are left to the reader to decode.
         let begin = page.begin[8 * at..8 * upto].to_vec();
         let end = page.end[8 * at..8 * upto].to_vec();
         let mut data = memory::take(page.data.len());
         data.extend_from_slice(&page.data);
         if upto < rows {
-            self.rest = Some((page, upto));
+            self.rest = Some(((page, None), upto));
         }
-        Page { data, begin, end }
+        (Page { data, begin, end }, None)
     }
 
     pub fn done(&self) -> bool {
@@ -195,7 +218,7 @@ impl Ranges {
     pub fn skip(&mut self, n: u64) -> Result<u64> {
         let mut skipped = 0;
         while skipped < n {
-            let rows = self.page(usize::try_from(n - skipped).unwrap_or(usize::MAX))?.rows();
+            let rows = self.page(usize::try_from(n - skipped).unwrap_or(usize::MAX))?.0.rows();
             if rows == 0 {
                 break;
             }

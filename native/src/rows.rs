@@ -44,6 +44,18 @@ impl Layout {
             _ => return None,
         })
     }
+
+    pub fn code(self) -> i64 {
+        match self {
+            Layout::Bool => 0,
+            Layout::Fixed(w) => w as i64,
+            Layout::Int => -1,
+            Layout::Long => -2,
+            Layout::LongNanos => -3,
+            Layout::Bytes => -4,
+            Layout::Utf8 => -5,
+        }
+    }
 }
 
 /// One decoded column: its validity bitmap (None when no row is null) and its buffers.
@@ -99,27 +111,75 @@ fn long_varint(row: &[u8], pos: &mut usize, most: u32, r: usize) -> Result<u64> 
     Err(Error(format!("compacted row {r}: varint longer than {most} bytes")))
 }
 
-/// Decode fields `0..layouts.len()` of the rows `data[starts[r]..ends[r]]`, each starting with
-/// `skip` bytes (a KV value's schema id, which must be `schema_id` when `skip` is 2) and then
-/// the null bits of `fields` fields; the columns of the fields `wanted`, in field order.
-#[allow(clippy::too_many_arguments)]
-pub fn decode(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id: i16,
-              fields: usize, layouts: &[Layout], wanted: &[bool]) -> Result<Vec<Column>> {
-    decode_into(data, starts, ends, skip, schema_id, fields, layouts, wanted, (0, 0))
+/// What a decode reads of each row and keeps: `skip` bytes first (a KV value's schema id, which
+/// must be `schema_id` when `skip` is 2), then the null bits of `fields` fields, then fields
+/// `0..layouts.len()` laid out as `layouts`; the columns of the fields `wanted`, in field order.
+pub struct Plan {
+    skip: usize,
+    schema_id: i16,
+    fields: usize,
+    layouts: Vec<Layout>,
+    wanted: Vec<bool>,
 }
 
-/// `decode`, its buffers sized for `room` more (rows, bytes) than its own rows need: rows
-/// that the caller appends after them.
-#[allow(clippy::too_many_arguments)]
-fn decode_into(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id: i16,
-               fields: usize, layouts: &[Layout], wanted: &[bool], room: (usize, u64))
+impl Plan {
+    pub fn new(skip: usize, schema_id: i16, fields: usize, layouts: Vec<Layout>,
+               wanted: Vec<bool>) -> Result<Plan> {
+        if layouts.len() != wanted.len() || layouts.len() > fields || !(skip == 0 || skip == 2) {
+            return Err(Error("rows: mismatched arguments".into()));
+        }
+        Ok(Plan { skip, schema_id, fields, layouts, wanted })
+    }
+
+    /// The schema id, layout codes and wanted fields it was made of.
+    pub fn parts(&self) -> (i16, Vec<i64>, Vec<bool>) {
+        (self.schema_id, self.layouts.iter().map(|l| l.code()).collect(), self.wanted.clone())
+    }
+
+    /// The rows `data[starts[r]..ends[r]]` decoded; on two threads when it may use two
+    /// (`threads`) and they are many, each taking half of them, the halves' buffers joined
+    /// after (one copy of each column, a fraction of decoding it).
+    pub fn decode(&self, data: &[u8], starts: &[i64], ends: &[i64], threads: usize)
+                  -> Result<Vec<Column>> {
+        let n = starts.len();
+        if threads < 2 || n < PARALLEL_ROWS || ends.len() != n {
+            return decode_into(self, data, starts, ends, (0, 0));
+        }
+        // A multiple of 8 rows first, so that the halves' bitmaps join byte by byte.
+        let half = n / 2 / 8 * 8;
+        // The first half's buffers are sized for all rows: the second's are appended to them.
+        let later: u64 = starts[half..].iter().zip(&ends[half..])
+            .map(|(&s, &e)| e.saturating_sub(s).max(0) as u64).sum();
+        let (first, second) = std::thread::scope(|scope| {
+            let other = scope.spawn(|| decode_into(self, data, &starts[half..], &ends[half..],
+                                                   (0, 0)));
+            let mine = decode_into(self, data, &starts[..half], &ends[..half],
+                                   (n - half, later));
+            (mine, other.join().expect("a decoding thread panicked"))
+        });
+        let kinds = self.layouts.iter().zip(&self.wanted).filter(|(_, w)| **w).map(|(l, _)| *l);
+        first?.into_iter().zip(second?).zip(kinds)
+            .map(|((a, b), layout)| join(a, b, layout, half, n - half)).collect()
+    }
+}
+
+/// `Plan::decode` on this thread, its buffers sized for `room` more (rows, bytes) than its own
+/// rows need: rows that the caller appends after them.
+fn decode_into(plan: &Plan, data: &[u8], starts: &[i64], ends: &[i64], room: (usize, u64))
                -> Result<Vec<Column>> {
-    let n = starts.len();
-    if ends.len() != n || layouts.len() != wanted.len() || layouts.len() > fields
-        || !(skip == 0 || skip == 2) {
+    // The bytes of all rows bound any one column's bytes.
+    let span = spans(data, starts, ends)?;
+    let mut decoder = Decoder::new(plan, starts.len() + room.0,
+                                   usize::try_from(span + room.1).unwrap_or(usize::MAX));
+    decoder.add(data, starts, ends)?;
+    decoder.finish()
+}
+
+/// The bytes of the rows `data[starts[r]..ends[r]]`, each checked to lie inside `data`.
+fn spans(data: &[u8], starts: &[i64], ends: &[i64]) -> Result<u64> {
+    if ends.len() != starts.len() {
         return Err(Error("rows: mismatched arguments".into()));
     }
-    // The bytes of all rows bound any one column's bytes.
     let mut span: u64 = 0;
     for (&start, &end) in starts.iter().zip(ends) {
         if start < 0 || end < start || end as u64 > data.len() as u64 {
@@ -127,129 +187,244 @@ fn decode_into(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id
         }
         span += (end - start) as u64;
     }
-    let (rows, span) = (n + room.0, span + room.1);
-    let header = fields.div_ceil(8);
-    let mut columns: Vec<Option<Column>> = layouts.iter().zip(wanted).map(|(layout, &want)| {
-        want.then(|| {
-            let first = match layout {
-                Layout::Bool => {
-                    let mut bits = memory::take(rows.div_ceil(8));
-                    bits.resize(n.div_ceil(8), 0);
-                    bits
-                }
-                Layout::Fixed(w) => memory::take(rows * w),
-                Layout::Int => memory::take(rows * 4),
-                Layout::Long | Layout::LongNanos => memory::take(rows * 8),
-                Layout::Bytes | Layout::Utf8 => {
-                    let mut offsets = memory::take((rows + 1) * 4);
-                    offsets.extend_from_slice(&0i32.to_le_bytes());
-                    offsets
-                }
-            };
-            let second = match layout {
-                Layout::LongNanos => memory::take(rows * 4),
-                Layout::Bytes | Layout::Utf8 => memory::take(span as usize),
-                _ => Vec::new(),
-            };
-            Column { nulls: 0, validity: None, first, second }
-        })
-    }).collect();
-    // The null bits of the decoded fields: a row with none of them set checks no field's.
-    let mut mask = vec![0u8; header];
-    for i in 0..layouts.len() {
-        mask[i >> 3] |= 1 << (i & 7);
+    Ok(span)
+}
+
+/// Rows decoded by a plan, a batch of them at a time (`add`), into columns that grow.
+struct Decoder<'p> {
+    plan: &'p Plan,
+    columns: Vec<Option<Column>>,
+    /// Rows decoded so far.
+    rows: usize,
+    /// The null bits of the decoded fields: a chunk whose rows have none of them set checks no
+    /// field's.
+    mask: Vec<u8>,
+}
+
+impl<'p> Decoder<'p> {
+    /// A decoder whose buffers have room for `rows` rows of `bytes` bytes in all.
+    fn new(plan: &'p Plan, rows: usize, bytes: usize) -> Decoder<'p> {
+        let columns = plan.layouts.iter().zip(&plan.wanted).map(|(layout, &want)| {
+            want.then(|| {
+                let first = match layout {
+                    Layout::Bool => memory::take(rows.div_ceil(8)),
+                    Layout::Fixed(w) => memory::take(rows * w),
+                    Layout::Int => memory::take(rows * 4),
+                    Layout::Long | Layout::LongNanos => memory::take(rows * 8),
+                    Layout::Bytes | Layout::Utf8 => {
+                        let mut offsets = memory::take((rows + 1) * 4);
+                        offsets.extend_from_slice(&0i32.to_le_bytes());
+                        offsets
+                    }
+                };
+                let second = match layout {
+                    Layout::LongNanos => memory::take(rows * 4),
+                    Layout::Bytes | Layout::Utf8 => memory::take(bytes),
+                    _ => Vec::new(),
+                };
+                Column { nulls: 0, validity: None, first, second }
+            })
+        }).collect();
+        let mut mask = vec![0u8; plan.fields.div_ceil(8)];
+        for i in 0..plan.layouts.len() {
+            mask[i >> 3] |= 1 << (i & 7);
+        }
+        Decoder { plan, columns, rows: 0, mask }
     }
-    let head = skip + header;
-    for r in 0..n {
-        // Inside `data`: every range was checked above.
-        let row = &data[starts[r] as usize..ends[r] as usize];
-        if row.len() < head {
-            return truncated(r);
-        }
-        if skip == 2 && i16::from_le_bytes([row[0], row[1]]) != schema_id {
-            return Err(Error(format!("row {r}: another schema id")));
-        }
-        let bits = &row[skip..head];
-        let any_null = bits.iter().zip(&mask).any(|(b, m)| b & m != 0);
-        let mut pos = head;
-        for (i, (layout, column)) in layouts.iter().zip(columns.iter_mut()).enumerate() {
-            if any_null && bits[i >> 3] & (1 << (i & 7)) != 0 {
-                if let Some(c) = column {
-                    null_value(c, *layout, r, n);
-                }
-                continue;
+
+    /// Decode the rows `data[starts[r]..ends[r]]` after those before. After an error the
+    /// decoder is not used again.
+    fn add(&mut self, data: &[u8], starts: &[i64], ends: &[i64]) -> Result<()> {
+        spans(data, starts, ends)?;
+        let Plan { skip, schema_id, ref layouts, .. } = *self.plan;
+        let header = self.plan.fields.div_ceil(8);
+        let n = starts.len();
+        // The bitmaps cover the new rows: valid, and false.
+        let bytes = (self.rows + n).div_ceil(8);
+        let rows = Rows { data, starts, ends, skip, base: self.rows, bits: bytes };
+        for (c, layout) in self.columns.iter_mut().zip(layouts) {
+            let Some(c) = c else { continue };
+            if let Some(validity) = &mut c.validity {
+                validity.resize(bytes, 0xFF);
             }
-            match *layout {
-                Layout::Bool => {
-                    let Some(&b) = row.get(pos) else { return truncated(r) };
-                    if let Some(c) = column {
-                        if b != 0 {
-                            c.first[r >> 3] |= 1 << (r & 7);
-                        }
-                    }
-                    pos += 1;
+            if *layout == Layout::Bool {
+                c.first.resize(bytes, 0);
+            }
+        }
+        let mut at = [0usize; CHUNK];
+        for r0 in (0..n).step_by(CHUNK) {
+            let at = &mut at[..CHUNK.min(n - r0)];
+            let mut nulls = false;
+            for (k, pos) in at.iter_mut().enumerate() {
+                let row = rows.row(r0 + k);
+                if row.len() < skip + header {
+                    return truncated(self.rows + r0 + k);
                 }
-                Layout::Fixed(w) => {
-                    let Some(bytes) = row.get(pos..pos + w) else { return truncated(r) };
-                    if let Some(c) = column {
-                        // Constant sizes: a move each, not a call to copy `w` bytes.
-                        match *bytes {
-                            [a] => c.first.push(a),
-                            [a, b] => c.first.extend_from_slice(&[a, b]),
-                            [a, b, c2, d] => c.first.extend_from_slice(&[a, b, c2, d]),
-                            _ => c.first.extend_from_slice(&<[u8; 8]>::try_from(bytes)
-                                .expect("8 bytes")),
-                        }
-                    }
-                    pos += w;
+                if skip == 2 && i16::from_le_bytes([row[0], row[1]]) != schema_id {
+                    return Err(Error(format!("row {}: another schema id", self.rows + r0 + k)));
                 }
-                Layout::Int => {
-                    let v = varint(row, &mut pos, 5, r)? as u32;
-                    if let Some(c) = column {
-                        c.first.extend_from_slice(&v.to_le_bytes());
-                    }
-                }
-                Layout::Long | Layout::LongNanos => {
-                    let v = varint(row, &mut pos, 10, r)?;
-                    if let Some(c) = column {
-                        c.first.extend_from_slice(&v.to_le_bytes());
-                    }
-                    if *layout == Layout::LongNanos {
-                        let nanos = varint(row, &mut pos, 5, r)? as u32 as i32;
-                        if !(0..1_000_000).contains(&nanos) {
-                            return Err(Error(format!("compacted row {r}: nanos of millisecond \
-                                                      out of range")));
-                        }
-                        if let Some(c) = column {
-                            c.second.extend_from_slice(&nanos.to_le_bytes());
-                        }
-                    }
-                }
-                Layout::Bytes | Layout::Utf8 => {
-                    let length = varint(row, &mut pos, 5, r)? as u32 as i32;
-                    let Some(bytes) = usize::try_from(length).ok()
-                        .and_then(|length| row.get(pos..pos + length)) else {
-                        return truncated(r);
-                    };
-                    pos += bytes.len();
-                    if let Some(c) = column {
-                        memory::append(&mut c.second, bytes);
-                        let offset = i32::try_from(c.second.len()).map_err(|_| {
-                            Error("rows: a column's bytes pass 2 GiB".into())
-                        })?;
-                        c.first.extend_from_slice(&offset.to_le_bytes());
-                    }
+                nulls |= row[skip..skip + header].iter().zip(&self.mask).any(|(b, m)| b & m != 0);
+                *pos = skip + header;
+            }
+            for (i, (&layout, column)) in layouts.iter().zip(self.columns.iter_mut()).enumerate() {
+                let column = column.as_mut();
+                if nulls {
+                    field::<true>(&rows, r0, at, i, layout, column)?;
+                } else {
+                    field::<false>(&rows, r0, at, i, layout, column)?;
                 }
             }
         }
+        self.rows += n;
+        Ok(())
     }
-    let columns: Vec<Column> = columns.into_iter().flatten().collect();
-    for (c, layout) in columns.iter().zip(layouts.iter().zip(wanted).filter(|(_, &w)| w)) {
-        if *layout.0 == Layout::Utf8 && !utf8(c) {
-            return Err(Error("a string is not valid UTF-8".into()));
+
+    /// The columns of the fields wanted, in field order; an error if a string is not UTF-8.
+    fn finish(self) -> Result<Vec<Column>> {
+        let n = self.rows;
+        let layouts = self.plan.layouts.iter().zip(&self.plan.wanted).filter(|(_, &w)| w);
+        let columns: Vec<Column> = self.columns.into_iter().flatten().collect();
+        columns.into_iter().zip(layouts).map(|(mut c, (layout, _))| {
+            if *layout == Layout::Utf8 && !utf8(&c) {
+                return Err(Error("a string is not valid UTF-8".into()));
+            }
+            // The bits past the last row are clear.
+            if let (Some(validity), true) = (&mut c.validity, !n.is_multiple_of(8)) {
+                validity[n / 8] &= (1u8 << (n % 8)) - 1;
+            }
+            Ok(c)
+        }).collect()
+    }
+}
+
+/// Rows are decoded a field at a time, this many rows at once: each field's loop knows its
+/// layout (no dispatch on it per value, which cost a mispredicted jump a field) and walks rows
+/// the loop before brought into the cache.
+const CHUNK: usize = 256;
+
+/// The rows being decoded: row `r` is `data[starts[r]..ends[r]]`, its null bits at `skip`;
+/// its columns' row `base + r`, of bitmaps of `bits` bytes.
+struct Rows<'a> {
+    data: &'a [u8],
+    starts: &'a [i64],
+    ends: &'a [i64],
+    skip: usize,
+    base: usize,
+    bits: usize,
+}
+
+impl Rows<'_> {
+    #[inline(always)]
+    fn row(&self, r: usize) -> &[u8] {
+        // Inside `data`: every range was checked before decoding.
+        &self.data[self.starts[r] as usize..self.ends[r] as usize]
+    }
+}
+
+/// Field `i` (of `layout`) of rows `r0..r0 + at.len()`, each read from `at[k]` (its row's
+/// offset, moved past the field); into `column` when it is wanted. `NULLS`: some row of
+/// these may have the field null.
+fn field<const NULLS: bool>(rows: &Rows, r0: usize, at: &mut [usize], i: usize, layout: Layout,
+                            column: Option<&mut Column>) -> Result<()> {
+    match layout {
+        Layout::Bool => each::<NULLS, _>(rows, r0, at, i, layout, column, |c, r, row, pos| {
+            let Some(&b) = row.get(*pos) else { return truncated(r) };
+            if let Some(c) = c {
+                if b != 0 {
+                    c.first[r >> 3] |= 1 << (r & 7);
+                }
+            }
+            *pos += 1;
+            Ok(())
+        }),
+        Layout::Fixed(1) => fixed::<NULLS, 1>(rows, r0, at, i, layout, column),
+        Layout::Fixed(2) => fixed::<NULLS, 2>(rows, r0, at, i, layout, column),
+        Layout::Fixed(4) => fixed::<NULLS, 4>(rows, r0, at, i, layout, column),
+        Layout::Fixed(_) => fixed::<NULLS, 8>(rows, r0, at, i, layout, column),
+        Layout::Int => each::<NULLS, _>(rows, r0, at, i, layout, column, |c, r, row, pos| {
+            let v = varint(row, pos, 5, r)? as u32;
+            if let Some(c) = c {
+                c.first.extend_from_slice(&v.to_le_bytes());
+            }
+            Ok(())
+        }),
+        Layout::Long => each::<NULLS, _>(rows, r0, at, i, layout, column, |c, r, row, pos| {
+            let v = varint(row, pos, 10, r)?;
+            if let Some(c) = c {
+                c.first.extend_from_slice(&v.to_le_bytes());
+            }
+            Ok(())
+        }),
+        Layout::LongNanos => each::<NULLS, _>(rows, r0, at, i, layout, column, |c, r, row, pos| {
+            let v = varint(row, pos, 10, r)?;
+            let nanos = varint(row, pos, 5, r)? as u32 as i32;
+            if !(0..1_000_000).contains(&nanos) {
+                return Err(Error(format!("compacted row {r}: nanos of millisecond out of \
+                                          range")));
+            }
+            if let Some(c) = c {
+                c.first.extend_from_slice(&v.to_le_bytes());
+                c.second.extend_from_slice(&nanos.to_le_bytes());
+            }
+            Ok(())
+        }),
+        Layout::Bytes | Layout::Utf8 => each::<NULLS, _>(rows, r0, at, i, layout, column,
+                                                          |c, r, row, pos| {
+            let length = varint(row, pos, 5, r)? as u32 as i32;
+            let Some(bytes) = usize::try_from(length).ok()
+                .and_then(|length| row.get(*pos..*pos + length)) else {
+                return truncated(r);
+            };
+            *pos += bytes.len();
+            if let Some(c) = c {
+                memory::append(&mut c.second, bytes);
+                let offset = i32::try_from(c.second.len()).map_err(|_| {
+                    Error("rows: a column's bytes pass 2 GiB".into())
+                })?;
+                c.first.extend_from_slice(&offset.to_le_bytes());
+            }
+            Ok(())
+        }),
+    }
+}
+
+/// A field of `W` bytes copied as it is.
+fn fixed<const NULLS: bool, const W: usize>(rows: &Rows, r0: usize, at: &mut [usize], i: usize,
+                                            layout: Layout, column: Option<&mut Column>)
+                                            -> Result<()> {
+    each::<NULLS, _>(rows, r0, at, i, layout, column, |c, r, row, pos| {
+        let Some(bytes) = row.get(*pos..*pos + W) else { return truncated(r) };
+        if let Some(c) = c {
+            // A constant size: a move, not a call to copy `W` bytes.
+            c.first.extend_from_slice(&<[u8; W]>::try_from(bytes).expect("W bytes"));
         }
+        *pos += W;
+        Ok(())
+    })
+}
+
+/// `value(column, the row's number in the columns, row, offset)` for each row whose field `i`
+/// is not null; a null one gets a null value.
+#[inline(always)]
+fn each<const NULLS: bool, F>(rows: &Rows, r0: usize, at: &mut [usize], i: usize, layout: Layout,
+                              mut column: Option<&mut Column>, mut value: F) -> Result<()>
+where
+    F: FnMut(Option<&mut Column>, usize, &[u8], &mut usize) -> Result<()>,
+{
+    let (byte, bit) = (rows.skip + (i >> 3), 1u8 << (i & 7));
+    for (k, pos) in at.iter_mut().enumerate() {
+        let row = rows.row(r0 + k);
+        let r = rows.base + r0 + k;
+        // Inside the row: its header was checked to fit.
+        if NULLS && row[byte] & bit != 0 {
+            if let Some(c) = column.as_deref_mut() {
+                null_value(c, layout, r, rows.bits);
+            }
+            continue;
+        }
+        value(column.as_deref_mut(), r, row, pos)?;
     }
-    Ok(columns)
+    Ok(())
 }
 
 /// Whether every string of a column is UTF-8: its bytes all together are, and no string starts
@@ -264,16 +439,11 @@ fn utf8(c: &Column) -> bool {
     })
 }
 
-/// Row `r` of column `c` is null: a zero value (or an empty range) and a clear validity bit.
-fn null_value(c: &mut Column, layout: Layout, r: usize, n: usize) {
-    let validity = c.validity.get_or_insert_with(|| {
-        // Every row is valid until it is found null: a valid value sets no bit.
-        let mut bits = vec![0xFFu8; n.div_ceil(8)];
-        if !n.is_multiple_of(8) {
-            bits[n / 8] = (1u8 << (n % 8)) - 1;
-        }
-        bits
-    });
+/// Row `r` of column `c` is null: a zero value (or an empty range) and a clear validity bit
+/// (in a bitmap of `bits` bytes, made at the column's first null).
+fn null_value(c: &mut Column, layout: Layout, r: usize, bits: usize) {
+    // Every row is valid until it is found null: a valid value sets no bit.
+    let validity = c.validity.get_or_insert_with(|| vec![0xFFu8; bits]);
     validity[r >> 3] &= !(1 << (r & 7));
     c.nulls += 1;
     match layout {
@@ -294,34 +464,6 @@ fn null_value(c: &mut Column, layout: Layout, r: usize, n: usize) {
 
 /// Rows decoded on two threads when there are at least this many and two threads are allowed.
 const PARALLEL_ROWS: usize = 1 << 15;
-
-/// `decode` of many rows on two threads when it may use two (`threads`), each taking half of
-/// them, the halves' buffers joined after (one copy of each column, a fraction of decoding it).
-#[allow(clippy::too_many_arguments)]
-pub fn decode_parallel(data: &[u8], starts: &[i64], ends: &[i64], skip: usize, schema_id: i16,
-                       fields: usize, layouts: &[Layout], wanted: &[bool], threads: usize)
-                       -> Result<Vec<Column>> {
-    let n = starts.len();
-    let two = threads > 1 && n >= PARALLEL_ROWS && ends.len() == n;
-    if !two {
-        return decode(data, starts, ends, skip, schema_id, fields, layouts, wanted);
-    }
-    // A multiple of 8 rows first, so that the halves' bitmaps join byte by byte.
-    let half = n / 2 / 8 * 8;
-    // The first half's buffers are sized for all rows: the second's are appended to them.
-    let later: u64 = starts[half..].iter().zip(&ends[half..])
-        .map(|(&s, &e)| e.saturating_sub(s).max(0) as u64).sum();
-    let (first, second) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| decode(data, &starts[half..], &ends[half..], skip, schema_id,
-                                          fields, layouts, wanted));
-        let mine = decode_into(data, &starts[..half], &ends[..half], skip, schema_id, fields,
-                               layouts, wanted, (n - half, later));
-        (mine, other.join().expect("a decoding thread panicked"))
-    });
-    let kinds = layouts.iter().zip(wanted).filter(|(_, w)| **w).map(|(l, _)| *l);
-    first?.into_iter().zip(second?).zip(kinds)
-        .map(|((a, b), layout)| join(a, b, layout, half, n - half)).collect()
-}
 
 /// Column `a` of `rows_a` rows (a multiple of 8) followed by column `b` of `rows_b` rows.
 fn join(mut a: Column, b: Column, layout: Layout, rows_a: usize, rows_b: usize)

@@ -390,7 +390,7 @@ class ApacheFlussWireCluster:
         return CheckpointScan(lambda: self._snapshot_files(table, bucket, snapshot_id, part),
                               lambda schema_id: self.conn.schema(meta, schema_id)[1],
                               self._output(table, projection), start_row=start_row, limit=limit,
-                              batch_size_bytes=batch_size_bytes)
+                              batch_size_bytes=batch_size_bytes, schema_id=meta.schema_id)
 
     def _kv_table(self, table: str) -> TableMetadata:
         """The metadata of a PK table whose KV rows this client decodes."""

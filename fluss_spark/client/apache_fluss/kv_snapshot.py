@@ -37,7 +37,9 @@ from fluss_spark.client.apache_fluss.snapshot_files import (KvSnapshotFiles, dow
 from fluss_spark.client.remote_storage import filesystem
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
 from fluss_spark.protocol.apache_fluss import compiled
-from fluss_spark.protocol.apache_fluss.compacted_row import (NUMPY_DECODE_ROWS, decode_kv_ranges,
+from fluss_spark.protocol.apache_fluss.compacted_row import (NUMPY_DECODE_ROWS, SCHEMA_ID_SIZE,
+                                                             KvPlan, decode_kv_ranges,
+                                                             first_schema_id, kv_batch, kv_plan,
                                                              decode_kv_values)
 from fluss_spark.protocol.apache_fluss.rocksdb_sst import read_live_values, stream_opener
 
@@ -217,13 +219,22 @@ class StreamedSnapshot:
         time (its pages still in key order, of ``page_bytes``); nothing with fewer than two."""
         stream.parallel(workers, page_bytes, _ROW_OVERHEAD_BYTES)
 
+    @staticmethod
+    def decode_as(stream: Any, plan: KvPlan) -> None:
+        """Have ``stream`` decode the rows of its pages by ``plan`` from now on, as it fills
+        them (on its threads, after ``parallel``)."""
+        stream.decode_as(SCHEMA_ID_SIZE, plan.schema_id, len(plan.schema), plan.layouts,
+                         plan.want)
+
     def page(self, stream: Any, max_rows: int, max_bytes: int
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
         """The stream's next values (none at the end): up to ``max_rows`` (the rows the read
-        still wants), fewer past ``max_bytes`` with their Arrow overhead."""
-        data, begin, end = self._call(stream.page, max_rows, max_bytes, _ROW_OVERHEAD_BYTES)
+        still wants), fewer past ``max_bytes`` with their Arrow overhead; and their rows as the
+        stream decoded them (``decode_as``), or None."""
+        data, begin, end, decoded = self._call(stream.page, max_rows, max_bytes,
+                                               _ROW_OVERHEAD_BYTES)
         return (np.frombuffer(data, dtype=np.uint8), np.frombuffer(begin, dtype=np.int64),
-                np.frombuffer(end, dtype=np.int64))
+                np.frombuffer(end, dtype=np.int64), decoded)
 
     def count(self) -> int:
         return int(self._call(self._open_stream().skip, 1 << 62))
@@ -272,12 +283,16 @@ class CheckpointScan:
 
     Nothing is fetched until the first batch is asked for, so a missing snapshot surfaces as
     ``KvSnapshotNotExist`` while iterating, as the ``Cluster`` interface promises.
+    ``schema_id``: the table's, which most values have (their pages are decoded by it from the
+    first one on).
     """
 
     def __init__(self, files: Callable[[], KvSnapshotFiles],
                  schema_of: Callable[[int], pa.Schema], output: pa.Schema, *, start_row: int,
-                 limit: int | None, batch_size_bytes: int, cache: CheckpointCache = CHECKPOINTS):
+                 limit: int | None, batch_size_bytes: int, cache: CheckpointCache = CHECKPOINTS,
+                 schema_id: int | None = None):
         self._files = files
+        self._schema_id = schema_id
         self._cache = cache
         self._schema_of = schema_of
         self._output = output
@@ -346,13 +361,20 @@ class CheckpointScan:
             # The rows the read still wants (batches are bounded by their bytes): a stream
             # never hands over more, and keeps what it walked past them for the next split.
             last = self._start + (1 << 62) if stop is None else stop
-            # With two threads or more, ranges of the keys are walked on threads of their own
-            # while this one decodes the pages they read (BENCHMARKS.md, "Key ranges walked on
-            # threads of their own").
+            # Each page's rows are decoded by the thread that walks it: by the table's schema,
+            # then by that of the first value of a page that did not all decode by it (which
+            # is decoded here). With two threads or more, ranges of the keys are walked on
+            # threads of their own (BENCHMARKS.md, "Key ranges walked on threads of their
+            # own", "Pages decoded where they are walked").
+            plans: dict[int, KvPlan | None] = {}
+            plan = self._plan(plans, self._schema_id)
+            if plan is not None:
+                snapshot.decode_as(stream, plan)
             threads = compiled.threads
             snapshot.parallel(stream, threads, self._batch_bytes)
             while row < last:
-                buffer, begin, end = snapshot.page(stream, last - row, self._batch_bytes)
+                buffer, begin, end, decoded = snapshot.page(stream, last - row,
+                                                            self._batch_bytes)
                 if not len(begin):
                     finished = True
                     return
@@ -361,12 +383,38 @@ class CheckpointScan:
                 if row == stop and not finished:
                     # Saved before the last yield: a reader stops asking once it has its rows.
                     cursor = (row, stream)
-                yield decode_kv_ranges(buffer, begin, end, self._schema_of, self._output,
-                                       max(1, threads - 1))
+                batch = self._decoded(plans, decoded, len(begin))
+                if batch is None:
+                    batch = decode_kv_ranges(buffer, begin, end, self._schema_of, self._output,
+                                             max(1, threads - 1))
+                    plan = self._plan(plans, first_schema_id(buffer, begin, end))
+                    if plan is not None:
+                        snapshot.decode_as(stream, plan)
+                yield batch
                 if finished:
                     return
         finally:
             self._cache.release(entry, cursor, finished=finished)
+
+    def _plan(self, plans: dict[int, KvPlan | None], schema_id: int | None) -> KvPlan | None:
+        """The compiled decode's plan for values of ``schema_id`` (kept in ``plans``)."""
+        if schema_id is None:
+            return None
+        if schema_id not in plans:
+            plans[schema_id] = kv_plan(schema_id, self._schema_of, self._output)
+        return plans[schema_id]
+
+    def _decoded(self, plans: dict[int, KvPlan | None], decoded: Any, rows: int
+                 ) -> pa.RecordBatch | None:
+        """The batch of a page's rows as the stream's threads decoded them, when they did so by
+        this read's plan (a stream kept for the next split may hold another read's)."""
+        if decoded is None:
+            return None
+        schema_id, layouts, want, columns = decoded
+        plan = self._plan(plans, schema_id)
+        if plan is None or plan.layouts != layouts or plan.want != want:
+            return None
+        return kv_batch(plan, columns, rows, self._output)
 
     def _read_decoded(self, entry: Any, values: SnapshotValues, stop: int | None
                       ) -> Iterator[pa.RecordBatch]:

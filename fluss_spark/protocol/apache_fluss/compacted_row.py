@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -139,23 +140,37 @@ def _decode_compiled(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray | 
     native = compiled.native()
     if native is None:
         return None
-    wanted = set(columns)
-    want = [i in wanted for i in range(max(columns) + 1)]
-    layouts = [_layout(schema.field(i).type, w) for i, w in enumerate(want)]
-    if None in layouts:
+    plan = _compiled_plan(schema, columns)
+    if plan is None:
         return None
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     ends = (np.full(len(starts), len(buffer), dtype=np.int64) if ends is None
             else np.ascontiguousarray(ends, dtype=np.int64))
     try:
         out = native.decode_rows(buffer, starts, ends, 0 if schema_id is None else SCHEMA_ID_SIZE,
-                                 schema_id or 0, len(schema), layouts, want,
+                                 schema_id or 0, len(schema), *plan,
                                  compiled.threads if threads is None else threads)
     except ValueError:
         return None
-    n = len(starts)
+    return _compiled_arrays(schema, columns, out, len(starts))
+
+
+def _compiled_plan(schema: pa.Schema, columns: Sequence[int]
+                   ) -> tuple[list[int], list[bool]] | None:
+    """The compiled decode's layout codes and wanted flags for these columns of ``schema``;
+    None where it does not build a column's type."""
+    wanted = set(columns)
+    want = [i in wanted for i in range(max(columns) + 1)]
+    layouts = [_layout(schema.field(i).type, w) for i, w in enumerate(want)]
+    return None if None in layouts else (layouts, want)  # type: ignore[return-value]
+
+
+def _compiled_arrays(schema: pa.Schema, columns: Sequence[int], out: Sequence[Any], n: int
+                     ) -> list[pa.Array]:
+    """The arrays of ``columns`` of ``schema`` from the compiled decode's buffers of ``n``
+    rows, one column a wanted field, in field order."""
     built = {i: _compiled_column(schema.field(i).type, n, *column)
-             for i, column in zip(sorted(wanted), out)}
+             for i, column in zip(sorted(set(columns)), out)}
     return [built[i] for i in columns]
 
 
@@ -389,21 +404,63 @@ def _decode_one_schema(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                        threads: int | None = None) -> pa.RecordBatch | None:
     """The batch of _decode_values from the compiled decode in one call, when every value has
     the first one's schema id (the usual case); None otherwise, or where it does not apply."""
-    at = int(begins[0])
-    if (compiled.native() is None or ends[0] - at < SCHEMA_ID_SIZE
-            or not 0 <= at <= len(buffer) - SCHEMA_ID_SIZE):
+    native = compiled.native()
+    schema_id = first_schema_id(buffer, begins, ends)
+    if native is None or schema_id is None:
         return None
-    schema_id = int(buffer[at:at + SCHEMA_ID_SIZE].view("<i2")[0])
+    plan = kv_plan(schema_id, schema_of, output)
+    if plan is None:
+        return None
+    try:
+        out = native.decode_rows(buffer, begins, ends, SCHEMA_ID_SIZE, schema_id,
+                                 len(plan.schema), plan.layouts, plan.want,
+                                 compiled.threads if threads is None else threads)
+    except ValueError:
+        return None
+    return kv_batch(plan, out, len(begins), output)
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    """How the compiled decode reads the KV values of one schema id into batches of an output
+    schema: the output's columns the schema has (name -> field index), and the decode's layout
+    codes and wanted flags for them."""
+
+    schema_id: int
+    schema: pa.Schema
+    columns: dict[str, int]
+    layouts: list[int]
+    want: list[bool]
+
+
+def kv_plan(schema_id: int, schema_of: Callable[[int], pa.Schema], output: pa.Schema
+            ) -> KvPlan | None:
+    """The compiled decode of KV values of ``schema_id`` into batches of ``output``; None where
+    it does not apply (no compiled decode, no column in common, a type it does not build)."""
+    if compiled.native() is None:
+        return None
     schema = schema_of(schema_id)
     columns = _columns_of(schema, output)
-    if not columns:
-        return None
-    arrays = _decode_compiled(buffer, begins, ends, schema, list(columns.values()), schema_id,
-                              threads)
-    if arrays is None:
-        return None
-    return pa.record_batch(_as_output(dict(zip(columns, arrays)), schema_id, len(begins),
+    parts = _compiled_plan(schema, list(columns.values())) if columns else None
+    return None if parts is None else KvPlan(schema_id, schema, columns, *parts)
+
+
+def kv_batch(plan: KvPlan, out: Sequence[Any], n: int, output: pa.Schema) -> pa.RecordBatch:
+    """The batch of ``output`` from the compiled decode's buffers of ``n`` rows by ``plan``."""
+    arrays = _compiled_arrays(plan.schema, list(plan.columns.values()), out, n)
+    return pa.record_batch(_as_output(dict(zip(plan.columns, arrays)), plan.schema_id, n,
                                       output), schema=output)
+
+
+def first_schema_id(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> int | None:
+    """The schema id of the first KV value at ``buffer[begins[0]:ends[0]]``; None when there is
+    none, or it lies outside the buffer."""
+    if not len(begins):
+        return None
+    at = int(begins[0])
+    if ends[0] - at < SCHEMA_ID_SIZE or not 0 <= at <= len(buffer) - SCHEMA_ID_SIZE:
+        return None
+    return int(buffer[at:at + SCHEMA_ID_SIZE].view("<i2")[0])
 
 
 def _decode_values(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
@@ -443,5 +500,5 @@ def _decode_values(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
     return pa.record_batch(columns_out, schema=output)
 
 
-__all__ = ["SCHEMA_ID_SIZE", "decode_compacted_rows", "decode_kv_ranges", "decode_kv_values",
-           "decode_value_batch"]
+__all__ = ["SCHEMA_ID_SIZE", "KvPlan", "decode_compacted_rows", "decode_kv_ranges",
+           "decode_kv_values", "decode_value_batch", "first_schema_id", "kv_batch", "kv_plan"]

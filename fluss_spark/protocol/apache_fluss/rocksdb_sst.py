@@ -468,7 +468,7 @@ def read_live_values(files: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarra
     stream = open_stream(files) if files else None
     if stream is not None:
         try:
-            buffer, begin, end = stream.page(1 << 62, _MAX_JOINED_BYTES, 0)
+            buffer, begin, end, _ = stream.page(1 << 62, _MAX_JOINED_BYTES, 0)
         except ValueError:
             pass
         else:

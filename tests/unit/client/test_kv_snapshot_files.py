@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pytest
@@ -31,13 +32,16 @@ SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string(
 
 
 def make_snapshot(root: Path, rows: int, *, row_count: int | None = None,
-                  options: Options | None = None) -> KvSnapshotFiles:
-    """A checkpoint of ``rows`` rows (keys in id order) laid out as Fluss stores one: private
-    files in ``snap-0/`` (renamed), SST files in ``shared/``, and ``snap-0/_METADATA``."""
+                  options: Options | None = None,
+                  value: Callable[[int], bytes] = lambda i: kv_value(1, SCHEMA, [i, f"v{i}"])
+                  ) -> KvSnapshotFiles:
+    """A checkpoint of ``rows`` rows (keys in id order, row ``i``'s value ``value(i)``) laid
+    out as Fluss stores one: private files in ``snap-0/`` (renamed), SST files in
+    ``shared/``, and ``snap-0/_METADATA``."""
     db_dir = root / "db"
     db = Rdict(str(db_dir), options=options or Options(raw_mode=True))
     for i in range(rows):
-        db[i.to_bytes(8, "big")] = kv_value(1, SCHEMA, [i, f"v{i}"])
+        db[i.to_bytes(8, "big")] = value(i)
     db.flush()
     db.close()
     snap, shared = root / "snap-0", root / "shared"
@@ -236,3 +240,48 @@ def test_batches_decoded_in_pieces_equal_batches_decoded_whole(tmp_path, cache, 
     assert [b.num_rows for b in pieces] == [b.num_rows for b in whole]
     assert pa.Table.from_batches(pieces).equals(pa.Table.from_batches(whole))
     assert ids(pieces) == list(range(7, 3000))
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=["one thread", "two threads"])
+def test_pages_are_decoded_where_they_are_walked_whatever_their_schema_ids(tmp_path, cache,
+                                                                         threads, monkeypatch):
+    """Rows written before a column was added (schema 1) and after it (schema 2): a page whose
+    rows all decode by the plan the read gave its stream comes decoded from the stream (on
+    the threads that walk it, with two), any other page is decoded by the reader, which then
+    gives the stream the plan of that page's schema. Every row comes out whole, also from a
+    stream kept at a split's end by a read of another projection (its plan is not this
+    read's)."""
+    v2 = SCHEMA.append(pa.field("n", pa.int32()))
+    n = lambda i: None if i % 5 == 0 else i % 7     # noqa: E731
+    files = make_snapshot(tmp_path, 20_000, options=fluss_options(), value=lambda i: (
+        kv_value(1, SCHEMA, [i, f"v{i}"]) if i < 12_000 else kv_value(2, v2, [i, f"v{i}", n(i)])))
+    want = [{"id": i, "v": f"v{i}", "n": None if i < 12_000 else n(i)} for i in range(20_000)]
+    pages = {True: 0, False: 0}
+    page = kv_snapshot.StreamedSnapshot.page
+
+    def counted(self, stream, *args):
+        out = page(self, stream, *args)
+        pages[out[3] is not None] += len(out[1]) > 0
+        return out
+
+    monkeypatch.setattr(kv_snapshot.StreamedSnapshot, "page", counted)
+    before = compiled.threads
+    compiled.use_threads(threads)
+    try:
+        def read(start, limit, output):
+            return pa.Table.from_batches(list(CheckpointScan(
+                lambda: files, {1: SCHEMA, 2: v2}.__getitem__, output, start_row=start,
+                limit=limit, batch_size_bytes=16 << 10, cache=cache, schema_id=2)), output)
+
+        assert read(0, None, v2).to_pylist() == want
+        assert pages[True] > 10 and pages[False] >= 2
+        # The first split ends inside the rows of schema 1 with a projection; the second reads
+        # on from the stream it left, whose pages come decoded by the first's plan.
+        ids_and_n = pa.schema([v2.field("id"), v2.field("n")])
+        first = read(0, 5_000, ids_and_n)
+        assert len(cache) == 1
+        rest = read(5_000, None, v2)
+        assert first.to_pylist() == [{"id": r["id"], "n": r["n"]} for r in want[:5_000]]
+        assert rest.to_pylist() == want[5_000:]
+    finally:
+        compiled.threads = before
