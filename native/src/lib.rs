@@ -132,19 +132,16 @@ impl SstStream {
 
     /// Walk the values left on `workers` threads, a range of keys of about `page_bytes` each
     /// at a time, into pages of `page_bytes` (`overhead` as `page`); the pages still come in
-    /// key order. Nothing changes with fewer than two workers, or once called, or when a block
-    /// read to cut the ranges is damaged: the stream then meets it where it lies, after the
-    /// values before it.
+    /// key order, decoded as `decode_as` said. Nothing changes with fewer than two workers, or
+    /// once called, or when a block read to cut the ranges is damaged: the stream then meets it
+    /// where it lies, after the values before it.
     fn parallel(&mut self, py: Python<'_>, workers: usize, page_bytes: usize, overhead: usize) {
         if workers < 2 || self.ranges.is_some() {
             return;
         }
-        let (stream, files) = (&self.stream, &self.files);
+        let (stream, files, plan) = (&self.stream, &self.files, self.plan.clone());
         self.ranges = py.detach(|| ranges::Ranges::after(stream, files, workers, page_bytes,
-                                                         overhead)).ok();
-        if let (Some(ranges), Some(plan)) = (&self.ranges, &self.plan) {
-            ranges.decode_as(plan.clone());
-        }
+                                                         overhead, plan)).ok();
     }
 
     /// Whether every value was read (and the files held the entries their tables say).

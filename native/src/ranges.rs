@@ -1,14 +1,16 @@
-//! A stream's key space cut into ranges (`sst::pivots`), each walked by a thread of its own,
-//! their pages handed over in key order: the values of one stream, walked on several CPUs.
+//! A stream's key space cut into ranges (`sst::pivots`), walked by a few threads, each taking
+//! the next range as it finishes one, their pages handed over in key order: the values of one
+//! stream, walked on several CPUs.
 //!
-//! A range's thread hands over one page at a time and waits until it is taken, so memory is
-//! a page per running range (at most `workers` of them) and the page being taken apart. Once
-//! the reader says how its rows decode (`decode_as`), each thread also decodes its pages, so
-//! that the decode runs on as many CPUs as the walk.
+//! A thread hands over its pages without waiting for them to be taken, so that a thread done
+//! with its range walks the next while the reader takes the pages of an earlier one; memory is
+//! bounded by the ranges walked ahead of the reader (`workers` + 1 of them, each about a page)
+//! and the page being taken apart. Once the reader says how its rows decode (`decode_as`), each
+//! thread also decodes its pages, so that the decode runs on as many CPUs as the walk.
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crate::memory;
@@ -18,11 +20,8 @@ use crate::sst::{self, File, Page, Stream};
 
 type Result<T> = std::result::Result<T, sst::Error>;
 
-/// How the pages' rows decode, once the reader said (shared with the ranges' threads).
-type Shared = Arc<Mutex<Option<Arc<Plan>>>>;
-
-/// What a range's thread hands over: its pages, then each file's entries it read (with its
-/// last page when it knows the page is its last, so that the reader knows at once).
+/// What a range's thread hands over: its pages, the last with each file's entries it read
+/// (or, when it learns only after a page that there is no more, those counts alone).
 enum Piece {
     Page(Decoded, Option<Vec<u64>>),
     End(Vec<u64>),
@@ -32,35 +31,73 @@ enum Piece {
 /// A range of keys: its first (the files' first, when None) and the first after it (none).
 type Range = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-struct Running {
-    /// Taken by one thread at a time (the stream's user); the lock lets Python share it.
-    pieces: Mutex<Receiver<Piece>>,
-    thread: JoinHandle<()>,
+/// The ranges no thread took yet, and how far ahead of the reader the threads may be.
+struct Claims {
+    /// Each range with where its pieces go, in key order.
+    waiting: VecDeque<(Range, Sender<Piece>)>,
+    /// Ranges taken by threads, and ranges whose last piece the reader took.
+    claimed: usize,
+    read: usize,
+    /// The most ranges taken by threads and not read yet.
+    ahead: usize,
+    /// The reader went: the threads end.
+    closed: bool,
+}
+
+/// What the reader and the threads share.
+struct Shared {
+    claims: Mutex<Claims>,
+    /// Signalled when the reader finishes a range or goes.
+    moved: Condvar,
+    /// How the pages' rows decode, once the reader said.
+    plan: Mutex<Option<Arc<Plan>>>,
+}
+
+impl Shared {
+    fn claims(&self) -> MutexGuard<'_, Claims> {
+        self.claims.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next range to walk, once the reader is close enough behind; None when there is
+    /// none left or the reader went.
+    fn next(&self) -> Option<(Range, Sender<Piece>)> {
+        let mut claims = self.claims();
+        loop {
+            if claims.closed {
+                return None;
+            }
+            if claims.claimed < claims.read + claims.ahead {
+                let range = claims.waiting.pop_front()?;
+                claims.claimed += 1;
+                return Some(range);
+            }
+            claims = self.moved.wait(claims).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 pub struct Ranges {
     files: Vec<File<'static>>,
     /// Each file's entries read: by the stream these ranges continue, then by ranges ended.
     counted: Vec<u64>,
-    /// The ranges not started yet.
-    waiting: VecDeque<Range>,
-    running: VecDeque<Running>,
-    workers: usize,
-    page_bytes: usize,
-    overhead: usize,
+    /// Each range's pieces, in key order, the first being read. Taken by one thread at a
+    /// time (the stream's user); the lock lets Python share them.
+    pieces: Mutex<VecDeque<Receiver<Piece>>>,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
     /// A page handed over in part: it and the first of its values not handed over yet.
     rest: Option<(Decoded, usize)>,
-    plan: Shared,
     done: bool,
 }
 
 impl Ranges {
     /// The values `stream` (of every key of `files`) has not read yet, in ranges of about
     /// `page_bytes` of blocks, walked by `workers` threads into pages of `page_bytes` (with
-    /// `overhead` bytes a value). The files' bytes must outlive the ranges (their threads end
-    /// when the ranges go).
+    /// `overhead` bytes a value), decoded by `plan` if there is one. The files' bytes must
+    /// outlive the ranges (their threads end when the ranges go).
     pub fn after(stream: &Stream<'static>, files: &[File<'static>], workers: usize,
-                 page_bytes: usize, overhead: usize) -> Result<Ranges> {
+                 page_bytes: usize, overhead: usize, plan: Option<Arc<Plan>>)
+                 -> Result<Ranges> {
         let from = stream.next_key();
         let mut keys = sst::pivots(files, page_bytes)?;
         if let Some(first) = &from {
@@ -69,57 +106,38 @@ impl Ranges {
         let starts: Vec<_> = std::iter::once(from).chain(keys.iter().cloned().map(Some)).collect();
         let ends = keys.into_iter().map(Some).chain(std::iter::once(None));
         let done = stream.done();
-        let mut ranges = Ranges {
-            files: files.to_vec(), counted: stream.counted(),
-            waiting: if done { VecDeque::new() } else { starts.into_iter().zip(ends).collect() },
-            running: VecDeque::new(), workers: workers.max(1), page_bytes, overhead, rest: None,
-            plan: Shared::default(), done,
-        };
-        ranges.start();
-        Ok(ranges)
-    }
-
-    /// Start ranges until `workers` of them run.
-    fn start(&mut self) {
-        while self.running.len() < self.workers {
-            let Some((from, upto)) = self.waiting.pop_front() else { return };
-            let (files, bytes, overhead) = (self.files.clone(), self.page_bytes, self.overhead);
-            let plan = self.plan.clone();
-            // A rendezvous: the thread waits with its page until it is taken.
-            let (give, pieces) = sync_channel(0);
-            let thread = std::thread::spawn(move || {
-                let mut stream = Stream::range(&files, from, upto);
-                loop {
-                    let plan = plan.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    match pages::fill(&mut stream, usize::MAX, bytes, overhead, plan) {
-                        Ok((page, _)) if page.rows() == 0 => break,
-                        Ok(page) => {
-                            let end = stream.done().then(|| stream.counted());
-                            let last = end.is_some();
-                            // An error: the ranges were dropped.
-                            if give.send(Piece::Page(page, end)).is_err() || last {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            let _ = give.send(Piece::Failed(e));
-                            return;
-                        }
-                    }
-                }
-                let _ = give.send(Piece::End(stream.counted()));
-            });
-            self.running.push_back(Running { pieces: Mutex::new(pieces), thread });
+        let (mut waiting, mut pieces) = (VecDeque::new(), VecDeque::new());
+        for range in starts.into_iter().zip(ends).filter(|_| !done) {
+            let (give, take) = channel();
+            waiting.push_back((range, give));
+            pieces.push_back(take);
         }
+        let workers = workers.max(1).min(waiting.len());
+        let shared = Arc::new(Shared {
+            claims: Mutex::new(Claims { waiting, claimed: 0, read: 0, ahead: workers + 1,
+                                        closed: false }),
+            moved: Condvar::new(), plan: Mutex::new(plan),
+        });
+        let threads = (0..workers).map(|_| {
+            let (files, shared) = (files.to_vec(), shared.clone());
+            std::thread::spawn(move || walk(&files, &shared, page_bytes, overhead))
+        }).collect();
+        Ok(Ranges { files: files.to_vec(), counted: stream.counted(), pieces: Mutex::new(pieces),
+                    shared, threads, rest: None, done })
     }
 
-    /// The first running range's next piece; `wait`: until it comes (else None when none is
-    /// ready).
+    /// Decode the rows of the pages walked from now on by `plan` (until another replaces it).
+    pub fn decode_as(&self, plan: Arc<Plan>) {
+        *self.shared.plan.lock().unwrap_or_else(|e| e.into_inner()) = Some(plan);
+    }
+
+    /// The first unread range's next piece; `wait`: until it comes (else None when none is
+    /// ready, or no range is left).
     fn take(&mut self, wait: bool) -> Result<Option<Piece>> {
-        let Some(range) = self.running.front() else { return Ok(None) };
-        let pieces = range.pieces.lock().unwrap_or_else(|e| e.into_inner());
-        let piece = if wait { pieces.recv().ok() } else {
-            match pieces.try_recv() {
+        let pieces = self.pieces.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(range) = pieces.front() else { return Ok(None) };
+        let piece = if wait { range.recv().ok() } else {
+            match range.try_recv() {
                 Ok(piece) => Some(piece),
                 Err(TryRecvError::Empty) => return Ok(None),
                 Err(TryRecvError::Disconnected) => None,
@@ -132,26 +150,24 @@ impl Ranges {
         }
     }
 
-    /// The first running range ended with these counts: the next one starts; after the last,
-    /// the files' entry counts are checked.
+    /// The first unread range ended with these counts: the threads may walk one more; after
+    /// the last, the files' entry counts are checked.
     fn ended(&mut self, counted: Vec<u64>) -> Result<()> {
         for (total, n) in self.counted.iter_mut().zip(counted) {
             *total += n;
         }
-        if let Some(range) = self.running.pop_front() {
-            let _ = range.thread.join();
-        }
-        self.start();
-        if self.running.is_empty() {
+        let left = {
+            let mut pieces = self.pieces.lock().unwrap_or_else(|e| e.into_inner());
+            pieces.pop_front();
+            pieces.len()
+        };
+        self.shared.claims().read += 1;
+        self.shared.moved.notify_all();
+        if left == 0 {
             sst::verify(self.counted.iter().copied(), &self.files)?;
             self.done = true;
         }
         Ok(())
-    }
-
-    /// Decode the rows of the pages walked from now on by `plan` (until another replaces it).
-    pub fn decode_as(&self, plan: Arc<Plan>) {
-        *self.plan.lock().unwrap_or_else(|e| e.into_inner()) = Some(plan);
     }
 
     /// The next values, up to `max_rows` of them: a range's page, or what is left of one.
@@ -162,18 +178,16 @@ impl Ranges {
                 self.settle()?;
                 return Ok(out);
             }
-            if self.done || self.running.is_empty() {
-                return Ok((Page { data: Vec::new(), begin: Vec::new(), end: Vec::new() }, None));
-            }
             match self.take(true)? {
                 Some(Piece::Page(page, end)) => self.taken(page, end)?,
                 Some(Piece::End(counted)) => self.ended(counted)?,
-                _ => unreachable!("a wait gives a piece or an error"),
+                _ => return Ok((Page { data: Vec::new(), begin: Vec::new(), end: Vec::new() },
+                                None)),
             }
         }
     }
 
-    /// A page taken from the first running range, with its counts when it was the range's last.
+    /// A page taken from the first unread range, with its counts when it was the range's last.
     fn taken(&mut self, page: Decoded, end: Option<Vec<u64>>) -> Result<()> {
         self.rest = Some((page, 0));
         end.map_or(Ok(()), |counted| self.ended(counted))
@@ -228,14 +242,36 @@ impl Ranges {
     }
 }
 
+/// A thread's work: the next range, while there is one, into pages of `bytes` (with
+/// `overhead` bytes a value), handed over as they are filled.
+fn walk(files: &[File<'static>], shared: &Shared, bytes: usize, overhead: usize) {
+    while let Some(((from, upto), give)) = shared.next() {
+        let mut stream = Stream::range(files, from, upto);
+        loop {
+            let plan = shared.plan.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let piece = match pages::fill(&mut stream, usize::MAX, bytes, overhead, plan) {
+                Ok((page, _)) if page.rows() == 0 => Piece::End(stream.counted()),
+                Ok(page) => Piece::Page(page, stream.done().then(|| stream.counted())),
+                Err(e) => Piece::Failed(e),
+            };
+            let last = !matches!(piece, Piece::Page(_, None));
+            // An error: the reader went (it closes the claims too).
+            if give.send(piece).is_err() || last {
+                break;
+            }
+        }
+    }
+}
+
 impl Drop for Ranges {
     fn drop(&mut self) {
-        // A thread waiting to hand over a page learns that nobody will take it; each ends
-        // before the files' buffers can go.
-        self.waiting.clear();
-        for range in self.running.drain(..) {
-            drop(range.pieces);
-            let _ = range.thread.join();
+        // The threads learn that nobody will take their pages, and end before the files'
+        // buffers can go.
+        self.shared.claims().closed = true;
+        self.shared.moved.notify_all();
+        self.pieces.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
         }
     }
 }
