@@ -174,13 +174,14 @@ class FlussConnection:
         tried, last, refused = [], None, True
         for addr in dict.fromkeys(self._meta.addresses() + self.bootstrap):
             tried.append(f"{addr[0]}:{addr[1]}")
+            ticket = self._meta.ticket()
             try:
                 answer = self._rpc(addr).call(request)
             except NetworkError as e:
                 last, refused = e, refused and isinstance(e, ConnectionRefused)
                 continue
             self._refused_since = None
-            return self._meta.update(answer, complete=complete)
+            return self._meta.update(answer, complete=complete, ticket=ticket)
         if refused:
             now = self._clock()
             since = self._refused_since = self._refused_since or now

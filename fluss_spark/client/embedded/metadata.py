@@ -9,7 +9,12 @@ from fluss_spark.protocol.messages import GetMetadataResponse, TableInfo
 
 
 class MetadataCache:
-    """Thread-safe view of the last GET_METADATA answers, merged table by table."""
+    """Thread-safe view of the last GET_METADATA answers, merged table by table.
+
+    Answers are merged in the order their requests were sent (``ticket``), not in the order
+    they come back: threads sharing a connection refresh concurrently, and an answer to an
+    earlier request arriving last would bring back a table as it was before (a partition
+    just created missing from it)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -17,29 +22,56 @@ class MetadataCache:
         self.tablets: dict[int, tuple[str, int]] = {}
         self._by_name: dict[str, TableInfo] = {}
         self._by_id: dict[int, TableInfo] = {}
+        # The ticket of the request each table's entry (and the servers) came from.
+        self._tickets: dict[str, int] = {}
+        self._servers_ticket = -1
+        self._next_ticket = 0
 
-    def update(self, answer: GetMetadataResponse, *, complete: bool = False) -> list[TableInfo]:
-        """Merge one GET_METADATA answer; ``complete`` means it listed every table."""
+    def ticket(self) -> int:
+        """The number of a request about to be sent: its answer goes to ``update`` with it."""
+        with self._lock:
+            self._next_ticket += 1
+            return self._next_ticket
+
+    def update(self, answer: GetMetadataResponse, *, complete: bool = False,
+               ticket: int | None = None) -> list[TableInfo]:
+        """Merge one GET_METADATA answer (to the request of ``ticket``; None: the newest);
+        ``complete`` means it listed every table. What an answer to a later request already
+        brought stays. Returns the answer's tables."""
         tables = list(answer.tables)
         coord = answer.coordinator
         with self._lock:
-            self.coordinator = (coord.host, coord.port) if coord else None
-            self.tablets = {t.id: (t.host, t.port) for t in answer.tablets}
+            if ticket is None:
+                self._next_ticket += 1
+                ticket = self._next_ticket
+            if ticket > self._servers_ticket:
+                self._servers_ticket = ticket
+                self.coordinator = (coord.host, coord.port) if coord else None
+                self.tablets = {t.id: (t.host, t.port) for t in answer.tablets}
             if complete:
-                self._by_name, self._by_id = {}, {}
+                # Tables missing from a complete answer are gone, unless a later one has them.
+                named = {t.name for t in tables}
+                for name in [n for n, t in self._tickets.items()
+                             if t < ticket and n not in named]:
+                    self._drop(name)
             for t in tables:
-                old = self._by_name.pop(t.name, None)
-                if old is not None:
-                    self._by_id.pop(old.table_id, None)
+                if self._tickets.get(t.name, -1) > ticket:
+                    continue
+                self._drop(t.name)
                 self._by_name[t.name] = t
                 self._by_id[t.table_id] = t
+                self._tickets[t.name] = ticket
         return tables
+
+    def _drop(self, name: str) -> None:
+        old = self._by_name.pop(name, None)
+        self._tickets.pop(name, None)
+        if old is not None:
+            self._by_id.pop(old.table_id, None)
 
     def forget(self, name: str) -> None:
         with self._lock:
-            old = self._by_name.pop(name, None)
-            if old is not None:
-                self._by_id.pop(old.table_id, None)
+            self._drop(name)
 
     def table(self, name: str) -> TableInfo | None:
         with self._lock:

@@ -330,3 +330,32 @@ def test_other_network_errors_are_retried_until_the_request_timeout(fake, clock)
     with pytest.raises(NetworkError, match="cannot reach any Fluss server"):
         conn.call_coordinator(ListTablesRequest())
     assert clock.seconds() - start >= 29
+
+
+def test_an_answer_to_an_earlier_request_arriving_last_does_not_bring_back_older_metadata(
+        fake, clock):
+    """Two threads refresh a table concurrently: the one that asked first gets the table as
+    it was (bucket 1 on tablet 2) and its answer arrives after the other's (bucket 1 moved to
+    tablet 1). The cache keeps the later request's view: bucket 1 is routed to tablet 1."""
+    conn = connect(fake, clock)
+    conn.table("db.t")
+    asked, answered = threading.Event(), threading.Event()
+    old = fake.metadata({"tables": ["db.t"]})
+
+    def metadata(api_key, body):
+        if threading.current_thread().name == "first":
+            asked.set()
+            assert answered.wait(10)
+            return old
+        return fake.metadata(body)
+
+    fake.handlers[1000] = metadata
+    first = threading.Thread(target=conn.refresh_table, args=("db.t",), name="first")
+    first.start()
+    assert asked.wait(10)
+    fake.tables["db.t"] = table_wire(assignment={0: 1, 1: 1})
+    assert conn.refresh_table("db.t").assignment == {0: 1, 1: 1}
+    answered.set()
+    first.join(10)
+    assert conn.table("db.t").assignment == {0: 1, 1: 1}
+    assert conn.refresh_table("db.t").assignment == {0: 1, 1: 1}
