@@ -174,6 +174,16 @@ fn index_handles(py: Python<'_>, file: PyBuffer<u8>, offset: u64, size: u64, che
     Ok((Memory::new(bytes(offsets)), Memory::new(bytes(sizes))))
 }
 
+/// The (key, value) entries of a small block of an SST file (see `sst::block_entries`).
+#[pyfunction]
+fn block_entries<'py>(py: Python<'py>, file: PyBuffer<u8>, offset: u64, size: u64,
+                      checksum: u8) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let file = slice(&file)?;
+    let entries = py.detach(|| sst::block_entries(file, offset, size, checksum))
+        .map_err(sst_error)?;
+    Ok(entries.iter().map(|(k, v)| (PyBytes::new(py, k), PyBytes::new(py, v))).collect())
+}
+
 /// One decoded column: (null count, validity bitmap or None, first buffer, second buffer).
 type ColumnBytes<'py> = (usize, Option<Bound<'py, PyBytes>>, Memory, Memory);
 
@@ -219,5 +229,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SstStream>()?;
     m.add_function(wrap_pyfunction!(decode_rows, m)?)?;
     m.add_function(wrap_pyfunction!(index_handles, m)?)?;
+    m.add_function(wrap_pyfunction!(block_entries, m)?)?;
     Ok(())
 }

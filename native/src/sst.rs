@@ -296,6 +296,42 @@ pub fn index_handles(file: &[u8], offset: u64, size: u64, checksum: u8, delta: b
     Ok((offsets, sizes))
 }
 
+/// The (key, value) entries of the small block at `offset`, `size` of `file` (a meta index
+/// or properties block), in order: the same reading as `rocksdb_sst.small_block_entries`,
+/// which stays the reference.
+pub fn block_entries(file: &[u8], offset: u64, size: u64, checksum: u8)
+                     -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let end = offset.checked_add(size).and_then(|e| e.checked_add(BLOCK_TRAILER as u64));
+    if end.is_none_or(|e| e > file.len() as u64) {
+        return fail("SST: a block handle points past the file's end");
+    }
+    let mut block = Vec::new();
+    read_block(file, &Slot { offset: offset as usize, size: size as usize }, checksum,
+               &mut block)?;
+    if block.len() < 4 {
+        return fail("SST: a block is shorter than its footer");
+    }
+    let restarts = (u32_at(&block, block.len() - 4)? & 0x7FFF_FFFF) as usize;
+    let Some(data_end) = (block.len() - 4).checked_sub(4 * restarts) else {
+        return fail("SST: a block's restart count does not fit it");
+    };
+    let (mut pos, mut key, mut out) = (0, Vec::new(), Vec::new());
+    while pos < data_end {
+        let (shared, p) = varint32(&block, pos, data_end)?;
+        let (unshared, p) = varint32(&block, p, data_end)?;
+        let (length, p) = varint32(&block, p, data_end)?;
+        let (shared, unshared, length) = (shared as usize, unshared as usize, length as usize);
+        if shared > key.len() || p + unshared + length > data_end {
+            return fail("SST: a block entry runs past its block");
+        }
+        key.truncate(shared);
+        key.extend_from_slice(&block[p..p + unshared]);
+        out.push((key.clone(), block[p + unshared..p + unshared + length].to_vec()));
+        pos = p + unshared + length;
+    }
+    Ok(out)
+}
+
 /// Mapped pages are given back in steps of at least this many bytes: what each file of a
 /// stream may hold at once, so a bucket of many files (a larger table's) holds little more
 /// than one of few, for a call per 256 KiB read (BENCHMARKS.md, "A leaner merge and decode;

@@ -233,11 +233,25 @@ def _footer(file: np.ndarray) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def _properties(file: np.ndarray, meta: tuple[int, int]) -> dict[bytes, bytes]:
-    for name, value in small_block_entries(read_block(file, meta)):
+    for name, value in _entries(file, meta):
         if name == b"rocksdb.properties":
             handle, _ = _handle(memoryview(value), 0, len(value))
-            return dict(small_block_entries(read_block(file, handle)))
+            return dict(_entries(file, handle))
     raise UnsupportedVersion("SST: the file has no table properties")
+
+
+def _entries(file: np.ndarray, handle: tuple[int, int]) -> list[tuple[bytes, bytes]]:
+    """small_block_entries of the block at ``handle``: compiled where the install has it (the
+    Python walk of a file's properties took a third of a millisecond); Python reads what it
+    refuses, and says why."""
+    native = compiled.native()
+    if native is not None:
+        try:
+            return native.block_entries(file, handle[0], handle[1],
+                                        int(file[len(file) - FOOTER_SIZE]))
+        except ValueError:
+            pass
+    return small_block_entries(read_block(file, handle))
 
 
 def _property_int(props: dict[bytes, bytes], name: bytes) -> int:

@@ -18,7 +18,10 @@ from rocksdict import (AccessType, BlockBasedOptions, ChecksumType, DBCompressio
 
 from fluss_spark.errors import CorruptMessage, UnsupportedVersion
 from fluss_spark.protocol.apache_fluss import compiled
-from fluss_spark.protocol.apache_fluss.rocksdb_sst import _table, read_live_values, read_tables
+from fluss_spark.protocol.apache_fluss.rocksdb_sst import (FOOTER_SIZE, _footer, _handle,
+                                                           _properties, _table,
+                                                           read_block, read_live_values,
+                                                           read_tables, small_block_entries)
 
 # Every test reads both ways: compiled (where the install has it) and in numpy.
 pytestmark = pytest.mark.usefixtures("both_decodes")
@@ -213,3 +216,31 @@ def test_index_blocks_give_the_same_block_handles_either_way(tmp_path, format_ve
     damaged[int(offsets[-1] + sizes[-1]) + 5 + 3] ^= 0xFF
     with pytest.raises(CorruptMessage, match="checksum"):
         _table(damaged)
+
+
+@pytest.mark.parametrize("compression", [DBCompressionType.none(), DBCompressionType.lz4()],
+                         ids=["uncompressed", "lz4"])
+def test_a_files_properties_read_alike_compiled_or_not(tmp_path, compression):
+    """The meta index and properties blocks walked by the compiled code give Python's entries;
+    a damaged one is refused by both, Python saying why."""
+    opts = fluss_options()
+    opts.set_compression_type(compression)
+    rng = random.Random(7)
+    write_rounds(tmp_path, opts, [{rng.randbytes(10): rng.randbytes(50) for _ in range(500)}])
+    (data,) = sst_files(tmp_path)
+    meta, _ = _footer(data)
+    (name, value), = [e for e in small_block_entries(read_block(data, meta))
+                      if e[0] == b"rocksdb.properties"]
+    handle, _ = _handle(memoryview(value), 0, len(value))
+    by_python = small_block_entries(read_block(data, handle))
+    assert len(by_python) > 20 and _properties(data, meta) == dict(by_python)
+    native = compiled.native()
+    if native is not None:
+        checksum = int(data[len(data) - FOOTER_SIZE])
+        assert native.block_entries(data, *meta, checksum) == small_block_entries(
+            read_block(data, meta))
+        assert native.block_entries(data, *handle, checksum) == by_python
+    damaged = data.copy()
+    damaged[handle[0] + 3] ^= 0xFF
+    with pytest.raises(CorruptMessage, match="checksum"):
+        _properties(damaged, meta)
