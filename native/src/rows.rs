@@ -316,8 +316,10 @@ struct Rows<'a> {
 impl Rows<'_> {
     #[inline(always)]
     fn row(&self, r: usize) -> &[u8] {
-        // Inside `data`: every range was checked before decoding.
-        &self.data[self.starts[r] as usize..self.ends[r] as usize]
+        let (start, end) = (self.starts[r] as usize, self.ends[r] as usize);
+        // SAFETY: `spans` checked every row to lie inside `data`, starting before it ends
+        // (checking each field's slice again cost 4% of the decode).
+        unsafe { self.data.get_unchecked(start..end) }
     }
 }
 
