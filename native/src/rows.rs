@@ -66,6 +66,8 @@ pub struct Column {
     pub first: Vec<u8>,
     /// Nanoseconds (int32 each) or the bytes of a bytes column.
     pub second: Vec<u8>,
+    /// The bytes' high bits ORed together, as they were appended: none set, they are ASCII.
+    high: u64,
 }
 
 fn truncated<T>(row: usize) -> Result<T> {
@@ -222,7 +224,7 @@ impl<'p> Decoder<'p> {
                     Layout::Bytes | Layout::Utf8 => memory::take(bytes),
                     _ => Vec::new(),
                 };
-                Column { nulls: 0, validity: None, first, second }
+                Column { nulls: 0, validity: None, first, second, high: 0 }
             })
         }).collect();
         let mut mask = vec![0u8; plan.fields.div_ceil(8)];
@@ -379,7 +381,7 @@ fn field<const NULLS: bool>(rows: &Rows, r0: usize, at: &mut [usize], i: usize, 
             };
             *pos += bytes.len();
             if let Some(c) = c {
-                memory::append(&mut c.second, bytes);
+                c.high |= memory::append(&mut c.second, bytes);
                 let offset = i32::try_from(c.second.len()).map_err(|_| {
                     Error("rows: a column's bytes pass 2 GiB".into())
                 })?;
@@ -432,6 +434,12 @@ where
 /// Whether every string of a column is UTF-8: its bytes all together are, and no string starts
 /// inside a character (one pass over the bytes, not a call per string).
 fn utf8(c: &Column) -> bool {
+    // Bytes all ASCII (the usual strings) are UTF-8 and start a character each: known from
+    // their high bits, gathered as they were copied (a pass over them took a tenth of the
+    // decode of short strings).
+    if c.high & 0x8080_8080_8080_8080 == 0 {
+        return true;
+    }
     if std::str::from_utf8(&c.second).is_err() {
         return false;
     }
@@ -491,5 +499,6 @@ fn join(mut a: Column, b: Column, layout: Layout, rows_a: usize, rows_b: usize)
         a.first.extend_from_slice(&b.first);
     }
     a.second.extend_from_slice(&b.second);
-    Ok(Column { nulls: a.nulls + b.nulls, validity, first: a.first, second: a.second })
+    Ok(Column { nulls: a.nulls + b.nulls, validity, first: a.first, second: a.second,
+                high: a.high | b.high })
 }

@@ -166,6 +166,23 @@ def test_strings_that_split_a_character_are_not_utf8():
     assert got[0] == got[1] and got[0][0] is CorruptMessage and "UTF-8" in got[0][1]
 
 
+def test_a_byte_that_is_not_ascii_is_seen_at_any_place_of_a_short_string():
+    """The compiled decode takes a column of ASCII strings as UTF-8 from the bytes' high bits,
+    gathered as each string is moved: a stray byte (not UTF-8) at any place of a string of 1
+    to 40 bytes, among ASCII strings, is refused as numpy refuses it."""
+    schema = pa.schema([("s", pa.string())])
+    for length in range(1, 41):
+        for at in range(length):
+            text = bytearray(b"a" * length)
+            text[at] = 0xFF
+            rows = [kv_value(1, schema, ["plain"]), b"\x01\x00\x00" + bytes([length]) + text]
+            data = np.frombuffer(b"".join(rows), dtype=np.uint8)
+            begins, ends = values_of(data, rows)
+            got = both_ways(lambda: decode_kv_ranges(data, begins, ends, lambda _: schema,
+                                                     schema))
+            assert got[0] == got[1] and got[0][0] is CorruptMessage, (length, at)
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_sst_files_read_alike_whole_or_damaged(tmp_path, seed):
     """Files without block checksums, so that damage reaches the block walk itself."""
