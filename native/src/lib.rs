@@ -102,7 +102,8 @@ impl SstStream {
     /// (after `parallel`, pages of the size it was given); none at the end. The rows come
     /// decoded (`decode_as`) as (schema id, layout codes, wanted, columns as `decode_rows`).
     fn page<'py>(&mut self, py: Python<'py>, max_rows: usize, max_bytes: usize,
-                 overhead: usize) -> PyResult<(Memory, Memory, Memory, Option<DecodedBytes<'py>>)> {
+                 overhead: usize)
+                 -> PyResult<(Memory, Memory, Memory, Option<DecodedBytes<'py>>)> {
         let (stream, ranges, plan) = (&mut self.stream, &mut self.ranges, self.plan.clone());
         let (page, done) = py.detach(|| match ranges {
             Some(r) => (r.page(max_rows), r.done()),
@@ -118,7 +119,7 @@ impl SstStream {
     }
 
     /// Decode the rows of the pages walked from now on (after `parallel`, on its threads) by
-    /// these arguments of `decode_rows`, as each page is filled; the pages of rows that do not
+    /// these arguments of `decode_rows`, each once it is filled; the pages of rows that do not
     /// all decode by them come undecoded.
     fn decode_as(&mut self, skip: usize, schema_id: i16, fields: usize, layouts: Vec<i64>,
                  wanted: Vec<bool>) -> PyResult<()> {
@@ -190,6 +191,7 @@ type ColumnBytes<'py> = (usize, Option<Bound<'py, PyBytes>>, Memory, Memory);
 /// A page's decoded rows: (schema id, layout codes, wanted, columns).
 type DecodedBytes<'py> = (i16, Vec<i64>, Vec<bool>, Vec<ColumnBytes<'py>>);
 
+/// Decoded columns as Python takes them.
 fn column_bytes(py: Python<'_>, columns: Vec<rows::Column>) -> Vec<ColumnBytes<'_>> {
     columns.into_iter().map(|c| {
         (c.nulls, c.validity.map(|v| PyBytes::new(py, &v)), Memory::new(c.first),

@@ -104,7 +104,8 @@ pub fn append(out: &mut Vec<u8>, src: &[u8]) -> u64 {
 /// # Safety
 /// `from` must be readable and `to` writable for `n` bytes.
 #[inline(always)]
-unsafe fn both_ends<const K: usize>(from: *const u8, to: *mut u8, n: usize) -> ([u8; K], [u8; K]) {
+unsafe fn both_ends<const K: usize>(from: *const u8, to: *mut u8, n: usize)
+                                    -> ([u8; K], [u8; K]) {
     // SAFETY: the caller's: both moves lie inside the first `n` bytes.
     unsafe {
         let head = from.cast::<[u8; K]>().read_unaligned();

@@ -45,6 +45,7 @@ impl Layout {
         })
     }
 
+    /// The caller's number of this layout (`from_code`'s).
     pub fn code(self) -> i64 {
         match self {
             Layout::Bool => 0,
@@ -169,27 +170,36 @@ impl Plan {
 /// rows need: rows that the caller appends after them.
 fn decode_into(plan: &Plan, data: &[u8], starts: &[i64], ends: &[i64], room: (usize, u64))
                -> Result<Vec<Column>> {
+    let rows = Checked::new(data, starts, ends)?;
     // The bytes of all rows bound any one column's bytes.
-    let span = spans(data, starts, ends)?;
     let mut decoder = Decoder::new(plan, starts.len() + room.0,
-                                   usize::try_from(span + room.1).unwrap_or(usize::MAX));
-    decoder.add(data, starts, ends)?;
+                                   usize::try_from(rows.span + room.1).unwrap_or(usize::MAX));
+    decoder.add(&rows)?;
     decoder.finish()
 }
 
-/// The bytes of the rows `data[starts[r]..ends[r]]`, each checked to lie inside `data`.
-fn spans(data: &[u8], starts: &[i64], ends: &[i64]) -> Result<u64> {
-    if ends.len() != starts.len() {
-        return Err(Error("rows: mismatched arguments".into()));
-    }
-    let mut span: u64 = 0;
-    for (&start, &end) in starts.iter().zip(ends) {
-        if start < 0 || end < start || end as u64 > data.len() as u64 {
-            return Err(Error("rows: a row lies outside its buffer".into()));
+/// Rows `data[starts[r]..ends[r]]`, each checked to lie inside `data`, and their bytes.
+struct Checked<'a> {
+    data: &'a [u8],
+    starts: &'a [i64],
+    ends: &'a [i64],
+    span: u64,
+}
+
+impl<'a> Checked<'a> {
+    fn new(data: &'a [u8], starts: &'a [i64], ends: &'a [i64]) -> Result<Checked<'a>> {
+        if ends.len() != starts.len() {
+            return Err(Error("rows: mismatched arguments".into()));
         }
-        span += (end - start) as u64;
+        let mut span: u64 = 0;
+        for (&start, &end) in starts.iter().zip(ends) {
+            if start < 0 || end < start || end as u64 > data.len() as u64 {
+                return Err(Error("rows: a row lies outside its buffer".into()));
+            }
+            span += (end - start) as u64;
+        }
+        Ok(Checked { data, starts, ends, span })
     }
-    Ok(span)
 }
 
 /// Rows decoded by a plan, a batch of them at a time (`add`), into columns that grow.
@@ -234,10 +244,10 @@ impl<'p> Decoder<'p> {
         Decoder { plan, columns, rows: 0, mask }
     }
 
-    /// Decode the rows `data[starts[r]..ends[r]]` after those before. After an error the
-    /// decoder is not used again.
-    fn add(&mut self, data: &[u8], starts: &[i64], ends: &[i64]) -> Result<()> {
-        spans(data, starts, ends)?;
+    /// Decode `checked`'s rows after those before. After an error the decoder is not used
+    /// again.
+    fn add(&mut self, checked: &Checked) -> Result<()> {
+        let Checked { data, starts, ends, .. } = *checked;
         let Plan { skip, schema_id, ref layouts, .. } = *self.plan;
         let header = self.plan.fields.div_ceil(8);
         let n = starts.len();
@@ -319,8 +329,8 @@ impl Rows<'_> {
     #[inline(always)]
     fn row(&self, r: usize) -> &[u8] {
         let (start, end) = (self.starts[r] as usize, self.ends[r] as usize);
-        // SAFETY: `spans` checked every row to lie inside `data`, starting before it ends
-        // (checking each field's slice again cost 4% of the decode).
+        // SAFETY: `Checked::new` checked every row to lie inside `data`, starting before it
+        // ends (checking each field's slice again cost 4% of the decode).
         unsafe { self.data.get_unchecked(start..end) }
     }
 }

@@ -234,19 +234,26 @@ fn read_block(file: &[u8], s: &Slot, checksum: u8, out: &mut Vec<u8>) -> Result<
     Ok(())
 }
 
+/// The block at `offset`, `size` of `file` (a handle read from the file), its place checked,
+/// verified and decompressed.
+fn handled_block(file: &[u8], offset: u64, size: u64, checksum: u8) -> Result<Vec<u8>> {
+    let end = offset.checked_add(size).and_then(|e| e.checked_add(BLOCK_TRAILER as u64));
+    if end.is_none_or(|e| e > file.len() as u64) {
+        return fail("SST: a block handle points past the file's end");
+    }
+    let mut block = Vec::new();
+    read_block(file, &Slot { offset: offset as usize, size: size as usize }, checksum,
+               &mut block)?;
+    Ok(block)
+}
+
 /// The data blocks' (offsets, sizes) that the index block at `offset`, `size` of `file` holds,
 /// one block handle an entry: the same reading as `rocksdb_sst._data_handles`, which stays the
 /// reference and names what this refuses. With `delta` (value delta encoding) every entry is
 /// a restart point holding its key and a whole handle, as Fluss writes its index blocks.
 pub fn index_handles(file: &[u8], offset: u64, size: u64, checksum: u8, delta: bool)
                      -> Result<(Vec<i64>, Vec<i64>)> {
-    let end = offset.checked_add(size).and_then(|e| e.checked_add(BLOCK_TRAILER as u64));
-    if end.is_none_or(|e| e > file.len() as u64) {
-        return fail("SST: the index block's handle points past the file's end");
-    }
-    let mut block = Vec::new();
-    read_block(file, &Slot { offset: offset as usize, size: size as usize }, checksum,
-               &mut block)?;
+    let block = handled_block(file, offset, size, checksum)?;
     let size = block.len();
     if size < 4 {
         return fail("SST: the index block is shorter than its footer");
@@ -301,13 +308,7 @@ pub fn index_handles(file: &[u8], offset: u64, size: u64, checksum: u8, delta: b
 /// which stays the reference.
 pub fn block_entries(file: &[u8], offset: u64, size: u64, checksum: u8)
                      -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let end = offset.checked_add(size).and_then(|e| e.checked_add(BLOCK_TRAILER as u64));
-    if end.is_none_or(|e| e > file.len() as u64) {
-        return fail("SST: a block handle points past the file's end");
-    }
-    let mut block = Vec::new();
-    read_block(file, &Slot { offset: offset as usize, size: size as usize }, checksum,
-               &mut block)?;
+    let block = handled_block(file, offset, size, checksum)?;
     if block.len() < 4 {
         return fail("SST: a block is shorter than its footer");
     }

@@ -221,8 +221,8 @@ class StreamedSnapshot:
 
     @staticmethod
     def decode_as(stream: Any, plan: KvPlan) -> None:
-        """Have ``stream`` decode the rows of its pages by ``plan`` from now on, as it fills
-        them (on its threads, after ``parallel``)."""
+        """Have ``stream`` decode the rows of its pages by ``plan`` from now on, each once it
+        is filled (on its threads, after ``parallel``)."""
         stream.decode_as(SCHEMA_ID_SIZE, plan.schema_id, len(plan.schema), plan.layouts,
                          plan.want)
 

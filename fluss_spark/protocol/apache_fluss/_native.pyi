@@ -9,7 +9,7 @@ class Memory:
     def __buffer__(self, flags: int) -> memoryview: ...
 
 Column = tuple[int, bytes | None, Memory, Memory]
-#: A page's rows decoded on the stream's threads: schema id, layout codes, wanted, columns.
+#: A page's rows decoded by the stream (decode_as): schema id, layout codes, wanted, columns.
 Decoded = tuple[int, list[int], list[bool], list[Column]]
 
 class SstStream:

@@ -241,16 +241,13 @@ def _properties(file: np.ndarray, meta: tuple[int, int]) -> dict[bytes, bytes]:
 
 
 def _entries(file: np.ndarray, handle: tuple[int, int]) -> list[tuple[bytes, bytes]]:
-    """small_block_entries of the block at ``handle``: compiled where the install has it (the
-    Python walk of a file's properties took a third of a millisecond); Python reads what it
-    refuses, and says why."""
+    """small_block_entries of the block at ``handle``; compiled where the install has it."""
     native = compiled.native()
-    if native is not None:
-        try:
-            return native.block_entries(file, handle[0], handle[1],
-                                        int(file[len(file) - FOOTER_SIZE]))
-        except ValueError:
-            pass
+    try:
+        if native is not None:
+            return native.block_entries(file, *handle, int(file[len(file) - FOOTER_SIZE]))
+    except ValueError:
+        pass    # read here, which says what is wrong
     return small_block_entries(read_block(file, handle))
 
 
@@ -450,11 +447,9 @@ def read_tables(files: Sequence[np.ndarray]) -> SstEntries:
 def stream_opener(files: Sequence[np.ndarray], mapped: Sequence[bool] | None = None
                   ) -> Callable[[], Any] | None:
     """A function opening a compiled stream of the files' live values in key order, a page at
-    a time (``_native.SstStream``: ``page(max_rows, max_bytes, overhead)``, ``skip(n)``,
-    ``parallel(workers, page_bytes, overhead)`` and ``done``), the files' indexes read once
-    for all; None where the install has none or it refuses the files' layout (numpy or
-    RocksDB then reads them). ``mapped[i]``: file ``i`` is a read-only mapping of a file, whose
-    pages already read are given back."""
+    a time (``_native.SstStream``, see ``_native.pyi``), the files' indexes read once for all;
+    None where the install has none or it refuses the files' layout (numpy or RocksDB reads
+    them). ``mapped[i]``: file ``i`` is a read-only mapping, its pages read given back."""
     native = compiled.native()
     if native is None:
         return None
