@@ -412,8 +412,9 @@ def _decode_one_schema(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
     if plan is None:
         return None
     try:
-        out = native.decode_rows(buffer, begins, ends, SCHEMA_ID_SIZE, schema_id,
-                                 len(plan.schema), plan.layouts, plan.want,
+        out = native.decode_rows(buffer, np.ascontiguousarray(begins, dtype=np.int64),
+                                 np.ascontiguousarray(ends, dtype=np.int64), SCHEMA_ID_SIZE,
+                                 schema_id, len(plan.schema), plan.layouts, plan.want,
                                  compiled.threads if threads is None else threads)
     except ValueError:
         return None
