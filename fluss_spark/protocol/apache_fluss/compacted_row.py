@@ -404,21 +404,13 @@ def _decode_one_schema(buffer: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                        threads: int | None = None) -> pa.RecordBatch | None:
     """The batch of _decode_values from the compiled decode in one call, when every value has
     the first one's schema id (the usual case); None otherwise, or where it does not apply."""
-    native = compiled.native()
     schema_id = first_schema_id(buffer, begins, ends)
-    if native is None or schema_id is None:
-        return None
-    plan = kv_plan(schema_id, schema_of, output)
+    plan = None if schema_id is None else kv_plan(schema_id, schema_of, output)
     if plan is None:
         return None
-    try:
-        out = native.decode_rows(buffer, np.ascontiguousarray(begins, dtype=np.int64),
-                                 np.ascontiguousarray(ends, dtype=np.int64), SCHEMA_ID_SIZE,
-                                 schema_id, len(plan.schema), plan.layouts, plan.want,
-                                 compiled.threads if threads is None else threads)
-    except ValueError:
-        return None
-    return kv_batch(plan, out, len(begins), output)
+    arrays = _decode_compiled(buffer, begins, ends, plan.schema, list(plan.columns.values()),
+                              plan.schema_id, threads)
+    return None if arrays is None else _plan_batch(plan, arrays, len(begins), output)
 
 
 @dataclass(frozen=True)
@@ -448,7 +440,14 @@ def kv_plan(schema_id: int, schema_of: Callable[[int], pa.Schema], output: pa.Sc
 
 def kv_batch(plan: KvPlan, out: Sequence[Any], n: int, output: pa.Schema) -> pa.RecordBatch:
     """The batch of ``output`` from the compiled decode's buffers of ``n`` rows by ``plan``."""
-    arrays = _compiled_arrays(plan.schema, list(plan.columns.values()), out, n)
+    return _plan_batch(plan, _compiled_arrays(plan.schema, list(plan.columns.values()), out, n),
+                       n, output)
+
+
+def _plan_batch(plan: KvPlan, arrays: list[pa.Array], n: int, output: pa.Schema
+                ) -> pa.RecordBatch:
+    """The batch of ``output`` of the ``n`` rows decoded by ``plan`` into ``arrays`` (one an
+    output column the schema has)."""
     return pa.record_batch(_as_output(dict(zip(plan.columns, arrays)), plan.schema_id, n,
                                       output), schema=output)
 
