@@ -360,6 +360,8 @@ struct Cursor<'a> {
     /// The current user key's first 8 bytes, big-endian and zero-padded: one comparison
     /// orders most keys (the whole keys settle ties).
     prefix: u64,
+    /// The current internal key's first 8 bytes, big-endian.
+    head: u64,
     sequence: u64,
     kind: u8,
     begin: usize,
@@ -388,7 +390,7 @@ impl<'a> Cursor<'a> {
     fn new(f: &File<'a>) -> Cursor<'a> {
         Cursor { file: f.file, checksum: f.checksum, mapped: f.mapped, slots: f.slots.clone(),
                  next_block: 0, block: Vec::new(), pos: 0, data_end: 0,
-                 restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0, sequence: 0,
+                 restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0, head: 0, sequence: 0,
                  kind: 0, begin: 0, end: 0, entries: 0, again: false, given_back: 0 }
     }
 
@@ -534,11 +536,23 @@ impl<'a> Cursor<'a> {
                        else { self.key[shared..common].cmp(&block[p..p + common - shared]) };
             tail.then(old.cmp(&user))
         };
+        // The key's first 8 bytes and its trailer are read from the block, not from `key`
+        // just written (a load spanning fresh stores of other sizes stalls). The block's
+        // restart array and footer, 8 bytes at least, follow its last entry.
+        if shared < 8 {
+            let Some(fresh) = self.block.get(p..p + 8) else {
+                return fail("SST: a block entry runs past its restart interval");
+            };
+            let fresh = u64::from_be_bytes(fresh.try_into().expect("8 bytes"));
+            self.head = (self.head & !(u64::MAX >> (8 * shared))) | (fresh >> (8 * shared));
+        }
+        let block = &self.block[..data_end];
         self.key.truncate(shared);
         self.key.extend_from_slice(&block[p..value]);
-        let mut trailer = [0u8; 8];
-        trailer.copy_from_slice(&self.key[user..]);
-        let trailer = u64::from_le_bytes(trailer);
+        let stored = if unshared >= TRAILER { &block[value - TRAILER..value] } else {
+            &self.key[user..]
+        };
+        let trailer = u64::from_le_bytes(stored.try_into().expect("8 bytes"));
         let kind = (trailer & 0xFF) as u8;
         if kind != VALUE && kind != DELETION && kind != SINGLE_DELETION {
             return fail(format!("SST: entries of value type {kind} are not read here"));
@@ -547,7 +561,8 @@ impl<'a> Cursor<'a> {
             || (order == Ordering::Equal && trailer >> 8 >= self.sequence) {
             return fail("SST: a file's keys are out of order");
         }
-        self.prefix = prefix_of(&self.key[..user]);
+        // The trailer's bytes past a short user key are masked off.
+        self.prefix = if user >= 8 { self.head } else { self.head & !(u64::MAX >> (8 * user)) };
         (self.sequence, self.kind) = (trailer >> 8, kind);
         (self.begin, self.end) = (value, next);
         self.pos = next;
@@ -626,6 +641,10 @@ pub struct Stream<'a, const RANGE: bool = false> {
     upto: Option<Upto>,
     /// Whether the range's end was reached: the going cursors stand on entries after it.
     stopped: bool,
+    /// The cursor (its place in `going`) whose key was the only smallest, and the smallest
+    /// prefix of the others: while its keys' prefixes stay below that, they are the next
+    /// keys, with no other cursor to look at (files of interleaved keys take turns in runs).
+    run: Option<(usize, u64)>,
 }
 
 impl<'a> Stream<'a> {
@@ -649,7 +668,7 @@ impl<'a, const RANGE: bool> Stream<'a, RANGE> {
                -> Stream<'a, RANGE> {
         let upto = upto.map(|key| Upto { prefix: prefix_of(&key), key });
         Stream { files: files.to_vec(), cursors: files.iter().map(Cursor::new).collect(),
-                 going: None, key: Vec::new(), from, upto, stopped: false }
+                 going: None, key: Vec::new(), from, upto, stopped: false, run: None }
     }
 
     /// Move to the next live value, appending it to `out` (None: step over it): false at
@@ -680,13 +699,23 @@ impl<'a, const RANGE: bool> Stream<'a, RANGE> {
         while !going.is_empty() {
             // Usually one file's key has the smallest prefix: it is the smallest key, no other
             // file holds it, and it needs no more comparing. Its older versions follow it.
-            let (mut at, mut low) = (0, cursors[going[0]].prefix);
-            for (k, &i) in going.iter().enumerate().skip(1) {
-                if cursors[i].prefix < low {
-                    (at, low) = (k, cursors[i].prefix);
+            let at = match self.run {
+                Some((at, bound)) if cursors[going[at]].prefix < bound => Some(at),
+                _ => {
+                    let (mut at, mut low, mut second) = (0, cursors[going[0]].prefix, u64::MAX);
+                    for (k, &i) in going.iter().enumerate().skip(1) {
+                        let prefix = cursors[i].prefix;
+                        if prefix < low {
+                            (at, second, low) = (k, low, prefix);
+                        } else if prefix < second {
+                            second = prefix;
+                        }
+                    }
+                    self.run = (low < second).then_some((at, second));
+                    self.run.map(|(at, _)| at)
                 }
-            }
-            if going.iter().filter(|&&i| cursors[i].prefix == low).count() == 1 {
+            };
+            if let Some(at) = at {
                 let c = &mut cursors[going[at]];
                 if RANGE && self.upto.as_ref().is_some_and(|u| u.reached_by(c)) {
                     self.stopped = true;
@@ -698,6 +727,7 @@ impl<'a, const RANGE: bool> Stream<'a, RANGE> {
                 }
                 if !c.next_key()? {
                     going.remove(at);
+                    self.run = None;
                     if going.is_empty() && !RANGE {
                         verify(cursors.iter().map(|c| c.entries), &self.files)?;
                     }

@@ -3,6 +3,7 @@ fixture)."""
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 
@@ -77,6 +78,33 @@ def test_api_versions_of_coordinator_and_tablets(apache_fluss, fluss):
     assert fluss.capabilities() == Capabilities(leases=True, lease_renewal="reacquire",
                                                 snapshot_read="files", live_kv_scan=False,
                                                 partition_admin=True, partial_updates=True)
+
+
+def test_a_new_client_asks_for_metadata_first_past_a_dead_bootstrap_server(apache_fluss,
+                                                                           tables, monkeypatch):
+    """A fresh client's first request is the metadata it needs, not an API_VERSIONS round trip
+    first (versions are asked only where a capability depends on them); a bootstrap server
+    that does not answer is passed over for the next."""
+    asked: list[tuple[str, int]] = []
+    call_raw = FlussRpcConnection.call_raw
+
+    def recorded(self, api_key, *args, **kwargs):
+        asked.append((self.address, int(api_key)))
+        return call_raw(self, api_key, *args, **kwargs)
+
+    monkeypatch.setattr(FlussRpcConnection, "call_raw", recorded)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"       # nothing listens there
+    cluster = ApacheFlussWireCluster.connect(f"{dead},{apache_fluss.bootstrap_servers}",
+                                             request_timeout_s=20)
+    try:
+        _, _, pk = tables
+        assert cluster.conn.table(pk).descriptor.primary_key == ("id",)
+    finally:
+        cluster.close()
+    metadata = int(FlussApiKey.GET_METADATA)
+    assert asked == [(dead, metadata), (apache_fluss.bootstrap_servers, metadata)]
 
 
 def test_databases_tables_and_metadata(fluss, tables):

@@ -124,18 +124,18 @@ class FlussWireConnection:
                 self._conns[(host, port)] = conn
             return conn
 
-    def _any_server(self) -> FlussRpcConnection:
-        """The coordinator once known, else the first bootstrap server that answers."""
+    def _ask_any(self, request: FlussRequest[R]) -> R:
+        """``request``'s answer from the coordinator once known, else from the first bootstrap
+        server that answers. No API_VERSIONS first: the request itself shows the server is
+        there, a round trip sooner (versions are asked only where a capability needs them)."""
         with self._lock:
             known = self._coordinator
         if known is not None:
-            return self.connection(*known)
+            return self.connection(*known).call(request)
         last: ApiError | None = None
         for host, port in self.bootstrap:
-            conn = self.connection(host, port)
             try:
-                conn.api_versions()
-                return conn
+                return self.connection(host, port).call(request)
             except NetworkError as e:
                 last = e
         assert last is not None
@@ -145,7 +145,7 @@ class FlussWireConnection:
         with self._lock:
             known = self._coordinator
         if known is None:
-            self._apply(self._any_server().call(MetadataRequest()))
+            self._apply(self._ask_any(MetadataRequest()))
             with self._lock:
                 known = self._coordinator
             if known is None:
@@ -156,7 +156,7 @@ class FlussWireConnection:
         with self._lock:
             address = self._tablets.get(server_id)
         if address is None:
-            self._apply(self._any_server().call(MetadataRequest()))
+            self._apply(self._ask_any(MetadataRequest()))
             with self._lock:
                 address = self._tablets.get(server_id)
             if address is None:
@@ -168,7 +168,7 @@ class FlussWireConnection:
         with self._lock:
             known = sorted(self._tablets)
         if not known:
-            self._apply(self._any_server().call(MetadataRequest()))
+            self._apply(self._ask_any(MetadataRequest()))
             with self._lock:
                 known = sorted(self._tablets)
         return known
@@ -201,11 +201,11 @@ class FlussWireConnection:
     def _metadata(self, path: PbTablePath, request: MetadataRequest) -> None:
         """Ask for metadata of the table ``path`` (and the partitions ``request`` names)."""
         try:
-            self._apply(self._any_server().call(request))
+            self._apply(self._ask_any(request))
         except UnknownServerError:
             # Fluss 0.9.1 answers metadata of a missing table with an unknown server error;
             # GET_TABLE_INFO says TableNotExist for the same table.
-            self._any_server().call(GetTableInfoRequest(table_path=path))
+            self._ask_any(GetTableInfoRequest(table_path=path))
             raise
 
     def refresh_table(self, name: str) -> TableMetadata:
