@@ -360,8 +360,6 @@ struct Cursor<'a> {
     /// The current user key's first 8 bytes, big-endian and zero-padded: one comparison
     /// orders most keys (the whole keys settle ties).
     prefix: u64,
-    /// The current internal key's first 8 bytes, big-endian.
-    head: u64,
     sequence: u64,
     kind: u8,
     begin: usize,
@@ -390,7 +388,7 @@ impl<'a> Cursor<'a> {
     fn new(f: &File<'a>) -> Cursor<'a> {
         Cursor { file: f.file, checksum: f.checksum, mapped: f.mapped, slots: f.slots.clone(),
                  next_block: 0, block: Vec::new(), pos: 0, data_end: 0,
-                 restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0, head: 0, sequence: 0,
+                 restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0, sequence: 0,
                  kind: 0, begin: 0, end: 0, entries: 0, again: false, given_back: 0 }
     }
 
@@ -452,6 +450,24 @@ impl<'a> Cursor<'a> {
 
     fn value(&self) -> &[u8] {
         &self.block[self.begin..self.end]
+    }
+
+    /// Append the current value to `out`: a short one as one move of 32 bytes where the block
+    /// and `out` have them (a copy of a variable length is a call).
+    #[inline(always)]
+    fn copy_value(&self, out: &mut Vec<u8>) {
+        let (begin, n, len) = (self.begin, self.end - self.begin, out.len());
+        if n <= 32 && begin + 32 <= self.block.len() && out.capacity() - len >= 32 {
+            // SAFETY: 32 bytes at `begin` lie in the block, and `out` has room for 32 past its
+            // length; its first `len + n` bytes are then set.
+            unsafe {
+                let from = self.block.as_ptr().add(begin).cast::<[u8; 32]>().read_unaligned();
+                out.as_mut_ptr().add(len).cast::<[u8; 32]>().write_unaligned(from);
+                out.set_len(len + n);
+            }
+        } else {
+            out.extend_from_slice(self.value());
+        }
     }
 
     /// Verify and decompress the next block: false when the file has no more.
@@ -536,23 +552,22 @@ impl<'a> Cursor<'a> {
                        else { self.key[shared..common].cmp(&block[p..p + common - shared]) };
             tail.then(old.cmp(&user))
         };
-        // The key's first 8 bytes and its trailer are read from the block, not from `key`
-        // just written (a load spanning fresh stores of other sizes stalls). The block's
-        // restart array and footer, 8 bytes at least, follow its last entry.
-        if shared < 8 {
-            let Some(fresh) = self.block.get(p..p + 8) else {
-                return fail("SST: a block entry runs past its restart interval");
-            };
-            let fresh = u64::from_be_bytes(fresh.try_into().expect("8 bytes"));
-            self.head = (self.head & !(u64::MAX >> (8 * shared))) | (fresh >> (8 * shared));
-        }
-        let block = &self.block[..data_end];
         self.key.truncate(shared);
-        self.key.extend_from_slice(&block[p..value]);
-        let stored = if unshared >= TRAILER { &block[value - TRAILER..value] } else {
-            &self.key[user..]
-        };
-        let trailer = u64::from_le_bytes(stored.try_into().expect("8 bytes"));
+        if unshared <= 16 && p + 16 <= self.block.len() && self.key.capacity() >= shared + 16 {
+            // SAFETY: 16 bytes at `p` lie in the block, and the key has room for 16 past
+            // `shared`; its first `shared + unshared` bytes are then set.
+            unsafe {
+                let from = self.block.as_ptr().add(p).cast::<[u8; 16]>().read_unaligned();
+                self.key.as_mut_ptr().add(shared).cast::<[u8; 16]>().write_unaligned(from);
+                self.key.set_len(shared + unshared);
+            }
+        } else {
+            self.key.reserve(16);
+            self.key.extend_from_slice(&block[p..value]);
+        }
+        let mut trailer = [0u8; 8];
+        trailer.copy_from_slice(&self.key[user..]);
+        let trailer = u64::from_le_bytes(trailer);
         let kind = (trailer & 0xFF) as u8;
         if kind != VALUE && kind != DELETION && kind != SINGLE_DELETION {
             return fail(format!("SST: entries of value type {kind} are not read here"));
@@ -561,8 +576,10 @@ impl<'a> Cursor<'a> {
             || (order == Ordering::Equal && trailer >> 8 >= self.sequence) {
             return fail("SST: a file's keys are out of order");
         }
-        // The trailer's bytes past a short user key are masked off.
-        self.prefix = if user >= 8 { self.head } else { self.head & !(u64::MAX >> (8 * user)) };
+        // The trailer's 8 bytes follow the user key: the key's first 8 bytes are one load,
+        // those past a short key masked off (a copy of a variable length is a call).
+        let head = u64::from_be_bytes(*self.key.first_chunk::<8>().expect("8 trailer bytes"));
+        self.prefix = if user >= 8 { head } else { head & !(u64::MAX >> (8 * user)) };
         (self.sequence, self.kind) = (trailer >> 8, kind);
         (self.begin, self.end) = (value, next);
         self.pos = next;
@@ -723,7 +740,7 @@ impl<'a, const RANGE: bool> Stream<'a, RANGE> {
                 }
                 let live = c.kind == VALUE;
                 if let (true, Some(o)) = (live, out.as_mut()) {
-                    o.extend_from_slice(c.value());
+                    c.copy_value(o);
                 }
                 if !c.next_key()? {
                     going.remove(at);
@@ -766,7 +783,7 @@ impl<'a, const RANGE: bool> Stream<'a, RANGE> {
                         if let Some(o) = out.as_mut() {
                             o.truncate(mark);
                             if live {
-                                o.extend_from_slice(c.value());
+                                c.copy_value(o);
                             }
                         }
                     }
