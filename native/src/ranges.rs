@@ -99,7 +99,7 @@ impl Ranges {
                  page_bytes: usize, overhead: usize, plan: Option<Arc<Plan>>)
                  -> Result<Ranges> {
         let from = stream.next_key();
-        let mut keys = sst::pivots(files, page_bytes)?;
+        let mut keys = sst::pivots(files, page_bytes, workers)?;
         if let Some(first) = &from {
             keys.retain(|k| k > first);
         }

@@ -73,41 +73,88 @@ fn first_key(file: &[u8], s: &Slot, checksum: u8, scratch: &mut Vec<u8>) -> Resu
 
 /// Keys that cut the files' key space into ranges of about `target` bytes of blocks each (a
 /// file's blocks sized as its first, decompressed), in order; none when the files hold less
-/// than two such ranges. They are first keys of blocks spread evenly over each file, two a
-/// range, each taken where the blocks before it (every file's) reach `target` bytes.
-pub fn pivots(files: &[File], target: usize) -> Result<Vec<Vec<u8>>> {
-    let mut sized = Vec::with_capacity(files.len());
+/// than two such ranges. The ranges hold about as many entries each, but for those of the last
+/// `workers` ranges' entries, which are cut in halves: `workers` threads, each taking the next
+/// range as it finishes one, then end at about the same time (BENCHMARKS.md, "Ranges of even
+/// size").
+///
+/// Each file is sampled at the first keys of blocks spread evenly over it (two a range, the
+/// files' samples staggered): the entries before a key are known at a file's own samples (its
+/// blocks hold about as many entries each), and estimated between two of them from where the
+/// key's first 8 bytes fall between theirs. A range ends at the sample whose estimate over
+/// every file is the nearest to its size. (Counting at each sample the blocks after it, as a
+/// cut passed it, made the ranges of interleaved files alternate between two sizes, 100k and
+/// 150k rows.)
+pub fn pivots(files: &[File], target: usize, workers: usize) -> Result<Vec<Vec<u8>>> {
+    let mut bytes = 0usize;
     for f in files {
-        let bytes = match f.slots.first() { Some(s) => stored(f.file, s)?.2, None => 0 };
-        sized.push((f, f.slots.len(), bytes));
+        let first = match f.slots.first() { Some(s) => stored(f.file, s)?.2, None => 0 };
+        bytes = bytes.saturating_add(f.slots.len().saturating_mul(first));
     }
-    let total: usize = sized.iter().map(|&(_, n, bytes)| n.saturating_mul(bytes)).sum();
-    let ranges = total.div_ceil(target.max(1));
+    let ranges = bytes.div_ceil(target.max(1));
     if ranges < 2 {
         return Ok(Vec::new());
     }
-    let (mut scratch, mut marks, mut before) = (Vec::new(), Vec::new(), 0);
-    for (f, n, bytes) in sized {
+    // Each file's samples, in key order: (its key's prefix, the key, the entries before it),
+    // and the file's entries.
+    let mut scratch = Vec::new();
+    let mut samples = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        let (n, entries) = (f.slots.len(), f.entries as f64);
         let k = n.min(2 * ranges);
+        let mut file = Vec::with_capacity(k);
         for j in 0..k {
-            let (at, next) = (j * n / k, (j + 1) * n / k);
-            let weight = (next - at) * bytes;
-            // A file's first block is where the first range reads it anyway.
-            if at == 0 {
-                before += weight;
-            } else {
-                marks.push((first_key(f.file, &f.slots[at], f.checksum, &mut scratch)?, weight));
+            // Files spread over the same keys are sampled at staggered places, so that their
+            // samples do not come in pairs of about the same key.
+            let at = (j * files.len() + i) * n / (k * files.len());
+            let key = first_key(f.file, &f.slots[at], f.checksum, &mut scratch)?;
+            file.push((prefix_of(&key), key, entries * at as f64 / n as f64));
+        }
+        samples.push((file, entries));
+    }
+    // The entries of every file before `key` (of prefix `prefix`), estimated.
+    let before = |key: &[u8], prefix: u64| -> f64 {
+        samples.iter().map(|(file, entries)| {
+            let after = file.partition_point(|(_, k, _)| k.as_slice() <= key);
+            let Some((p0, _, e0)) = after.checked_sub(1).map(|i| &file[i]) else { return 0.0 };
+            // Past the last sample: half of what follows it, its keys being unknown.
+            let (p1, e1) = file.get(after)
+                .map_or((*p0, (e0 + entries) / 2.0), |(p, _, e)| (*p, *e));
+            let share = if p1 > *p0 { (prefix - p0) as f64 / (p1 - p0) as f64 } else { 0.5 };
+            e0 + share.clamp(0.0, 1.0) * (e1 - e0)
+        }).sum()
+    };
+    let mut keys: Vec<(u64, &[u8])> = samples.iter()
+        .flat_map(|(file, _)| file.iter().map(|(p, k, _)| (*p, k.as_slice()))).collect();
+    keys.sort_unstable_by(|a, b| a.1.cmp(b.1));
+    keys.dedup_by(|a, b| a.1 == b.1);
+    let total: f64 = samples.iter().map(|(_, entries)| entries).sum();
+    let range = total / ranges as f64;
+    // Where the halves start (a cut at most half a range before counts as there): none when
+    // the threads take as many ranges each.
+    let tail = if ranges.is_multiple_of(workers.max(1)) { f64::INFINITY } else {
+        total - (workers as f64 + 0.5) * range
+    };
+    let (mut pivots, mut cut) = (Vec::<Vec<u8>>::new(), 0.0);
+    // The sample before, and the entries before it.
+    let mut last: Option<(f64, &[u8])> = None;
+    for (prefix, key) in keys {
+        let at = before(key, prefix);
+        let end = cut + if cut >= tail { range / 2.0 } else { range };
+        if at < end || total - at < (end - cut) / 2.0 {
+            last = Some((at, key));
+            continue;
+        }
+        match last {
+            Some((was, earlier)) if was > cut && end - was < at - end => {
+                pivots.push(earlier.to_vec());
+                (cut, last) = (was, Some((at, key)));
+            }
+            _ => {
+                pivots.push(key.to_vec());
+                (cut, last) = (at, None);
             }
         }
-    }
-    marks.sort();
-    let (mut pivots, mut bytes): (Vec<Vec<u8>>, usize) = (Vec::new(), before);
-    for (key, weight) in marks {
-        if bytes >= target && pivots.last().is_none_or(|p| *p < key) {
-            pivots.push(key);
-            bytes = 0;
-        }
-        bytes += weight;
     }
     Ok(pivots)
 }
