@@ -386,6 +386,10 @@ pub fn block_entries(file: &[u8], offset: u64, size: u64, checksum: u8)
 /// memory that grew with the bucket").
 const GIVE_BACK_BYTES: usize = 1 << 18;
 
+/// Room a cursor's key starts with: the new bytes of a key up to `KEY_ROOM - 16` long are one
+/// move (`memory::append_within`).
+const KEY_ROOM: usize = 64;
+
 /// One file's entries, one at a time, in its order: the current entry's user key, sequence
 /// number, value type and value range in the current block.
 struct Cursor<'a> {
@@ -435,8 +439,8 @@ impl<'a> Cursor<'a> {
     fn new(f: &File<'a>) -> Cursor<'a> {
         Cursor { file: f.file, checksum: f.checksum, mapped: f.mapped, slots: f.slots.clone(),
                  next_block: 0, block: Vec::new(), pos: 0, data_end: 0,
-                 restarts: 0, next_restart: 0, key: Vec::new(), prefix: 0, sequence: 0,
-                 kind: 0, begin: 0, end: 0, entries: 0, again: false, given_back: 0 }
+                 restarts: 0, next_restart: 0, key: Vec::with_capacity(KEY_ROOM), prefix: 0,
+                 sequence: 0, kind: 0, begin: 0, end: 0, entries: 0, again: false, given_back: 0 }
     }
 
     /// Move to the first entry whose user key is `key` or after it: false when the file has
@@ -495,26 +499,10 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    fn value(&self) -> &[u8] {
-        &self.block[self.begin..self.end]
-    }
-
-    /// Append the current value to `out`: a short one as one move of 32 bytes where the block
-    /// and `out` have them (a copy of a variable length is a call).
+    /// Append the current value to `out` (a short one in one move).
     #[inline(always)]
     fn copy_value(&self, out: &mut Vec<u8>) {
-        let (begin, n, len) = (self.begin, self.end - self.begin, out.len());
-        if n <= 32 && begin + 32 <= self.block.len() && out.capacity() - len >= 32 {
-            // SAFETY: 32 bytes at `begin` lie in the block, and `out` has room for 32 past its
-            // length; its first `len + n` bytes are then set.
-            unsafe {
-                let from = self.block.as_ptr().add(begin).cast::<[u8; 32]>().read_unaligned();
-                out.as_mut_ptr().add(len).cast::<[u8; 32]>().write_unaligned(from);
-                out.set_len(len + n);
-            }
-        } else {
-            out.extend_from_slice(self.value());
-        }
+        memory::append_within::<32>(out, &self.block, self.begin, self.end - self.begin);
     }
 
     /// Verify and decompress the next block: false when the file has no more.
@@ -600,18 +588,7 @@ impl<'a> Cursor<'a> {
             tail.then(old.cmp(&user))
         };
         self.key.truncate(shared);
-        if unshared <= 16 && p + 16 <= self.block.len() && self.key.capacity() >= shared + 16 {
-            // SAFETY: 16 bytes at `p` lie in the block, and the key has room for 16 past
-            // `shared`; its first `shared + unshared` bytes are then set.
-            unsafe {
-                let from = self.block.as_ptr().add(p).cast::<[u8; 16]>().read_unaligned();
-                self.key.as_mut_ptr().add(shared).cast::<[u8; 16]>().write_unaligned(from);
-                self.key.set_len(shared + unshared);
-            }
-        } else {
-            self.key.reserve(16);
-            self.key.extend_from_slice(&block[p..value]);
-        }
+        memory::append_within::<16>(&mut self.key, &self.block, p, unshared);
         let mut trailer = [0u8; 8];
         trailer.copy_from_slice(&self.key[user..]);
         let trailer = u64::from_le_bytes(trailer);
