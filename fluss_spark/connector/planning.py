@@ -223,6 +223,10 @@ class OffsetPlanner:
                 end = latest.get(b, t.log[b])
                 if self._available_now_target is not None:
                     end = min(end, self._available_now_target.get((key, b), t.log[b]))
+                # A latest offset below the position already reached (the high watermark of a
+                # leader that has just taken over can lag behind the old one's) means no new
+                # records: the position never goes back, which would read records again.
+                end = max(end, t.log[b])
                 latest_log[(key, b)] = end
                 pending[(key, b)] = max(0, end - t.log[b])
         self.known_latest.update(latest_log)

@@ -228,6 +228,31 @@ def test_log_table_in_full_mode_reads_from_earliest(cluster, clock):
     assert cluster.calls_of("acquire") == []
 
 
+def test_a_latest_offset_below_the_position_read_never_moves_it_back(cluster, clock,
+                                                                    monkeypatch):
+    """A bucket's latest offset that comes back below the position already read (a leader that
+    has just taken over may report a lagging high watermark) means no new records there: the
+    position stays, and the records before it are not read again."""
+    cluster.add_table("db.log", pk=(), buckets=2)
+    for b in (0, 1):
+        cluster.append_log("db.log", b, [("+A", {"id": i, "v": "a"}) for i in range(10)])
+    e = make(cluster, clock, tables=("db.log",))
+
+    def log(offset):
+        return next(iter(offset["tables"].values()))["log"]
+    first = e.latest_offset(e.initial_offset(), ReadAllAvailable())
+    assert log(first) == {"0": 10, "1": 10}
+    for b in (0, 1):
+        cluster.append_log("db.log", b, [("+A", {"id": i, "v": "b"}) for i in range(5)])
+    listed = cluster.list_offsets
+    monkeypatch.setattr(cluster, "list_offsets",
+                        lambda *a, **k: {**listed(*a, **k), 0: 4})     # bucket 0 lags
+    assert log(e.latest_offset(first, ReadAllAvailable())) == {"0": 10, "1": 15}
+    assert log(e.latest_offset(first, ReadMaxRows(3))) == {"0": 10, "1": 13}
+    monkeypatch.undo()
+    assert log(e.latest_offset(first, ReadAllAvailable())) == {"0": 15, "1": 15}
+
+
 def test_old_server_warns_once_and_reads_unprotected(pk, clock, caplog):
     pk.leases_supported = False
     e = make(pk, clock)
