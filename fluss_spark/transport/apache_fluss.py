@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import socket
-from typing import TypeVar
+from typing import Sequence, TypeVar, cast
 
 from fluss_spark import __version__
 from fluss_spark.errors import ApiError, AuthenticationFailed, CorruptMessage, NetworkError
@@ -19,6 +19,11 @@ from fluss_spark.transport.channel import SocketChannel, recv_or_eof
 from fluss_spark.transport.frames import recv_exact
 
 R = TypeVar("R", bound=ProtoMessage)
+
+#: The most requests ``call_many`` has in flight on one connection: small enough that their
+#: frames and answers fit the sockets' buffers (neither side blocks writing while the other
+#: writes too), large enough for a table's buckets to take a few round trips.
+PIPELINE_WINDOW = 32
 
 #: What this client calls itself in API_VERSIONS.
 CLIENT_SOFTWARE_NAME = "fluss-spark-python"
@@ -39,7 +44,8 @@ def api_versions_request() -> ApiVersionsRequest:
 class FlussRpcConnection(SocketChannel):
     """A lazily (re)connected, thread-safe request/response channel to one Fluss server.
 
-    One request is in flight at a time; request ids count up per connection object. Error
+    One request is in flight at a time (``call_many``: a window of them); request ids count up
+    per connection object. Error
     responses raise the ``fluss_spark.errors`` class of their Fluss code; any socket failure
     closes the socket and raises ``NetworkError`` (retriable), and the next call reconnects.
     With ``credentials`` (username, password) every new socket logs in with SASL PLAIN before
@@ -63,11 +69,32 @@ class FlussRpcConnection(SocketChannel):
         """Send ``request`` and return its decoded response (or raise its error)."""
         body = self.call_raw(int(request.API_KEY), API_VERSION[request.API_KEY],
                              request.encode(), timeout_s=timeout_s)
-        try:
-            return request.decode_response(body)
-        except CorruptMessage as e:
-            raise CorruptMessage(f"{api_name(request.API_KEY)} response from {self.address} "
-                                 f"does not decode: {e}") from None
+        return self._decoded(request, body)
+
+    def call_many(self, requests: Sequence[FlussRequest[R]], *,
+                  timeout_s: float | None = None) -> list[R | ApiError]:
+        """Each request's decoded response, or the error it was answered with (returned, not
+        raised), in the order of ``requests``.
+
+        Up to ``PIPELINE_WINDOW`` of them are in flight at once: one round trip per window
+        instead of one per request. Fluss answers a connection's requests as each completes,
+        so the answers are matched to the requests by id. A socket failure, or an answer to
+        no request of the window, closes the socket and raises as ``call`` does."""
+        out: list[R | ApiError] = []
+        for at in range(0, len(requests), PIPELINE_WINDOW):
+            window = requests[at:at + PIPELINE_WINDOW]
+            ids = [next(self._ids) & 0x7FFFFFFF for _ in window]
+            frames = b"".join(framing.encode_request(int(r.API_KEY), API_VERSION[r.API_KEY], i,
+                                                     r.encode()) for r, i in zip(window, ids))
+            what = f"{len(window)} {api_name(window[0].API_KEY)} requests"
+            with self._lock:
+                payloads = self._pipelined(frames, ids, window[0].API_KEY, what, timeout_s)
+            for request, i in zip(window, ids):
+                try:
+                    out.append(self._decoded(request, self._body(payloads[i], request.API_KEY)))
+                except ApiError as e:
+                    out.append(e)
+        return out
 
     def call_raw(self, api_key: int, api_version: int, body: bytes, *,
                  timeout_s: float | None = None) -> memoryview:
@@ -77,27 +104,80 @@ class FlussRpcConnection(SocketChannel):
         with self._lock:
             payload = self._round_trip(frame, self._decode_length, api_name(api_key),
                                        timeout_s)
+            header = self._checked_header(payload, {request_id})
+        return self._body(payload, api_key, header)
+
+    def _pipelined(self, frames: bytes, ids: list[int], api_key: int, what: str,
+                   timeout_s: float | None) -> dict[int, bytearray]:
+        """Send the requests ``frames`` (of ``ids``) at once and read one answer to each, by
+        request id (the caller holds ``_lock``). Their answers together are bounded by
+        ``max_response_bytes``, as one answer is. A failure of the connection itself fails
+        them all: its answer names no request, and none comes after it."""
+        left = [self.max_response_bytes]
+
+        def decode_length(prefix: bytearray) -> int:
             try:
-                header = framing.decode_response_header(payload)
-            except CorruptMessage:
-                self._close_locked()
-                raise
-            if header.response_type == framing.SERVER_FAILURE:
-                # Fluss sends this when the connection itself failed; it is not reused.
-                self._close_locked()
-            elif header.request_id != request_id:
-                self._close_locked()
-                raise NetworkError(f"{self.address} answered request id {header.request_id}, "
-                                   f"expected {request_id}")
-        body_view = memoryview(payload)[header.body_offset:]
+                length = framing.decode_length(prefix, left[0])
+            except CorruptMessage as e:
+                raise CorruptMessage(f"{self.address}: {e} (this client's max_response_bytes "
+                                     f"bounds the answers to {what} together)") from None
+            left[0] -= length
+            return length
+
+        def exchange() -> dict[int, bytearray]:
+            self._send(self._connect(), frames, timeout_s)
+            answers: dict[int, bytearray] = {}
+            while len(answers) < len(ids):
+                payload = cast(bytearray, self._receive(decode_length))
+                header = self._checked_header(payload, set(ids) - set(answers))
+                if header.request_id is None:
+                    raise self._failure(payload, api_key, header)
+                answers[header.request_id] = payload
+            return answers
+        return self._guarded(what, exchange)
+
+    def _checked_header(self, payload: bytearray, expected: set[int]) -> framing.ResponseHeader:
+        """An answer's header, the socket closed when the stream cannot go on: a header that
+        does not decode, an answer to no request in flight, or a failure of the connection
+        itself (the caller holds ``_lock``)."""
+        try:
+            header = framing.decode_response_header(payload)
+        except CorruptMessage:
+            self._close_locked()
+            raise
+        if header.response_type == framing.SERVER_FAILURE:
+            # Fluss sends this when the connection itself failed; it is not reused.
+            self._close_locked()
+        elif header.request_id not in expected:
+            self._close_locked()
+            raise NetworkError(f"{self.address} answered request id {header.request_id}, "
+                               f"expected {' or '.join(map(str, sorted(expected)))}")
+        return header
+
+    def _body(self, payload: bytearray, api_key: int,
+              header: framing.ResponseHeader | None = None) -> memoryview:
+        """A successful answer's body; an error answer raises its error."""
+        header = header or framing.decode_response_header(payload)
         if header.response_type == framing.SUCCESS_RESPONSE:
-            return body_view
-        error = _error(body_view, api_key, self.address)
+            return memoryview(payload)[header.body_offset:]
+        raise self._failure(payload, api_key, header)
+
+    def _failure(self, payload: bytearray, api_key: int,
+                 header: framing.ResponseHeader) -> ApiError:
+        """The error an error answer (or a failure of the connection) carries."""
+        error = _error(memoryview(payload)[header.body_offset:], api_key, self.address)
         if isinstance(error, AuthenticationFailed) and self._credentials is None:
             # A SASL listener answers every request but API_VERSIONS so until a login.
-            raise AuthenticationFailed(f"{self.address} requires a SASL login: set "
-                                       f"{_LOGIN_SETTINGS}") from None
-        raise error
+            return AuthenticationFailed(f"{self.address} requires a SASL login: set "
+                                        f"{_LOGIN_SETTINGS}")
+        return error
+
+    def _decoded(self, request: FlussRequest[R], body: memoryview) -> R:
+        try:
+            return request.decode_response(body)
+        except CorruptMessage as e:
+            raise CorruptMessage(f"{api_name(request.API_KEY)} response from {self.address} "
+                                 f"does not decode: {e}") from None
 
     def _on_connect(self, sock: socket.socket) -> None:
         if self._credentials is not None:

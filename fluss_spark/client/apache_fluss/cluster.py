@@ -7,13 +7,14 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from fluss_spark.client.apache_fluss.connection import (FlussWireConnection, PartitionMetadata,
-                                                        TableMetadata, split_table_name)
-from fluss_spark.client.apache_fluss.leases import FlussLeases, checked, kv_snapshot_metadata
+from fluss_spark.client.apache_fluss.connection import (FlussWireConnection, TableMetadata,
+                                                        split_table_name)
+from fluss_spark.client.apache_fluss.leases import FlussLeases, checked
 from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_scan,
                                                        supports_live_scans)
 from fluss_spark.client.apache_fluss.partitions import FlussPartitions
-from fluss_spark.client.apache_fluss.snapshot_files import KvSnapshotFiles, read_row_count
+from fluss_spark.client.apache_fluss.snapshot_files import KvSnapshotFiles
+from fluss_spark.client.apache_fluss.snapshot_listing import snapshot_files, snapshot_infos
 from fluss_spark.client.remote_storage import RemoteStorage
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, PartitionAdmin, PartitionPins, Pins,
@@ -279,9 +280,10 @@ class ApacheFlussWireCluster:
             resp = self.conn.call_coordinator(GetLatestKvSnapshotsRequest(
                 table_path=split_table_name(table),
                 partition_name=None if part is None else part.name))
+            listed = {s.bucket_id: s.snapshot_id for s in resp.latest_snapshots
+                      if s.snapshot_id is not None}
             try:
-                return {s.bucket_id: self._snapshot_info(table, s.bucket_id, s.snapshot_id, part)
-                        for s in resp.latest_snapshots if s.snapshot_id is not None}
+                return snapshot_infos(self.conn, table, listed, part)
             except KvSnapshotNotExist:
                 # Retention removed a snapshot between the listing and its files (a newer one
                 # was completed meanwhile): list again.
@@ -289,36 +291,12 @@ class ApacheFlussWireCluster:
                     raise
         raise AssertionError("unreachable")
 
-    def _snapshot_info(self, table: str, bucket: int, snapshot_id: int,
-                       part: PartitionMetadata | None) -> SnapshotInfo:
-        files = self._snapshot_files(table, bucket, snapshot_id, part)
-        rows = read_row_count(files)
-        if rows is None:
-            log.info("%s records no row count; counting its rows", files.describe())
-            from fluss_spark.client.apache_fluss.kv_snapshot import count_rows
-            rows = count_rows(files)
-        return SnapshotInfo(table_id=self.conn.table(table).table_id, bucket=bucket,
-                            snapshot_id=snapshot_id, path=files.directory,
-                            log_offset=files.log_offset, row_count=rows,
-                            partition_id=None if part is None else part.partition_id)
-
     def kv_snapshot_files(self, table: str, bucket: int, snapshot_id: int, *,
                           partition: str | None = None) -> KvSnapshotFiles:
         """The files and log offset of one KV snapshot (of ``partition``, by name or spec);
         ``KvSnapshotNotExist`` when it is gone."""
-        return self._snapshot_files(table, bucket, snapshot_id,
-                                    self.partitions.resolve(table, partition))
-
-    def _snapshot_files(self, table: str, bucket: int, snapshot_id: int,
-                        part: PartitionMetadata | None) -> KvSnapshotFiles:
-        resp = kv_snapshot_metadata(self.conn, self.conn.table(table).table_id, bucket,
-                                    snapshot_id, None if part is None else part.partition_id)
-        return KvSnapshotFiles(table=table, bucket=int(bucket), snapshot_id=int(snapshot_id),
-                               log_offset=resp.log_offset,
-                               files=tuple((f.remote_path, f.local_file_name)
-                                           for f in resp.snapshot_files),
-                               partition=None if part is None else part.name,
-                               storage=self.conn.storage)
+        return snapshot_files(self.conn, table, bucket, snapshot_id,
+                              self.partitions.resolve(table, partition))
 
     def acquire_kv_snapshot_lease(self, lease_id: str, duration_ms: int, tables: Pins,
                                   holder: str | None = None, *,
@@ -387,7 +365,7 @@ class ApacheFlussWireCluster:
         meta = self._kv_table(table)
         part = self.partitions.resolve(table, partition)
         from fluss_spark.client.apache_fluss.kv_snapshot import CheckpointScan
-        return CheckpointScan(lambda: self._snapshot_files(table, bucket, snapshot_id, part),
+        return CheckpointScan(lambda: snapshot_files(self.conn, table, bucket, snapshot_id, part),
                               lambda schema_id: self.conn.schema(meta, schema_id)[1],
                               self._output(table, projection), start_row=start_row, limit=limit,
                               batch_size_bytes=batch_size_bytes, schema_id=meta.schema_id)

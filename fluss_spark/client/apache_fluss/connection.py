@@ -312,6 +312,20 @@ class FlussWireConnection:
                 raise
         return self.with_retries(op)
 
+    def call_coordinator_many(self, requests: Sequence[FlussRequest[R]]) -> list[R | ApiError]:
+        """Each request's answer from the coordinator, or the error it was answered with (not
+        raised), sent a window at a time (``FlussRpcConnection.call_many``): for requests that
+        may be sent twice (reads). One answered with a retriable error is sent again through
+        ``call_coordinator``, alone."""
+        found = self.with_retries(lambda: self.coordinator().call_many(requests))
+        for i, answer in enumerate(found):
+            if isinstance(answer, ApiError) and (answer.retriable or answer.refresh_metadata):
+                try:
+                    found[i] = self.call_coordinator(requests[i])
+                except ApiError as e:
+                    found[i] = e
+        return found
+
     def leader_id(self, name: str, bucket: int, partition: str | None = None) -> int:
         """The id of the tablet server leading ``bucket`` (of the partition named
         ``partition``; ``LeaderNotAvailable`` if none)."""

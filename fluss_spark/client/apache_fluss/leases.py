@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection
 from fluss_spark.clock import monotonic_ms
-from fluss_spark.errors import (AuthorizationFailed, InvalidLeaseId, KvSnapshotNotExist,
-                                NonPrimaryKeyTable)
+from fluss_spark.errors import (ApiError, AuthorizationFailed, InvalidLeaseId,
+                                KvSnapshotNotExist, NonPrimaryKeyTable)
 from fluss_spark.protocol.apache_fluss.messages import (
     AcquireKvSnapshotLeaseRequest, AcquireKvSnapshotLeaseResponse, DropKvSnapshotLeaseRequest,
     GetKvSnapshotMetadataRequest, GetKvSnapshotMetadataResponse, PbKvSnapshotLeaseForBucket,
@@ -96,6 +96,24 @@ def kv_snapshot_metadata(conn: FlussWireConnection, table_id: int, bucket: int, 
 _Pin = tuple[int, "int | None", int, int]
 
 
+def kv_snapshots_metadata(conn: FlussWireConnection, snapshots: Sequence[_Pin]
+                          ) -> list[GetKvSnapshotMetadataResponse | ApiError]:
+    """``kv_snapshot_metadata`` of each (table id, partition id or None, bucket, snapshot id),
+    asked at once (pipelined): its answer, or the error it was answered with (not raised)."""
+    return conn.call_coordinator_many([GetKvSnapshotMetadataRequest(
+        table_id=int(tid), partition_id=pid, bucket_id=int(b), snapshot_id=int(sid))
+        for tid, pid, b, sid in snapshots])
+
+
+def _missing(answer: GetKvSnapshotMetadataResponse | ApiError) -> bool:
+    """Whether a snapshot's metadata answer says it is gone (any other error is raised)."""
+    if isinstance(answer, KvSnapshotNotExist):
+        return True
+    if isinstance(answer, ApiError):
+        raise answer
+    return False
+
+
 class FlussLeases:
     """The lease calls of one Apache Fluss cluster's coordinator."""
 
@@ -122,33 +140,29 @@ class FlussLeases:
         # before that, this grant extended it without a gap.
         held = checked if self._clock() < until else set()
         refused_tables, refused_parts = unavailable_pins(resp)
-        found: set[_Pin] = set()
-        # Fluss 0.9.1 may grant a pin on a snapshot that retention already removed (its answer
-        # does not list it as unavailable), so every granted pin not held since it was checked
-        # is checked to still exist.
+        granted: list[_Pin] = []
         for tid, pins in _flat(tables, partitions).items():
             for (pid, b), sid in pins.items():
                 refused = (refused_tables.get(tid, {}) if pid is None
                            else refused_parts.get(tid, {}).get(pid, {}))
-                if b in refused:
-                    continue
-                if (tid, pid, b, sid) in held or self.exists(tid, b, sid, pid):
-                    found.add((tid, pid, b, sid))
-                elif pid is None:
-                    refused_tables.setdefault(tid, {})[b] = sid
-                else:
-                    refused_parts.setdefault(tid, {}).setdefault(pid, {})[b] = sid
+                if b not in refused:
+                    granted.append((tid, pid, b, sid))
+        # Fluss 0.9.1 may grant a pin on a snapshot that retention already removed (its answer
+        # does not list it as unavailable), so every granted pin not held since it was checked
+        # is checked to still exist: all of them at once, a table's buckets in a round trip.
+        unchecked = [pin for pin in granted if pin not in held]
+        gone = {pin for pin, answer in zip(unchecked, kv_snapshots_metadata(self.conn, unchecked))
+                if _missing(answer)}
+        for pin in gone:
+            tid, pid, b, sid = pin
+            if pid is None:
+                refused_tables.setdefault(tid, {})[b] = sid
+            else:
+                refused_parts.setdefault(tid, {}).setdefault(pid, {})[b] = sid
+        found = set(granted) - gone
         with self._lock:
             self._checked[lease_id] = (sent + int(duration_ms), found)
         return refused_tables, refused_parts
-
-    def exists(self, table_id: int, bucket: int, snapshot_id: int,
-               partition_id: int | None = None) -> bool:
-        try:
-            kv_snapshot_metadata(self.conn, table_id, bucket, snapshot_id, partition_id)
-        except KvSnapshotNotExist:
-            return False
-        return True
 
     def release(self, lease_id: str, tables: Mapping[int, Iterable[int]],
                 partitions: Mapping[int, Mapping[int, Iterable[int]]] | None = None) -> None:
@@ -182,4 +196,5 @@ class FlussLeases:
 
 
 __all__ = ["FlussLeases", "PartitionPins", "TablePins", "acquire_request", "checked",
-           "kv_snapshot_metadata", "release_request", "unavailable_pins"]
+           "kv_snapshot_metadata", "kv_snapshots_metadata", "release_request",
+           "unavailable_pins"]

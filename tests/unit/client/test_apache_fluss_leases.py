@@ -6,7 +6,7 @@ import pytest
 
 from fluss_spark.client.apache_fluss.leases import (FlussLeases, acquire_request,
                                                     release_request, unavailable_pins)
-from fluss_spark.errors import InvalidLeaseId, KvSnapshotNotExist
+from fluss_spark.errors import AuthorizationFailed, InvalidLeaseId, KvSnapshotNotExist
 from fluss_spark.protocol.apache_fluss.messages import (AcquireKvSnapshotLeaseRequest,
                                                         AcquireKvSnapshotLeaseResponse,
                                                         GetKvSnapshotMetadataRequest,
@@ -77,6 +77,16 @@ class Coordinator:
             return AcquireKvSnapshotLeaseResponse()
         return None
 
+    def call_coordinator_many(self, requests):
+        """Each answer, or its error in its place (as FlussWireConnection's)."""
+        answers = []
+        for request in requests:
+            try:
+                answers.append(self.call_coordinator(request))
+            except KvSnapshotNotExist as e:
+                answers.append(e)
+        return answers
+
 
 def test_a_granted_pin_of_a_snapshot_that_is_gone_is_reported_with_its_partition():
     coordinator = Coordinator({(1, None, 0, 10), (2, 5, 0, 21)})
@@ -118,3 +128,21 @@ def test_a_pin_held_without_a_gap_since_its_check_is_not_checked_again():
     coordinator.existing.discard((1, None, 0, 10))
     leases.drop("job-1")
     assert leases.acquire("job-1", 1000, {1: {0: 10}}) == ({1: {0: 10}}, {})
+
+
+def test_the_checks_of_a_grant_go_out_together_and_other_errors_are_raised():
+    coordinator = Coordinator({(1, None, b, 10) for b in range(16)})
+    windows: list[int] = []
+    answer = coordinator.call_coordinator_many
+
+    def pipelined(requests):
+        windows.append(len(requests))
+        return answer(requests)
+    coordinator.call_coordinator_many = pipelined          # type: ignore[method-assign]
+    leases = FlussLeases(coordinator)                      # type: ignore[arg-type]
+    assert leases.acquire("job-1", 1000, {1: {b: 10 for b in range(16)}}) == ({}, {})
+    assert windows == [16]          # one call for every bucket's check, not one each
+    coordinator.call_coordinator_many = lambda requests: [   # type: ignore[method-assign]
+        AuthorizationFailed("no DESCRIBE on table 1") for _ in requests]
+    with pytest.raises(AuthorizationFailed, match="no DESCRIBE"):
+        FlussLeases(coordinator).acquire("job-2", 1000, {1: {0: 10}})  # type: ignore[arg-type]
