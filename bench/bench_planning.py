@@ -14,8 +14,8 @@ AvailableNow query, timing each: ``prepareForTriggerAvailableNow``, ``initialOff
 latest snapshots, each one's files and ``_METADATA`` row count), ``latestOffset`` (the lease
 acquired, each pin checked) and ``partitions`` (the splits). Every run's splits must cover
 exactly the rows written. ``--baseline`` is a checkout (its ``fluss_spark`` on ``PYTHONPATH``)
-run the same way; medians by checkout, and this checkout's time ÷ the baseline's paired run by
-run (min / median / max).
+run the same way; medians by checkout, and this checkout's time to the end of each step ÷ the
+baseline's, paired run by run (min / median / max).
 """
 
 from __future__ import annotations
@@ -124,10 +124,11 @@ def main() -> None:
             print(f"{name:10}" + "".join(
                 f"{statistics.median(r[s] for r in runs[name]):15.1f}" for s in STEPS))
         if args.baseline:
-            ratios = sorted(a["partitions"] / b["partitions"]
-                            for a, b in zip(runs["this"], runs["baseline"]))
-            print(f"paired this / baseline, to the splits: min/median/max {ratios[0]:.2f}/"
-                  f"{statistics.median(ratios):.2f}/{ratios[-1]:.2f}")
+            print("paired this / baseline, min/median/max:")
+            for step in STEPS[1:]:
+                ratios = sorted(a[step] / b[step] for a, b in zip(runs["this"], runs["baseline"]))
+                print(f"  to the end of {step:14} {ratios[0]:.2f}/{statistics.median(ratios):.2f}/"
+                      f"{ratios[-1]:.2f}")
     finally:
         fluss.stop()
 

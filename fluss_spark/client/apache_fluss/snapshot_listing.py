@@ -14,6 +14,7 @@ from typing import Mapping
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection, PartitionMetadata
 from fluss_spark.client.apache_fluss.leases import kv_snapshot_metadata, kv_snapshots_metadata
 from fluss_spark.client.apache_fluss.snapshot_files import KvSnapshotFiles, read_row_count
+from fluss_spark.client.remote_storage import warm
 from fluss_spark.errors import ApiError
 from fluss_spark.protocol.apache_fluss.messages import GetKvSnapshotMetadataResponse
 from fluss_spark.protocol.messages import SnapshotInfo
@@ -39,18 +40,17 @@ def snapshot_infos(conn: FlussWireConnection, table: str, snapshots: Mapping[int
     recorded none); ``KvSnapshotNotExist`` when one is gone."""
     table_id = conn.table(table).table_id
     pid = None if part is None else part.partition_id
-    answers = kv_snapshots_metadata(conn, [(table_id, pid, b, sid)
-                                           for b, sid in snapshots.items()])
-    files = []
-    for (b, sid), answer in zip(snapshots.items(), answers):
-        if isinstance(answer, ApiError):
-            raise answer
-        files.append(_files_of(conn, table, b, sid, part, answer))
-    if len(files) < 2:
-        counts = [read_row_count(f) for f in files]
-    else:
-        with ThreadPoolExecutor(min(ROW_COUNT_READERS, len(files))) as pool:
-            counts = list(pool.map(read_row_count, files))
+    with ThreadPoolExecutor(max(1, min(ROW_COUNT_READERS, len(snapshots)))) as pool:
+        # The S3 client, built once a process, is built while the coordinator answers.
+        pool.submit(warm, conn.storage)
+        answers = kv_snapshots_metadata(conn, [(table_id, pid, b, sid)
+                                               for b, sid in snapshots.items()])
+        files = []
+        for (b, sid), answer in zip(snapshots.items(), answers):
+            if isinstance(answer, ApiError):
+                raise answer
+            files.append(_files_of(conn, table, b, sid, part, answer))
+        counts = list(pool.map(read_row_count, files))
     infos = {}
     for f, rows in zip(files, counts):
         if rows is None:
