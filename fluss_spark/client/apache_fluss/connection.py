@@ -317,6 +317,8 @@ class FlussWireConnection:
         raised), sent a window at a time (``FlussRpcConnection.call_many``): for requests that
         may be sent twice (reads). One answered with a retriable error is sent again through
         ``call_coordinator``, alone."""
+        if not requests:
+            return []
         found = self.with_retries(lambda: self.coordinator().call_many(requests))
         for i, answer in enumerate(found):
             if isinstance(answer, ApiError) and (answer.retriable or answer.refresh_metadata):
