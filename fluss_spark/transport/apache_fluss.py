@@ -45,9 +45,9 @@ class FlussRpcConnection(SocketChannel):
     """A lazily (re)connected, thread-safe request/response channel to one Fluss server.
 
     One request is in flight at a time (``call_many``: a window of them); request ids count up
-    per connection object. Error
-    responses raise the ``fluss_spark.errors`` class of their Fluss code; any socket failure
-    closes the socket and raises ``NetworkError`` (retriable), and the next call reconnects.
+    per connection object. Error responses raise the ``fluss_spark.errors`` class of their
+    Fluss code; any socket failure closes the socket and raises ``NetworkError`` (retriable),
+    and the next call reconnects.
     With ``credentials`` (username, password) every new socket logs in with SASL PLAIN before
     its first request; a refused login raises ``AuthenticationFailed`` (not retriable).
     """
@@ -150,8 +150,10 @@ class FlussRpcConnection(SocketChannel):
             self._close_locked()
         elif header.request_id not in expected:
             self._close_locked()
+            wanted = (f"expected {next(iter(expected))}" if len(expected) == 1 else
+                      f"not one of the {len(expected)} requests in flight")
             raise NetworkError(f"{self.address} answered request id {header.request_id}, "
-                               f"expected {' or '.join(map(str, sorted(expected)))}")
+                               f"{wanted}")
         return header
 
     def _body(self, payload: bytearray, api_key: int,
