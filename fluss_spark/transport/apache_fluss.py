@@ -90,8 +90,10 @@ class FlussRpcConnection(SocketChannel):
             with self._lock:
                 payloads = self._pipelined(frames, ids, window[0].API_KEY, what, timeout_s)
             for request, i in zip(window, ids):
+                header, payload = payloads[i]
                 try:
-                    out.append(self._decoded(request, self._body(payloads[i], request.API_KEY)))
+                    out.append(self._decoded(request, self._body(payload, request.API_KEY,
+                                                                 header)))
                 except ApiError as e:
                     out.append(e)
         return out
@@ -108,7 +110,8 @@ class FlussRpcConnection(SocketChannel):
         return self._body(payload, api_key, header)
 
     def _pipelined(self, frames: bytes, ids: list[int], api_key: int, what: str,
-                   timeout_s: float | None) -> dict[int, bytearray]:
+                   timeout_s: float | None
+                   ) -> dict[int, tuple[framing.ResponseHeader, bytearray]]:
         """Send the requests ``frames`` (of ``ids``) at once and read one answer to each, by
         request id (the caller holds ``_lock``). Their answers together are bounded by
         ``max_response_bytes``, as one answer is. A failure of the connection itself fails
@@ -124,15 +127,15 @@ class FlussRpcConnection(SocketChannel):
             left[0] -= length
             return length
 
-        def exchange() -> dict[int, bytearray]:
+        def exchange() -> dict[int, tuple[framing.ResponseHeader, bytearray]]:
             self._send(self._connect(), frames, timeout_s)
-            answers: dict[int, bytearray] = {}
+            answers: dict[int, tuple[framing.ResponseHeader, bytearray]] = {}
             while len(answers) < len(ids):
                 payload = cast(bytearray, self._receive(decode_length))
                 header = self._checked_header(payload, set(ids) - set(answers))
                 if header.request_id is None:
                     raise self._failure(payload, api_key, header)
-                answers[header.request_id] = payload
+                answers[header.request_id] = header, payload
             return answers
         return self._guarded(what, exchange)
 
@@ -157,9 +160,8 @@ class FlussRpcConnection(SocketChannel):
         return header
 
     def _body(self, payload: bytearray, api_key: int,
-              header: framing.ResponseHeader | None = None) -> memoryview:
+              header: framing.ResponseHeader) -> memoryview:
         """A successful answer's body; an error answer raises its error."""
-        header = header or framing.decode_response_header(payload)
         if header.response_type == framing.SUCCESS_RESPONSE:
             return memoryview(payload)[header.body_offset:]
         raise self._failure(payload, api_key, header)
