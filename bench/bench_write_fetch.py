@@ -49,7 +49,8 @@ import numpy as np
 import pyarrow as pa
 
 from common import parser  # bench/common.py
-from fluss_spark.transport.client import RpcConnection, parse_address
+from fluss_spark.client.bootstrap import parse_address
+from fluss_spark.transport.client import RpcConnection
 from fluss_spark.config import parse_size_bytes
 from fluss_spark.protocol.api import ApiKey
 from fluss_spark.protocol.arrow_ipc import serialize_schema, table_to_bytes

@@ -1,11 +1,11 @@
-"""``bootstrap.servers`` parsed into addresses, for either backend."""
+"""``bootstrap.servers`` parsed into addresses, for either backend (no transport imported: the
+Apache Fluss path never loads this project's own)."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
 from fluss_spark.errors import ConfigError
-from fluss_spark.transport.client import parse_address
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
@@ -15,3 +15,11 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     if not addrs:
         raise ConfigError("bootstrap.servers is empty: give at least one host:port")
     return addrs
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port), with a clear error."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"bad server address {address!r}: expected host:port")
+    return host.strip("[]"), int(port)

@@ -273,9 +273,12 @@ def connect_with(o: ConnectionFields, storage: RemoteStorage | None = None,
     """The cluster at ``o``'s servers, with its engine, timeout, credentials and TLS
     (``storage``: how the client reads the cluster's remote files; ``short_circuit``: snapshot
     files of local tablet servers are read directly)."""
-    from fluss_spark.client import TlsClientConfig
     from fluss_spark.client.backends import open_cluster
-    tls = TlsClientConfig(o.ssl_ca_file, o.ssl_verify_hostname) if o.ssl_enabled else None
+    tls = None
+    if o.ssl_enabled:
+        # The TLS client (ssl, this project's framing) is imported only for a TLS connection.
+        from fluss_spark.client import TlsClientConfig
+        tls = TlsClientConfig(o.ssl_ca_file, o.ssl_verify_hostname)
     return open_cluster(o.bootstrap_servers, engine=o.engine,
                         request_timeout_s=o.request_timeout_ms / 1000.0,
                         username=o.sasl_username, password=o.sasl_password, tls=tls,

@@ -33,9 +33,11 @@ class SchemaWatch:
         self._warned: set[str] = set()
 
     def started(self, infos: Iterable[TableInfo]) -> None:
-        """Record the tables as the run first resolved them (later calls change nothing)."""
+        """Record the tables as the run first resolved them (later calls change nothing); the
+        first look for new columns comes an interval later (these were just read)."""
         if self.columns is None:
             self.columns = {i.name: column_texts(i.schema) for i in infos}
+            self._next_ms = self._clock() + self._interval_ms
 
     def identity(self, logged: QueryIdentity | None) -> QueryIdentity | None:
         """A checkpoint's identity with this run's columns (what its offsets record from now)."""

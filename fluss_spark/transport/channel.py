@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import select
 import socket
-import ssl
+import sys
 import threading
-from typing import Callable, TypeVar, cast
+from typing import TYPE_CHECKING, Callable, TypeVar, cast
 
 from fluss_spark.errors import ConnectionRefused, CorruptMessage, NetworkError
-from fluss_spark.transport import tls as _tls
 from fluss_spark.transport.frames import ReceivePool, recv_frame
+
+if TYPE_CHECKING:
+    # The TLS client (ssl, this project's framing: ~8 ms to import) is loaded by a TLS
+    # connection only.
+    from fluss_spark.transport.tls import TlsClientConfig
 
 T = TypeVar("T")
 
@@ -23,7 +27,7 @@ class SocketChannel:
     server closed it between requests, closed on any failure (the caller holds ``_lock``)."""
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
-                 connect_timeout_s: float = 5.0, tls: _tls.TlsClientConfig | None = None):
+                 connect_timeout_s: float = 5.0, tls: TlsClientConfig | None = None):
         """``tls``: connect with TLS, checking the server's certificate so (None: plaintext)."""
         self.host, self.port = host, int(port)
         self.tls = tls
@@ -50,7 +54,8 @@ class SocketChannel:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 if self.tls is not None:
-                    sock = _tls.wrap_client(sock, self.tls, self.host, self.address)
+                    from fluss_spark.transport.tls import wrap_client
+                    sock = wrap_client(sock, self.tls, self.host, self.address)
                 self._on_connect(sock)
             except BaseException:
                 sock.close()
@@ -117,8 +122,10 @@ def still_open(sock: socket.socket) -> bool:
         readable = bool(poller.poll(0))
     except (OSError, ValueError):
         return False
-    if isinstance(sock, ssl.SSLSocket) and (readable or sock.pending()):
-        return _tls.still_open(sock)     # a TLS message without data leaves it open
+    ssl = sys.modules.get("ssl")     # not loaded: no socket of this process is a TLS one
+    if ssl is not None and isinstance(sock, ssl.SSLSocket) and (readable or sock.pending()):
+        from fluss_spark.transport import tls
+        return tls.still_open(sock)      # a TLS message without data leaves it open
     return not readable
 
 

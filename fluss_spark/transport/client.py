@@ -6,8 +6,7 @@ import itertools
 import socket
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fluss_spark.errors import (ConfigError, CorruptMessage, NetworkError, TlsHandshakeFailed,
-                                UnsupportedVersion)
+from fluss_spark.errors import CorruptMessage, NetworkError, TlsHandshakeFailed, UnsupportedVersion
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey, api_name
 from fluss_spark.protocol.messages import (ApiVersionsRequest, AuthenticateRequest, Message,
@@ -131,11 +130,3 @@ class RpcConnection(SocketChannel):
                 f"client's limit of {self.max_response_bytes:,} (max_response_bytes): not a "
                 "fluss_spark server, or a corrupt stream")
         return length
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` -> (host, port), with a clear error."""
-    host, sep, port = address.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"bad server address {address!r}: expected host:port")
-    return host.strip("[]"), int(port)

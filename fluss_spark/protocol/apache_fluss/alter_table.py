@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pyarrow as pa
 
 from fluss_spark.protocol.apache_fluss.api import FlussApiKey
 from fluss_spark.protocol.apache_fluss.messages import EmptyResponse, FlussRequest, PbTablePath
 from fluss_spark.protocol.apache_fluss.proto import (BOOL, BYTES, INT32, MESSAGE, STRING,
-                                                     ProtoMessage, pb)
+                                                     ProtoMessage, message, pb)
 from fluss_spark.protocol.apache_fluss.table_json import fluss_type
 
 #: ``column_position_type`` of an added column: at the end (the only one Fluss 0.9.1 takes).
 POSITION_LAST = 0
 
 
-@dataclass(kw_only=True)
+@message
 class PbAddColumn(ProtoMessage):
     """One column to add: its name, Fluss data-type JSON and position."""
 
@@ -27,7 +26,7 @@ class PbAddColumn(ProtoMessage):
     column_position_type: int = pb(4, INT32, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class AlterTableRequest(FlussRequest[EmptyResponse]):
     """Change a table: here, append columns (fields 3, 5-7, other changes, are not sent)."""
 

@@ -6,12 +6,11 @@ them. Messages not listed here, and fields this client never reads, are skipped 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
 from fluss_spark.protocol.apache_fluss.api import FlussApiKey
 from fluss_spark.protocol.apache_fluss.proto import (BOOL, BYTES, INT32, INT64, MESSAGE, STRING,
-                                              ProtoMessage, pb)
+                                              ProtoMessage, message, pb)
 
 R = TypeVar("R", bound=ProtoMessage)
 
@@ -29,7 +28,7 @@ class FlussRequest(ProtoMessage, Generic[R]):
 # -- shared parts ---------------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class ErrorResponse(ProtoMessage):
     """The body of an error or server-failure response."""
 
@@ -37,7 +36,7 @@ class ErrorResponse(ProtoMessage):
     error_message: str | None = pb(2, STRING)
 
 
-@dataclass(kw_only=True)
+@message
 class PbTablePath(ProtoMessage):
     """A table's database and name."""
 
@@ -45,7 +44,7 @@ class PbTablePath(ProtoMessage):
     table_name: str = pb(2, STRING, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class PbPhysicalTablePath(ProtoMessage):
     """A table's (or one partition's) path."""
 
@@ -54,7 +53,7 @@ class PbPhysicalTablePath(ProtoMessage):
     partition_name: str | None = pb(3, STRING)
 
 
-@dataclass(kw_only=True)
+@message
 class PbServerNode(ProtoMessage):
     """A server's id and address."""
 
@@ -65,7 +64,7 @@ class PbServerNode(ProtoMessage):
     rack: str | None = pb(5, STRING)
 
 
-@dataclass(kw_only=True)
+@message
 class PbTableBucket(ProtoMessage):
     """One bucket of a table (or of a partition)."""
 
@@ -77,7 +76,7 @@ class PbTableBucket(ProtoMessage):
 # -- API_VERSIONS ---------------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class PbApiVersion(ProtoMessage):
     """The version range a server offers for one API."""
 
@@ -86,7 +85,7 @@ class PbApiVersion(ProtoMessage):
     max_version: int = pb(3, INT32, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class ApiVersionsResponse(ProtoMessage):
     """The APIs a server offers, and whether it is a coordinator or a tablet server."""
 
@@ -94,7 +93,7 @@ class ApiVersionsResponse(ProtoMessage):
     server_type: int | None = pb(2, INT32)
 
 
-@dataclass(kw_only=True)
+@message
 class ApiVersionsRequest(FlussRequest[ApiVersionsResponse]):
     """Ask a server for its API versions."""
 
@@ -107,14 +106,14 @@ class ApiVersionsRequest(FlussRequest[ApiVersionsResponse]):
 # -- AUTHENTICATE ---------------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class AuthenticateResponse(ProtoMessage):
     """The server's next challenge (SASL PLAIN answers an empty one once the login succeeded)."""
 
     challenge: bytes | None = pb(1, BYTES)
 
 
-@dataclass(kw_only=True)
+@message
 class AuthenticateRequest(FlussRequest[AuthenticateResponse]):
     """One step of a login: ``protocol`` is the SASL mechanism (``PLAIN``), ``token`` its bytes
     (for PLAIN: authzid NUL username NUL password, RFC 4616)."""
@@ -132,12 +131,12 @@ class AuthenticateRequest(FlussRequest[AuthenticateResponse]):
 # -- databases and tables -------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class EmptyResponse(ProtoMessage):
     """A response without fields."""
 
 
-@dataclass(kw_only=True)
+@message
 class CreateDatabaseRequest(FlussRequest[EmptyResponse]):
     """Create a database (``database_json``: its descriptor; absent for none)."""
 
@@ -148,7 +147,7 @@ class CreateDatabaseRequest(FlussRequest[EmptyResponse]):
     database_json: bytes | None = pb(3, BYTES)
 
 
-@dataclass(kw_only=True)
+@message
 class DropDatabaseRequest(FlussRequest[EmptyResponse]):
     """Drop a database (``cascade``: with its tables)."""
 
@@ -159,14 +158,14 @@ class DropDatabaseRequest(FlussRequest[EmptyResponse]):
     cascade: bool = pb(3, BOOL, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class ListDatabasesResponse(ProtoMessage):
     """Database names."""
 
     database_name: list[str] = pb(1, STRING, repeated=True)
 
 
-@dataclass(kw_only=True)
+@message
 class ListDatabasesRequest(FlussRequest[ListDatabasesResponse]):
     """List every database."""
 
@@ -175,7 +174,7 @@ class ListDatabasesRequest(FlussRequest[ListDatabasesResponse]):
     include_summary: bool | None = pb(1, BOOL)
 
 
-@dataclass(kw_only=True)
+@message
 class CreateTableRequest(FlussRequest[EmptyResponse]):
     """Create a table from its descriptor JSON."""
 
@@ -186,7 +185,7 @@ class CreateTableRequest(FlussRequest[EmptyResponse]):
     ignore_if_exists: bool = pb(3, BOOL, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class DropTableRequest(FlussRequest[EmptyResponse]):
     """Drop a table."""
 
@@ -196,7 +195,7 @@ class DropTableRequest(FlussRequest[EmptyResponse]):
     ignore_if_not_exists: bool = pb(2, BOOL, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class GetTableInfoResponse(ProtoMessage):
     """A table's id, current schema id and descriptor JSON."""
 
@@ -207,7 +206,7 @@ class GetTableInfoResponse(ProtoMessage):
     modified_time: int = pb(5, INT64, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class GetTableInfoRequest(FlussRequest[GetTableInfoResponse]):
     """Describe one table."""
 
@@ -216,14 +215,14 @@ class GetTableInfoRequest(FlussRequest[GetTableInfoResponse]):
     table_path: PbTablePath = pb(1, MESSAGE, required=True, message=PbTablePath)
 
 
-@dataclass(kw_only=True)
+@message
 class ListTablesResponse(ProtoMessage):
     """Table names of one database."""
 
     table_name: list[str] = pb(1, STRING, repeated=True)
 
 
-@dataclass(kw_only=True)
+@message
 class ListTablesRequest(FlussRequest[ListTablesResponse]):
     """List the tables of a database."""
 
@@ -232,7 +231,7 @@ class ListTablesRequest(FlussRequest[ListTablesResponse]):
     database_name: str = pb(1, STRING, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class GetTableSchemaResponse(ProtoMessage):
     """One schema version of a table, as schema JSON."""
 
@@ -240,7 +239,7 @@ class GetTableSchemaResponse(ProtoMessage):
     schema_json: bytes = pb(2, BYTES, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class GetTableSchemaRequest(FlussRequest[GetTableSchemaResponse]):
     """A table's schema ``schema_id`` (absent: the latest)."""
 
@@ -253,7 +252,7 @@ class GetTableSchemaRequest(FlussRequest[GetTableSchemaResponse]):
 # -- GET_METADATA ---------------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class PbBucketMetadata(ProtoMessage):
     """A bucket's leader (absent while none is elected) and replicas."""
 
@@ -263,7 +262,7 @@ class PbBucketMetadata(ProtoMessage):
     leader_epoch: int | None = pb(4, INT32)
 
 
-@dataclass(kw_only=True)
+@message
 class PbTableMetadata(ProtoMessage):
     """A table's id, descriptor and bucket leaders."""
 
@@ -277,7 +276,7 @@ class PbTableMetadata(ProtoMessage):
     modified_time: int = pb(7, INT64, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class PbPartitionMetadata(ProtoMessage):
     """A partition's id and bucket leaders."""
 
@@ -288,7 +287,7 @@ class PbPartitionMetadata(ProtoMessage):
                                                  message=PbBucketMetadata)
 
 
-@dataclass(kw_only=True)
+@message
 class MetadataResponse(ProtoMessage):
     """The coordinator, the live tablet servers, and the tables asked for."""
 
@@ -300,7 +299,7 @@ class MetadataResponse(ProtoMessage):
                                                        message=PbPartitionMetadata)
 
 
-@dataclass(kw_only=True)
+@message
 class MetadataRequest(FlussRequest[MetadataResponse]):
     """Cluster metadata, with the named tables' bucket leaders."""
 
@@ -315,7 +314,7 @@ class MetadataRequest(FlussRequest[MetadataResponse]):
 # -- FETCH_LOG ------------------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class PbFetchLogReqForBucket(ProtoMessage):
     """Where to read one bucket from, and how much."""
 
@@ -325,7 +324,7 @@ class PbFetchLogReqForBucket(ProtoMessage):
     max_fetch_bytes: int = pb(4, INT32, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class PbFetchLogReqForTable(ProtoMessage):
     """The buckets of one table to read, and the columns (field indexes, ascending)."""
 
@@ -336,7 +335,7 @@ class PbFetchLogReqForTable(ProtoMessage):
                                                    message=PbFetchLogReqForBucket)
 
 
-@dataclass(kw_only=True)
+@message
 class PbRemoteLogSegment(ProtoMessage):
     """A log segment already moved to remote storage."""
 
@@ -347,7 +346,7 @@ class PbRemoteLogSegment(ProtoMessage):
     max_timestamp: int | None = pb(5, INT64)
 
 
-@dataclass(kw_only=True)
+@message
 class PbRemoteLogFetchInfo(ProtoMessage):
     """Where to read records that are only in remote storage any more."""
 
@@ -358,7 +357,7 @@ class PbRemoteLogFetchInfo(ProtoMessage):
     first_start_pos: int | None = pb(4, INT32)
 
 
-@dataclass(kw_only=True)
+@message
 class PbFetchLogRespForBucket(ProtoMessage):
     """One bucket's records (record batches, concatenated) or its error."""
 
@@ -373,7 +372,7 @@ class PbFetchLogRespForBucket(ProtoMessage):
     records: bytes | None = pb(8, BYTES)
 
 
-@dataclass(kw_only=True)
+@message
 class PbFetchLogRespForTable(ProtoMessage):
     """The buckets of one table in a fetch response."""
 
@@ -382,7 +381,7 @@ class PbFetchLogRespForTable(ProtoMessage):
                                                      message=PbFetchLogRespForBucket)
 
 
-@dataclass(kw_only=True)
+@message
 class FetchLogResponse(ProtoMessage):
     """Records per table and bucket."""
 
@@ -390,7 +389,7 @@ class FetchLogResponse(ProtoMessage):
                                                    message=PbFetchLogRespForTable)
 
 
-@dataclass(kw_only=True)
+@message
 class FetchLogRequest(FlussRequest[FetchLogResponse]):
     """Read log records of buckets led by the receiving tablet server."""
 
@@ -407,7 +406,7 @@ class FetchLogRequest(FlussRequest[FetchLogResponse]):
 # -- LIST_OFFSETS ---------------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class PbListOffsetsRespForBucket(ProtoMessage):
     """One bucket's offset or its error."""
 
@@ -417,7 +416,7 @@ class PbListOffsetsRespForBucket(ProtoMessage):
     offset: int | None = pb(4, INT64)
 
 
-@dataclass(kw_only=True)
+@message
 class ListOffsetsResponse(ProtoMessage):
     """Offsets per bucket."""
 
@@ -425,7 +424,7 @@ class ListOffsetsResponse(ProtoMessage):
                                                         message=PbListOffsetsRespForBucket)
 
 
-@dataclass(kw_only=True)
+@message
 class ListOffsetsRequest(FlussRequest[ListOffsetsResponse]):
     """Earliest, latest or by-timestamp offsets of buckets led by the receiving tablet server."""
 
@@ -442,7 +441,7 @@ class ListOffsetsRequest(FlussRequest[ListOffsetsResponse]):
 # -- KV snapshots and leases ----------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class PbKvSnapshot(ProtoMessage):
     """A bucket's latest KV snapshot (both absent when it has none yet)."""
 
@@ -451,7 +450,7 @@ class PbKvSnapshot(ProtoMessage):
     log_offset: int | None = pb(3, INT64)
 
 
-@dataclass(kw_only=True)
+@message
 class GetLatestKvSnapshotsResponse(ProtoMessage):
     """The latest KV snapshot of every bucket of a table (or partition)."""
 
@@ -460,7 +459,7 @@ class GetLatestKvSnapshotsResponse(ProtoMessage):
     latest_snapshots: list[PbKvSnapshot] = pb(3, MESSAGE, repeated=True, message=PbKvSnapshot)
 
 
-@dataclass(kw_only=True)
+@message
 class GetLatestKvSnapshotsRequest(FlussRequest[GetLatestKvSnapshotsResponse]):
     """Latest KV snapshots of a primary-key table."""
 
@@ -470,7 +469,7 @@ class GetLatestKvSnapshotsRequest(FlussRequest[GetLatestKvSnapshotsResponse]):
     partition_name: str | None = pb(2, STRING)
 
 
-@dataclass(kw_only=True)
+@message
 class PbRemotePathAndLocalFile(ProtoMessage):
     """One file of a KV snapshot: where it is stored and its name in the checkpoint."""
 
@@ -478,7 +477,7 @@ class PbRemotePathAndLocalFile(ProtoMessage):
     local_file_name: str = pb(2, STRING, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class GetKvSnapshotMetadataResponse(ProtoMessage):
     """The log offset a KV snapshot covers and its files."""
 
@@ -487,7 +486,7 @@ class GetKvSnapshotMetadataResponse(ProtoMessage):
                                                         message=PbRemotePathAndLocalFile)
 
 
-@dataclass(kw_only=True)
+@message
 class GetKvSnapshotMetadataRequest(FlussRequest[GetKvSnapshotMetadataResponse]):
     """Files of one KV snapshot."""
 
@@ -499,7 +498,7 @@ class GetKvSnapshotMetadataRequest(FlussRequest[GetKvSnapshotMetadataResponse]):
     snapshot_id: int = pb(4, INT64, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class PbKvSnapshotLeaseForBucket(ProtoMessage):
     """One bucket's snapshot under a lease."""
 
@@ -508,7 +507,7 @@ class PbKvSnapshotLeaseForBucket(ProtoMessage):
     snapshot_id: int = pb(3, INT64, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class PbKvSnapshotLeaseForTable(ProtoMessage):
     """The bucket snapshots of one table under a lease."""
 
@@ -517,7 +516,7 @@ class PbKvSnapshotLeaseForTable(ProtoMessage):
         2, MESSAGE, repeated=True, message=PbKvSnapshotLeaseForBucket)
 
 
-@dataclass(kw_only=True)
+@message
 class AcquireKvSnapshotLeaseResponse(ProtoMessage):
     """Snapshots not leased (Fluss 0.9.1 always answers none)."""
 
@@ -525,7 +524,7 @@ class AcquireKvSnapshotLeaseResponse(ProtoMessage):
         1, MESSAGE, repeated=True, message=PbKvSnapshotLeaseForTable)
 
 
-@dataclass(kw_only=True)
+@message
 class AcquireKvSnapshotLeaseRequest(FlussRequest[AcquireKvSnapshotLeaseResponse]):
     """Create or extend a lease to now + ``lease_duration_ms`` and pin snapshots under it."""
 
@@ -537,7 +536,7 @@ class AcquireKvSnapshotLeaseRequest(FlussRequest[AcquireKvSnapshotLeaseResponse]
         3, MESSAGE, repeated=True, message=PbKvSnapshotLeaseForTable)
 
 
-@dataclass(kw_only=True)
+@message
 class ReleaseKvSnapshotLeaseRequest(FlussRequest[EmptyResponse]):
     """Unpin buckets from a lease (the lease goes with its last pin)."""
 
@@ -548,7 +547,7 @@ class ReleaseKvSnapshotLeaseRequest(FlussRequest[EmptyResponse]):
                                                  message=PbTableBucket)
 
 
-@dataclass(kw_only=True)
+@message
 class DropKvSnapshotLeaseRequest(FlussRequest[EmptyResponse]):
     """Remove a lease and all its pins."""
 
@@ -560,7 +559,7 @@ class DropKvSnapshotLeaseRequest(FlussRequest[EmptyResponse]):
 # -- SCAN_KV (Fluss's main branch; docs/apache_fluss_scan_kv.md) ----------------------------------
 
 
-@dataclass(kw_only=True)
+@message
 class PbScanReqForBucket(ProtoMessage):
     """The bucket a scan session opens on; ``limit`` caps the rows of the whole session."""
 
@@ -570,7 +569,7 @@ class PbScanReqForBucket(ProtoMessage):
     limit: int | None = pb(4, INT64)
 
 
-@dataclass(kw_only=True)
+@message
 class ScanKvResponse(ProtoMessage):
     """One batch of a scan session; errors come back here, not as an error frame."""
 
@@ -582,7 +581,7 @@ class ScanKvResponse(ProtoMessage):
     log_offset: int | None = pb(6, INT64)
 
 
-@dataclass(kw_only=True)
+@message
 class ScanKvRequest(FlussRequest[ScanKvResponse]):
     """Open (``bucket_scan_req``), continue (``scanner_id`` + the next ``call_seq_id``) or close
     (``scanner_id`` + ``close_scanner``) a live scan session of one bucket."""

@@ -7,15 +7,15 @@ GET_METADATA) are in ``messages``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from fluss_spark.protocol.apache_fluss.api import FlussApiKey
 from fluss_spark.protocol.apache_fluss.messages import EmptyResponse, FlussRequest, PbTablePath
-from fluss_spark.protocol.apache_fluss.proto import BOOL, INT64, MESSAGE, STRING, ProtoMessage, pb
+from fluss_spark.protocol.apache_fluss.proto import (BOOL, INT64, MESSAGE, STRING, ProtoMessage,
+                                                     message, pb)
 
 
-@dataclass(kw_only=True)
+@message
 class PbKeyValue(ProtoMessage):
     """One partition key and its value."""
 
@@ -23,7 +23,7 @@ class PbKeyValue(ProtoMessage):
     value: str = pb(2, STRING, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class PbPartitionSpec(ProtoMessage):
     """A partition's value per partition key (a partial spec names only some keys)."""
 
@@ -35,7 +35,7 @@ class PbPartitionSpec(ProtoMessage):
         return cls(partition_key_values=[PbKeyValue(key=k, value=spec[k]) for k in keys])
 
 
-@dataclass(kw_only=True)
+@message
 class PbPartitionInfo(ProtoMessage):
     """A partition's id (unique in the cluster) and spec."""
 
@@ -43,7 +43,7 @@ class PbPartitionInfo(ProtoMessage):
     partition_spec: PbPartitionSpec = pb(2, MESSAGE, required=True, message=PbPartitionSpec)
 
 
-@dataclass(kw_only=True)
+@message
 class ListPartitionInfosResponse(ProtoMessage):
     """The partitions of a table, in no particular order."""
 
@@ -51,7 +51,7 @@ class ListPartitionInfosResponse(ProtoMessage):
                                                 message=PbPartitionInfo)
 
 
-@dataclass(kw_only=True)
+@message
 class ListPartitionInfosRequest(FlussRequest[ListPartitionInfosResponse]):
     """List a partitioned table's partitions (those matching ``partial_partition_spec``)."""
 
@@ -61,7 +61,7 @@ class ListPartitionInfosRequest(FlussRequest[ListPartitionInfosResponse]):
     partial_partition_spec: PbPartitionSpec | None = pb(2, MESSAGE, message=PbPartitionSpec)
 
 
-@dataclass(kw_only=True)
+@message
 class CreatePartitionRequest(FlussRequest[EmptyResponse]):
     """Create one partition. Fluss names field 3 ``ignore_if_not_exists``; it means: succeed
     when the partition exists already."""
@@ -73,7 +73,7 @@ class CreatePartitionRequest(FlussRequest[EmptyResponse]):
     ignore_if_exists: bool = pb(3, BOOL, required=True)
 
 
-@dataclass(kw_only=True)
+@message
 class DropPartitionRequest(FlussRequest[EmptyResponse]):
     """Drop one partition with its data."""
 

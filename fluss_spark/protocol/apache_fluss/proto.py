@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from fluss_spark.errors import CorruptMessage
 
@@ -100,6 +100,28 @@ class ProtoMessage:
     @classmethod
     def decode(cls: type[M], data: bytes | bytearray | memoryview) -> M:
         return _decode(cls, memoryview(data))
+
+    # One equality and one repr for every message (``message`` generates neither per class).
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name)
+                   for f in dataclasses.fields(self))  # type: ignore[arg-type]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dataclass with eq is
+
+    def __repr__(self) -> str:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return (f"{type(self).__qualname__}("
+                f"{', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in fields)})")
+
+
+@dataclass_transform(kw_only_default=True, field_specifiers=(dataclasses.field,))
+def message(cls: type[M]) -> type[M]:
+    """A message class: a keyword-only dataclass whose equality and repr are ``ProtoMessage``'s.
+    Generating them for each class doubled the time the message modules take to import, paid
+    at the start of every query's driver-side process."""
+    return dataclasses.dataclass(kw_only=True, repr=False, eq=False)(cls)
 
 
 # -- encoding ------------------------------------------------------------------------------------
