@@ -122,8 +122,9 @@ def still_open(sock: socket.socket) -> bool:
         readable = bool(poller.poll(0))
     except (OSError, ValueError):
         return False
-    ssl = sys.modules.get("ssl")     # not loaded: no socket of this process is a TLS one
-    if ssl is not None and isinstance(sock, ssl.SSLSocket) and (readable or sock.pending()):
+    # ssl not loaded (or another thread still loading it): no socket here is a TLS one yet.
+    tls_socket = getattr(sys.modules.get("ssl"), "SSLSocket", None)
+    if tls_socket is not None and isinstance(sock, tls_socket) and (readable or sock.pending()):
         from fluss_spark.transport import tls
         return tls.still_open(sock)      # a TLS message without data leaves it open
     return not readable
