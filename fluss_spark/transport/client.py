@@ -12,10 +12,10 @@ from fluss_spark.protocol.api import CURRENT_VERSION, ApiKey, api_name
 from fluss_spark.protocol.messages import (ApiVersionsRequest, AuthenticateRequest, Message,
                                            Request)
 from fluss_spark.transport.channel import SocketChannel, recv_or_eof
-from fluss_spark.transport.tls import TlsClientConfig
 
 if TYPE_CHECKING:
     from fluss_spark.transport.pipeline import PipelinedConnection
+    from fluss_spark.transport.tls import TlsClientConfig
 
 R = TypeVar("R", bound=Message)
 

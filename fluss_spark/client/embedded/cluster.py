@@ -4,7 +4,7 @@ servers."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -15,7 +15,10 @@ from fluss_spark.client.embedded.connection import FlussConnection
 from fluss_spark.client.writes import RowWriter, TableWrites
 from fluss_spark.errors import UnsupportedVersion
 from fluss_spark.protocol.messages import LeaseInfo, PartitionInfo, SnapshotInfo, TableInfo
-from fluss_spark.transport.tls import TlsClientConfig
+
+if TYPE_CHECKING:
+    # ssl and the TLS client load with a TLS connection only (channel.py).
+    from fluss_spark.transport.tls import TlsClientConfig
 
 
 class EmbeddedCluster:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from fluss_spark.client.bootstrap import parse_bootstrap
 from fluss_spark.client.embedded.metadata import MetadataCache
@@ -16,7 +16,10 @@ from fluss_spark.protocol.ipc_limits import CLIENT_IPC_LIMITS, IpcLimits
 from fluss_spark.protocol.messages import GetMetadataRequest, Message, Request, TableInfo
 from fluss_spark.retry import retry
 from fluss_spark.transport.client import RpcConnection
-from fluss_spark.transport.tls import TlsClientConfig
+
+if TYPE_CHECKING:
+    # ssl and the TLS client load with a TLS connection only (channel.py).
+    from fluss_spark.transport.tls import TlsClientConfig
 
 R = TypeVar("R", bound=Message)
 T = TypeVar("T")
