@@ -1,5 +1,5 @@
-"""``bootstrap.servers`` parsed into addresses, for either backend (no transport imported: the
-Apache Fluss path never loads this project's own)."""
+"""``bootstrap.servers`` parsed into addresses, for either backend. It imports no transport, so
+a client of Apache Fluss never loads this project's own."""
 
 from __future__ import annotations
 
