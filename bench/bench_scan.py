@@ -7,9 +7,11 @@ same conditions):
 
 - ``direct``: pyarrow reads the snapshot file into memory (``pa.ipc.open_file`` over a plain
   file, warm page cache): the data is copied once, as a reader of the file would;
-- ``1 session``: one process scans the bucket over TCP scan sessions; it is given the snapshot's
-  id, as a Spark task's split is (and as the direct read is given the file), so it asks the
-  coordinator for nothing;
+- ``1 session``: one process scans the bucket through scan sessions over the tablet's local
+  socket (``transport/local_socket.py``), as a client on the tablet's host does by default; it
+  is given the snapshot's id, as a Spark task's split is (and as the direct read is given the
+  file), so it asks the coordinator for nothing;
+- ``1 session, TCP``: the same over loopback TCP, as without a local socket;
 - ``N sessions``: N processes, each scanning 1/N of the rows (``start_row`` / ``limit``), as N
   Spark tasks would read one bucket;
 - ``N short-circuit``: the same scans with short-circuit reads (``scan.kv.short-circuit``): the
@@ -17,7 +19,8 @@ same conditions):
 
 Every scan checks that each of its rows arrived (row count and the sum of the ids). Two physical
 bounds are measured in the same run: ``memcpy`` of the file's bytes (numpy) and the loopback
-socket (one process sending the same bytes to another in 4 MB writes, read with ``recv_into``).
+socket (one process sending the same bytes to another in 4 MB writes, read with ``recv_into``),
+over TCP and over a Unix socket.
 Printed: rows/s as min / median / max over the repeats, and each ratio to ``direct`` likewise
 (computed per repeat). Run from the repository root::
 
@@ -27,6 +30,7 @@ Printed: rows/s as min / median / max over the repeats, and each ratio to ``dire
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import socket
 import statistics
 import sys
@@ -39,6 +43,7 @@ import pyarrow as pa
 from common import parser  # bench/common.py
 from fluss_spark.config import parse_size_bytes
 from fluss_spark.local.embedded import EmbeddedProcesses
+from fluss_spark.transport.local_socket import SEND_BUFFER_BYTES
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE, category STRING, ts BIGINT"
 
@@ -58,10 +63,11 @@ def read_direct(path: str) -> tuple[int, int]:
 
 
 def _scan(servers: str, snapshot_id: int, lo: int, hi: int, batch_size: int,
-          short_circuit: bool, ready, go, out) -> None:
+          short_circuit: bool, local: bool, ready, go, out) -> None:
     """One reader process: connect, wait for the start, scan rows [lo, hi), report."""
     from fluss_spark.client import FlussConnection
-    conn = FlussConnection(servers, request_timeout_s=120, short_circuit_reads=short_circuit)
+    conn = FlussConnection(servers, request_timeout_s=120, short_circuit_reads=short_circuit,
+                           local_sockets=local)
     scanner = conn.kv_scanner("bench.scan")
     ready.wait()
     go.wait()
@@ -75,13 +81,13 @@ def _scan(servers: str, snapshot_id: int, lo: int, hi: int, batch_size: int,
 
 
 def read_sessions(servers: str, snapshot_id: int, total_rows: int, parallel: int,
-                  batch_size: int, short_circuit: bool = False) -> float:
+                  batch_size: int, short_circuit: bool = False, local: bool = True) -> float:
     """Seconds for ``parallel`` processes to scan the bucket; checks every row arrived."""
     ctx = mp.get_context("fork")
     ready, go, out = ctx.Barrier(parallel + 1), ctx.Barrier(parallel + 1), ctx.Queue()
     procs = [ctx.Process(target=_scan, args=(servers, snapshot_id, total_rows * i // parallel,
                                              total_rows * (i + 1) // parallel, batch_size,
-                                             short_circuit, ready, go, out))
+                                             short_circuit, local, ready, go, out))
              for i in range(parallel)]
     for proc in procs:
         proc.start()
@@ -105,9 +111,12 @@ def memcpy_s(nbytes: int) -> float:
     return time.perf_counter() - t0
 
 
-def _send(port: int, nbytes: int) -> None:
+def _send(address, nbytes: int, unix: bool) -> None:
     chunk = memoryview(b"x" * (4 << 20))
-    with socket.create_connection(("127.0.0.1", port)) as s:
+    with socket.socket(socket.AF_UNIX if unix else socket.AF_INET, socket.SOCK_STREAM) as s:
+        if unix:    # a Unix socket queues against its sender's buffer, as a server's does
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+        s.connect(address)
         s.recv(1)                    # the receiver's start signal
         left = nbytes
         while left > 0:
@@ -115,11 +124,18 @@ def _send(port: int, nbytes: int) -> None:
             left -= len(chunk)
 
 
-def loopback_s(nbytes: int) -> float:
-    """Seconds to move ``nbytes`` from one process to another over a loopback TCP socket."""
-    with socket.create_server(("127.0.0.1", 0)) as server:
+def loopback_s(nbytes: int, unix: bool = False) -> float:
+    """Seconds to move ``nbytes`` from one process to another over a loopback TCP socket (or a
+    Unix socket with the send buffer a server's local socket asks for)."""
+    if unix:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(f"\0bench-scan-{os.getpid()}")
+        server.listen(1)
+    else:
+        server = socket.create_server(("127.0.0.1", 0))
+    with server:
         sender = mp.get_context("fork").Process(target=_send,
-                                                args=(server.getsockname()[1], nbytes))
+                                                args=(server.getsockname(), nbytes, unix))
         sender.start()
         conn, _ = server.accept()
         buf = memoryview(bytearray(nbytes))
@@ -171,12 +187,16 @@ def main(argv=None) -> int:
                 direct = time.perf_counter() - t
                 assert (n, id_sum) == (a.rows, a.rows * (a.rows - 1) // 2)
                 runs = {"direct file": direct, "memcpy (bound)": memcpy_s(size),
-                        "loopback (bound)": loopback_s(size)}
+                        "loopback (bound)": loopback_s(size),
+                        "unix socket (bound)": loopback_s(size, unix=True)}
                 for batch in sizes:
                     for k in sorted({1, a.parallel}):
                         label = f"{k} session{'s' if k > 1 else ''} {_size(batch)}"
                         runs[label] = read_sessions(cluster.bootstrap_servers, snap.snapshot_id,
                                                     a.rows, k, batch)
+                    runs[f"1 session {_size(batch)}, TCP"] = read_sessions(
+                        cluster.bootstrap_servers, snap.snapshot_id, a.rows, 1, batch,
+                        local=False)
                 for k in sorted({1, a.parallel}):
                     runs[f"{k} short-circuit"] = read_sessions(
                         cluster.bootstrap_servers, snap.snapshot_id, a.rows, k, sizes[0],

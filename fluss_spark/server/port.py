@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fluss_spark import config
 from fluss_spark.metadata.store import MetadataStore
 from fluss_spark.server.authorizer import AclCache, Authorizer
 from fluss_spark.server.security import Security
@@ -28,5 +29,7 @@ class ServerPort:
         rpc = RpcServer(settings.host, settings.port, role=role, server_id=settings.server_id,
                         disabled=settings.disabled_apis,
                         limits=RpcLimits.from_options(settings.options),
-                        security=security, tls=security.tls)
+                        security=security, tls=security.tls,
+                        local_socket=settings.options.get(config.RPC_LOCAL_SOCKET.key,
+                                                          config.RPC_LOCAL_SOCKET.default))
         return cls(security, Authorizer(security, AclCache(store)), rpc)

@@ -1,4 +1,5 @@
-"""One lazily (re)connected TCP socket to one server, shared by both wire protocols' clients."""
+"""One lazily (re)connected socket to one server, shared by both wire protocols' clients: TCP,
+or the server's local socket where it has one on this host (``transport.local_socket``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, TypeVar, cast
 
 from fluss_spark.errors import ConnectionRefused, CorruptMessage, NetworkError
+from fluss_spark.transport import local_socket as _local
 from fluss_spark.transport.frames import ReceivePool, recv_frame
 
 if TYPE_CHECKING:
@@ -27,10 +29,14 @@ class SocketChannel:
     server closed it between requests, closed on any failure (the caller holds ``_lock``)."""
 
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
-                 connect_timeout_s: float = 5.0, tls: TlsClientConfig | None = None):
-        """``tls``: connect with TLS, checking the server's certificate so (None: plaintext)."""
+                 connect_timeout_s: float = 5.0, tls: TlsClientConfig | None = None,
+                 local_socket: bool = False):
+        """``tls``: connect with TLS, checking the server's certificate so (None: plaintext).
+        ``local_socket``: a plaintext connection to a server on this host goes through the
+        server's local socket when it has one."""
         self.host, self.port = host, int(port)
         self.tls = tls
+        self.local_socket = local_socket and tls is None
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._sock: socket.socket | None = None
@@ -50,8 +56,7 @@ class SocketChannel:
             # on the way, so open a fresh connection instead of failing the call.
             self._close_locked()
         if self._sock is None:
-            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = self._open_socket()
             try:
                 if self.tls is not None:
                     from fluss_spark.transport.tls import wrap_client
@@ -62,6 +67,15 @@ class SocketChannel:
                 raise
             self._sock = sock
         return self._sock
+
+    def _open_socket(self) -> socket.socket:
+        if self.local_socket:
+            sock = _local.connect(self.host, self.port, self.connect_timeout_s)
+            if sock is not None:
+                return sock
+        sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
     def _round_trip(self, frame: bytes, decode_length: Callable[[bytearray], int], what: str,
                     timeout_s: float | None) -> bytearray:

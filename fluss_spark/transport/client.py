@@ -30,14 +30,15 @@ class RpcConnection(SocketChannel):
     def __init__(self, host: str, port: int, *, timeout_s: float = 60.0,
                  connect_timeout_s: float = 5.0, credentials: tuple[str, str] | None = None,
                  max_response_bytes: int = framing.MAX_FRAME_BYTES,
-                 tls: TlsClientConfig | None = None):
+                 tls: TlsClientConfig | None = None, local_socket: bool = True):
         """``credentials``: (username, password) for a server with SASL (PLAIN) authentication;
         every new socket authenticates before its first request. ``max_response_bytes``: a
         response frame announcing more is refused (CorruptMessage) and the socket closed; a
         smaller one is read as its bytes arrive (``transport.frames``). ``tls``: connect with
-        TLS (SASL then runs inside it)."""
+        TLS (SASL then runs inside it). ``local_socket``: a plaintext connection to a server on this
+        host goes through its local socket (``transport.local_socket``) when it has one."""
         super().__init__(host, port, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
-                         tls=tls)
+                         tls=tls, local_socket=local_socket)
         self.max_response_bytes = max_response_bytes
         self._credentials = credentials
         self._ids = itertools.count(1)
@@ -87,7 +88,7 @@ class RpcConnection(SocketChannel):
                                    connect_timeout_s=self.connect_timeout_s,
                                    credentials=self._credentials,
                                    max_response_bytes=self.max_response_bytes, tls=self.tls,
-                                   window_bytes=window_bytes)
+                                   local_socket=self.local_socket, window_bytes=window_bytes)
 
     def supports(self, api_key: ApiKey) -> bool:
         """Whether the server offers ``api_key`` (asked once per connection object)."""

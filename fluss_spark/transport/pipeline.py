@@ -72,7 +72,9 @@ class PipelinedConnection(RpcConnection):
         return request.decode_response(self._answer(payload, cid))
 
     def _on_connect(self, sock: socket.socket) -> None:
-        size = receive_buffer(self.window_bytes, _rmem_max())
+        # A local socket's sender holds what is in flight (``local_socket.SEND_BUFFER_BYTES``).
+        size = (receive_buffer(self.window_bytes, _rmem_max())
+                if sock.family != socket.AF_UNIX else None)
         if size is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
         super()._on_connect(sock)

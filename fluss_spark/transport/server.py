@@ -41,6 +41,7 @@ import numpy as np
 from fluss_spark.errors import CorruptMessage, UnknownServerError
 from fluss_spark.protocol import codec, framing
 from fluss_spark.protocol.messages import Message, Request
+from fluss_spark.transport import local_socket as _local
 from fluss_spark.transport import tls as _tls
 from fluss_spark.transport.admission import Admission
 from fluss_spark.transport.dispatch import Authenticator, Dispatcher, NoAuthentication
@@ -111,8 +112,10 @@ class RpcServer:
 
     def __init__(self, host: str, port: int, *, role: str, server_id: int,
                  disabled: frozenset[int] = frozenset(), limits: RpcLimits | None = None,
-                 security: Authenticator | None = None, tls: ssl.SSLContext | None = None):
-        """``tls``: the listener speaks TLS with this context (None: plaintext)."""
+                 security: Authenticator | None = None, tls: ssl.SSLContext | None = None,
+                 local_socket: bool = True):
+        """``tls``: the listener speaks TLS with this context (None: plaintext).
+        ``local_socket``: a plaintext server also listens for clients on this host there."""
         self.role = role
         self.security: Authenticator = security or NoAuthentication()
         self._sasl = bool(self.security.sasl)
@@ -123,6 +126,9 @@ class RpcServer:
         self._listener = socket.create_server((host, port), backlog=self.limits.backlog)
         self._listener.setblocking(False)
         self.host, self.port = self._listener.getsockname()[:2]
+        self._local = (_local.listen(self.host, self.port, self.limits.backlog)
+                       if local_socket and tls is None else None)
+        self._local_peer = _local.peer_address(self.host)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -152,7 +158,9 @@ class RpcServer:
     def start(self) -> None:
         self._pool = ThreadPoolExecutor(self.limits.handler_threads,
                                         thread_name_prefix=f"{self.role}-handler")
-        self._selector.register(self._listener, selectors.EVENT_READ, "accept")
+        self._selector.register(self._listener, selectors.EVENT_READ, self._listener)
+        if self._local is not None:
+            self._selector.register(self._local, selectors.EVENT_READ, self._local)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._thread = threading.Thread(target=self._loop, name=f"{self.role}-rpc", daemon=True)
         self._thread.start()
@@ -166,7 +174,7 @@ class RpcServer:
             self._pool.shutdown(wait=False, cancel_futures=True)
         for conn in list(self._conns.values()):
             self._close(conn)
-        for s in (self._listener, self._wake_r, self._wake_w):
+        for s in filter(None, (self._listener, self._local, self._wake_r, self._wake_w)):
             try:
                 s.close()
             except OSError:
@@ -185,8 +193,8 @@ class RpcServer:
                 raise
             for key, _ in events:
                 try:
-                    if key.data == "accept":
-                        self._accept()
+                    if isinstance(key.data, socket.socket):
+                        self._accept(key.data)
                     elif key.data == "wake":
                         self._drain_wake()
                     elif key.data.handshaking:
@@ -205,16 +213,16 @@ class RpcServer:
                 self._sweep(now)
                 next_sweep = now + _TICK_S
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                sock, addr = self._listener.accept()
+                sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:     # e.g. out of file descriptors: keep serving the others
                 log.warning("accepting a connection failed: %s", e)
                 return
-            ip = addr[0]
+            ip = addr[0] if listener is self._listener else self._local_peer
             refused = self._admission.refusal(ip)
             if refused is not None:
                 self.stats["refused"] += 1
@@ -223,7 +231,7 @@ class RpcServer:
                 sock.close()
                 continue
             sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _local.accepted(sock)
             conn = _Connection(sock, ip, time.monotonic())
             conn.handshaking = self._tls is not None
             self._conns[conn.fd] = conn

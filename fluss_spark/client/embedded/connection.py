@@ -52,6 +52,11 @@ class FlussConnection:
         fail with ClusterUnreachable instead of retrying until ``request_timeout_s``: a stopped
         cluster or a wrong address is reported in seconds, while a server restarting within
         this window is waited for.
+    short_circuit_reads:
+        Snapshot scans on a tablet server's own host read its snapshot files directly.
+    local_sockets:
+        Plaintext connections to servers on this host go through their local sockets
+        (``transport.local_socket``) where they have them; False: TCP always.
     """
 
     def __init__(self, bootstrap_servers: str | Iterable[str], request_timeout_s: float = 60.0,
@@ -62,7 +67,7 @@ class FlussConnection:
                  ipc_limits: IpcLimits = CLIENT_IPC_LIMITS,
                  max_response_bytes: int = MAX_FRAME_BYTES,
                  tls: TlsClientConfig | None = None, refused_timeout_s: float = 4.0,
-                 short_circuit_reads: bool = False):
+                 short_circuit_reads: bool = False, local_sockets: bool = True):
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         #: Snapshot scans on a tablet server's own host read its files directly (``KvScanner``).
         self.short_circuit_reads = short_circuit_reads
@@ -77,7 +82,8 @@ class FlussConnection:
         self.ipc_limits = ipc_limits
         self._rpc_factory = rpc_factory or (
             lambda h, p, t: RpcConnection(h, p, timeout_s=t, credentials=credentials,
-                                          max_response_bytes=max_response_bytes, tls=tls))
+                                          max_response_bytes=max_response_bytes, tls=tls,
+                                          local_socket=local_sockets))
         self._clock, self._sleep = clock, sleep
         self._meta = MetadataCache()
         self._lock = threading.Lock()
