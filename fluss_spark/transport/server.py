@@ -104,7 +104,8 @@ class _Connection:
 
 
 class RpcServer:
-    """Serves handlers registered per api key on a loopback or public address.
+    """Serves handlers registered per api key on a loopback or public address (and, for
+    clients on its host, on a local socket beside it: ``transport.local_socket``).
 
     A peer that sends garbage gets an error response (when a correlation id can be read) and is
     disconnected; the server keeps serving everyone else.
