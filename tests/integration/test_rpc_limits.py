@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from fluss_spark.transport import local_socket
 from fluss_spark.transport.client import RpcConnection
 from fluss_spark.errors import NetworkError
 from fluss_spark.protocol import codec, framing
@@ -107,6 +108,27 @@ def test_connections_past_the_per_address_cap_are_closed_and_others_still_served
     wait_until(lambda: _try(served, coordinator), 10, "a free connection slot to be reused")
     for s in socks[5:]:
         s.close()
+
+
+def test_a_local_socket_connection_counts_against_the_same_per_address_cap(coordinator):
+    """Through the server process's local socket, a client on its host is the address a TCP
+    connection from here comes from: it cannot pass the cap by switching transports."""
+    rpc = RpcConnection(coordinator.host, coordinator.port, timeout_s=10)
+    tcp = [RpcConnection(coordinator.host, coordinator.port, timeout_s=10, local_socket=False)
+           for _ in range(40)]
+    try:
+        assert rpc.call_raw(ApiKey.API_VERSIONS)["server"] == "coordinator"
+        assert rpc._sock is not None and rpc._sock.family == socket.AF_UNIX
+        rpc.close()
+        for conn in tcp:            # answered once: trusted, so none is evicted for a newcomer
+            conn.call_raw(ApiKey.API_VERSIONS)
+        local = local_socket.connect(coordinator.host, coordinator.port, 5.0)
+        assert local is not None             # the owner of the port holds the name
+        assert closed_by_server(local, 1.0)     # at once: the idle timeout is 2 s
+        local.close()
+    finally:
+        for conn in tcp:
+            conn.close()
 
 
 def test_a_client_whose_idle_connection_was_closed_reconnects_transparently(coordinator):
