@@ -26,6 +26,16 @@ import pyarrow as pa
 
 from fluss_spark.client.apache_fluss.cluster import NEW_TABLE_LEADERS_S, ApacheFlussWireCluster
 from fluss_spark.client.apache_fluss.pyfluss_writer import until_answered
+from fluss_spark.protocol.apache_fluss.errors import RETRIABLE
+
+#: How often pyfluss's writer resends a batch that failed with a retriable error before its
+#: flush fails. Its default (Fluss's, 2^31 - 1) resends at once, without a pause: a writer whose
+#: leader went away was seen to keep a core of this process busy for good, even after it was
+#: given up on (pyfluss has no way to stop it), and every later pyfluss call of the process to
+#: go unanswered. The helpers here resend themselves, after a pause, on a new connection.
+WRITER_RETRIES = "3"
+#: The pause before a write that failed with a retriable error is sent again.
+RESEND_PAUSE_S = 0.5
 
 #: SQL type names of the schema strings this module accepts, as Arrow types (pyfluss maps Arrow
 #: types to Fluss types).
@@ -76,12 +86,12 @@ class PyFluss:
         self._bootstrap, self._properties = bootstrap, dict(properties or {})
         # pyfluss's calls expect a running event loop, so each method runs one coroutine here.
         self._loop = asyncio.new_event_loop()
-        config = fluss.Config({"bootstrap.servers": bootstrap,
-                               **{k.removeprefix("client."): v
-                                  for k, v in (properties or {}).items()}})
+        options = {k.removeprefix("client."): v for k, v in (properties or {}).items()}
+        options.setdefault("writer.retries", WRITER_RETRIES)
+        self._config = fluss.Config({"bootstrap.servers": bootstrap, **options})
 
         async def connect():
-            return await fluss.FlussConnection.create(config)
+            return await fluss.FlussConnection.create(self._config)
         self.conn = self._run(connect())
         self.admin = self.conn.get_admin()
 
@@ -90,15 +100,23 @@ class PyFluss:
 
     def close(self) -> None:
         if not self._loop.is_closed():
-            async def close():
-                # close() waits for unacknowledged writes, which after a write timeout may
-                # never come; the connection is then left to the process's exit.
-                try:
-                    await asyncio.wait_for(self.conn.close(), 10.0)
-                except asyncio.TimeoutError:
-                    pass
-            self._run(close())
+            self._run(self._close_connection())
             self._loop.close()
+
+    async def _close_connection(self, wait_s: float = 10.0) -> None:
+        # close() waits for unacknowledged writes, which after a write timeout may never come;
+        # the connection is then left to the process's exit.
+        try:
+            await asyncio.wait_for(self.conn.close(), wait_s)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _reconnect(self) -> None:
+        """A new connection in place of this one (a writer created on a connection that saw
+        a leader go away may never be served; a new one is)."""
+        await self._close_connection(wait_s=2.0)
+        self.conn = await self._fluss.FlussConnection.create(self._config)
+        self.admin = self.conn.get_admin()
 
     def __enter__(self) -> "PyFluss":
         return self
@@ -227,32 +245,62 @@ class PyFluss:
     def append(self, name: str, rows: Iterable, timeout_s: float = 60.0) -> None:
         """Append ``rows`` (dicts or tuples in schema order) to a log table; returns once the
         servers acknowledged them."""
-        async def go():
-            table = await self.conn.get_table(self.path(name))
-            writer = table.new_append().create_writer()
-            for row in rows:
-                writer.append(_row(row))
-            await _flush(writer, timeout_s)
-        self._run(go())
+        self._write(name, lambda t: t.new_append().create_writer(), "append", rows, timeout_s)
 
     def upsert(self, name: str, rows: Iterable, timeout_s: float = 60.0) -> None:
         """Insert or update ``rows`` of a primary-key table; returns once acknowledged."""
-        async def go():
-            table = await self.conn.get_table(self.path(name))
-            writer = table.new_upsert().create_writer()
-            for row in rows:
-                writer.upsert(_row(row))
-            await _flush(writer, timeout_s)
-        self._run(go())
+        self._write(name, lambda t: t.new_upsert().create_writer(), "upsert", rows, timeout_s)
 
     def delete(self, name: str, keys: Iterable, timeout_s: float = 60.0) -> None:
         """Delete the rows with these primary keys (dicts, or tuples in key order)."""
-        async def go():
-            table = await self.conn.get_table(self.path(name))
-            writer = table.new_upsert().create_writer()
-            for key in keys:
-                writer.delete(_row(key))
-            await _flush(writer, timeout_s)
+        self._write(name, lambda t: t.new_upsert().create_writer(), "delete", keys, timeout_s)
+
+    def _write(self, name: str, writer_of, method: str, items: Iterable,
+               timeout_s: float) -> None:
+        """Send ``items`` with ``writer_of(table).<method>`` and wait for the acknowledgements;
+        TimeoutError after ``timeout_s``.
+
+        A write that failed with a retriable error (a leader gone, a connection refused) is sent
+        again on a new connection, after a pause. Upserts and deletes leave the table the same
+        when sent twice (its changelog gains the repeats); an append is sent again only while
+        the table's log end offsets show none of it landed, else the error is raised."""
+        items = [_row(item) for item in items]
+        before: dict | None = None
+        last: Exception | None = None
+
+        async def attempt() -> None:
+            nonlocal before
+            if method == "append":
+                now = await self._latest_offsets(name)
+                if before is None:
+                    before = now
+                elif now != before:
+                    raise RuntimeError(f"writing {name}: {last}; not sent again, as part of it "
+                                       f"landed (log end offsets {before} -> {now})")
+            writer = writer_of(await self.conn.get_table(self.path(name)))
+            for item in items:
+                getattr(writer, method)(item)
+            await writer.flush()
+
+        async def go() -> None:
+            nonlocal last
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    await asyncio.wait_for(attempt(), max(deadline - time.monotonic(), 0.0))
+                    return
+                except asyncio.TimeoutError:
+                    raise TimeoutError("the servers did not acknowledge the writes within "
+                                       f"{timeout_s:.0f}s") from None
+                except Exception as e:  # noqa: BLE001 - pyfluss raises one class for all
+                    if getattr(e, "error_code", None) not in RETRIABLE:
+                        raise
+                    if time.monotonic() + RESEND_PAUSE_S >= deadline:
+                        raise TimeoutError("the servers did not acknowledge the writes within "
+                                           f"{timeout_s:.0f}s (last: {e})") from e
+                    last = e
+                    await asyncio.sleep(RESEND_PAUSE_S)
+                    await self._reconnect()
         self._run(go())
 
     # -- reads ----------------------------------------------------------------------------------
@@ -339,15 +387,6 @@ class PyFluss:
             elif kind == "-D":
                 current.pop(k, None)
         return list(current.values())
-
-
-async def _flush(writer, timeout_s: float) -> None:
-    """Flush ``writer``; TimeoutError after ``timeout_s`` (a client that keeps retrying against
-    a restarted server would otherwise wait forever)."""
-    try:
-        await asyncio.wait_for(writer.flush(), timeout_s)
-    except asyncio.TimeoutError:
-        raise TimeoutError(f"the servers did not acknowledge the writes within {timeout_s:.0f}s")
 
 
 def _row(row) -> Any:
