@@ -104,9 +104,13 @@ def test_kill_9_of_a_tablet_then_restart_serves_again(apache_fluss_for_faults, p
             assert time.monotonic() < deadline, apache_fluss.log_tails()
     # Rows acknowledged before the kill -9 may be gone from the killed server's buckets (with
     # one replica it truncates to its last checkpointed high watermark); those written after
-    # the restart are all there, once the read reaches the buckets' settled leaders.
+    # the restart are all there, once the read reaches the buckets' settled leaders (a bucket
+    # whose leader is not back yet, which the writes need not have touched, fails a read).
     def read_back():
-        ids = {r["id"] for r in af.rows(boot, t)}
+        try:
+            ids = {r["id"] for r in af.rows(boot, t, timeout_s=10)}
+        except (pyfluss.FlussError, TimeoutError):
+            return None
         return ids if set(range(20, 25)) <= ids else None
     try:
         ids = wait_until(read_back, 60, "rows 20-24, acknowledged after the restart")

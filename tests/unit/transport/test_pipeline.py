@@ -67,16 +67,18 @@ def test_requests_sent_ahead_are_answered_in_order_without_the_event_loop(server
 
 
 def test_a_lost_connection_loses_the_requests_in_flight(server):
-    server.all_sent.set()
     conn = RpcConnection(server.host, server.port, timeout_s=10).pipeline()
     try:
-        conn.send(Page(1))
+        # No answer is sent before the connection is lost (page 0 waits for all_sent): an
+        # answer already in the socket's buffer would still be read.
+        conn.send(Page(0))
         conn.send(Page(2))
         assert conn._sock is not None
         conn._sock.shutdown(socket.SHUT_RDWR)
         with pytest.raises(NetworkError):
             conn.receive()
         assert conn.in_flight == 0
+        server.all_sent.set()
         conn.send(Page(3))                              # a new connection
         assert conn.receive().n == 3
     finally:
