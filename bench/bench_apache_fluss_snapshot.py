@@ -30,8 +30,10 @@ Measured, ``--repeat`` times with the order of the three sources rotating, the m
   source yields for Apache Fluss (same schema, metadata columns included; one partition per
   bucket), from memory-mapped Arrow IPC files written before timing: what Spark's Python Data
   Source API itself allows;
-- ``client``: no Spark; ``open_cluster(servers).read_snapshot(table, bucket, snapshot_id)`` of
-  every bucket, one after the other, in this process (the backend the source's readers use).
+- ``client``: no Spark; ``open_cluster(servers).read_snapshot(table, bucket, snapshot_id,
+  location=...)`` of every bucket, one after the other, in this process (the backend the
+  source's readers use, handed where the files are as the driver's listing learned it, as the
+  source's splits carry it).
   For Apache Fluss the process's local checkpoint copies (``kv_snapshot.CHECKPOINTS``) are
   dropped first, so the read copies and opens each checkpoint as a fresh Spark worker does; the
   line ``client (cached)`` reads again with the copies the previous read left open. (Spark's
@@ -54,6 +56,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -79,10 +82,11 @@ CEILING = "ceiling"
 
 # -- the snapshots ------------------------------------------------------------------------------
 def covering_snapshots(servers: str, timeout_s: float,
-                       table: str = TABLE) -> dict[int, tuple[int, int, int]]:
-    """``{bucket: (snapshot id, rows, log offset)}`` once each bucket's latest KV snapshot of
-    ``table`` covers every write of it (Apache Fluss snapshots periodically; the embedded one
-    was triggered)."""
+                       table: str = TABLE) -> dict[int, tuple[int, int, int, Any]]:
+    """``{bucket: (snapshot id, rows, log offset, location)}`` once each bucket's latest KV
+    snapshot of ``table`` covers every write of it (Apache Fluss snapshots periodically; the
+    embedded one was triggered); ``location`` is where the listing found its files (None for
+    the embedded cluster), which the source's splits carry to their readers."""
     cluster = open_cluster(servers)
     found: dict = {}
     try:
@@ -92,7 +96,9 @@ def covering_snapshots(servers: str, timeout_s: float,
             found.update(cluster.latest_kv_snapshots(table))
             return all(b in found and found[b].log_offset >= o for b, o in end.items())
         wait_until(covered, timeout_s, f"KV snapshots of {table} at {servers} covering {end}")
-        return {b: (s.snapshot_id, s.row_count, s.log_offset) for b, s in sorted(found.items())}
+        return {b: (s.snapshot_id, s.row_count, s.log_offset,
+                    cluster.snapshot_location(table, b, s.snapshot_id))
+                for b, s in sorted(found.items())}
     finally:
         cluster.close()
 
@@ -107,7 +113,7 @@ def drop_checkpoint_copies() -> None:
         cache.clear()
 
 
-def client_read(servers: str, snaps: dict[int, tuple[int, int, int]],
+def client_read(servers: str, snaps: dict[int, tuple[int, int, int, Any]],
                 cold: bool = True) -> tuple[float, int, int]:
     """Read every bucket's snapshot with the backend's ``read_snapshot``; (seconds, rows,
     batches). ``cold``: without the checkpoint copies left by an earlier read (Apache Fluss)."""
@@ -117,8 +123,8 @@ def client_read(servers: str, snaps: dict[int, tuple[int, int, int]],
     cluster = open_cluster(servers)
     rows = batches = 0
     try:
-        for bucket, (sid, _, _) in snaps.items():
-            scan = cluster.read_snapshot(TABLE, bucket, sid)
+        for bucket, (sid, _, _, where) in snaps.items():
+            scan = cluster.read_snapshot(TABLE, bucket, sid, location=where)
             try:
                 for batch in scan:
                     rows += batch.num_rows
@@ -130,7 +136,7 @@ def client_read(servers: str, snaps: dict[int, tuple[int, int, int]],
     return time.perf_counter() - t0, rows, batches
 
 
-def export_batches(servers: str, snaps: dict[int, tuple[int, int, int]], target: pa.Schema,
+def export_batches(servers: str, snaps: dict[int, tuple[int, int, int, Any]], target: pa.Schema,
                    directory: Path) -> tuple[int, int]:
     """The batches the fluss source yields for these snapshots (metadata columns added, in the
     query's Arrow schema), one IPC file per bucket; (rows, batches)."""
@@ -138,7 +144,7 @@ def export_batches(servers: str, snaps: dict[int, tuple[int, int, int]], target:
     cluster = open_cluster(servers)
     rows = count = 0
     try:
-        for bucket, (sid, _, log_offset) in snaps.items():
+        for bucket, (sid, _, log_offset, _) in snaps.items():
             scan = cluster.read_snapshot(TABLE, bucket, sid)
             try:
                 batches = [pa.RecordBatch.from_arrays(
@@ -184,8 +190,9 @@ def main(argv=None) -> int:
         for engine in (EMBEDDED, APACHE):
             t0 = time.perf_counter()
             snaps[engine] = covering_snapshots(servers[engine], 300)
-            total = sum(r for _, r, _ in snaps[engine].values())
-            print(f"{engine}: KV snapshots {{bucket: (id, rows, log offset)}} {snaps[engine]} "
+            total = sum(r for _, r, _, _ in snaps[engine].values())
+            listed = {b: v[:3] for b, v in snaps[engine].items()}
+            print(f"{engine}: KV snapshots {{bucket: (id, rows, log offset)}} {listed} "
                   f"({total:,} rows; waited {time.perf_counter() - t0:.1f}s)")
             if total != args.rows:
                 raise RuntimeError(f"{engine}'s snapshots hold {total} rows, expected {args.rows}")

@@ -315,7 +315,7 @@ def load(engines: Engines, table: str, rows: int, buckets: int, chunk: int
     for engine, servers in engines.servers.items():
         t0 = time.perf_counter()
         snaps = covering_snapshots(servers, 300 + rows / 20_000, table)
-        total = sum(n for _, n, _ in snaps.values())
+        total = sum(n for _, n, _, _ in snaps.values())
         if total != rows:
             raise RuntimeError(f"{engine}: the KV snapshots of {table} hold {total:,} rows, "
                                f"expected {rows:,}")

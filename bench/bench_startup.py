@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         engines.load(TABLE, SCHEMA, args.rows, args.buckets, args.write_batch_rows, ["id"])
         for engine, servers in engines.servers.items():
             snaps = covering_snapshots(servers, 300)
-            if sum(r for _, r, _ in snaps.values()) != args.rows:
+            if sum(r for _, r, _, _ in snaps.values()) != args.rows:
                 raise RuntimeError(f"{engine}'s snapshots hold {snaps}, not {args.rows} rows")
         spark = engines.start_spark("bench-startup")
         register(spark)

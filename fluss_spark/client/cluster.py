@@ -156,6 +156,22 @@ class LiveScanStart:
     has_more: bool
 
 
+@dataclass(frozen=True)
+class SnapshotLocation:
+    """Where a KV snapshot's rows lie, for a cluster that reads them from the snapshot's files
+    (``Capabilities.snapshot_read == "files"``): its files and the log offset it covers.
+
+    A snapshot's files never change, so what a driver learned while planning can travel in a
+    Spark split: a reader given it asks no server where the files are. Plain data, as
+    ``LiveScanStart``.
+    """
+
+    #: The first changelog offset the snapshot does NOT cover.
+    log_offset: int
+    #: ``(path in remote storage, name in the checkpoint)`` of each file.
+    files: tuple[tuple[str, str], ...]
+
+
 @runtime_checkable
 class RecordBatchStream(Protocol):
     """Record batches of one read; ``close()`` ends it early and frees what the server holds."""
@@ -252,10 +268,19 @@ class Cluster(Protocol):
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
-                      partition: str | None = None) -> RecordBatchStream:
+                      partition: str | None = None,
+                      location: SnapshotLocation | None = None) -> RecordBatchStream:
         """Rows ``[start_row, start_row + limit)`` of a KV snapshot in key order, the
         (projected) table columns only. ``KvSnapshotNotExist`` (while iterating) when the
-        snapshot is gone. Close the stream when stopping early."""
+        snapshot is gone. Close the stream when stopping early. ``location``: the snapshot's
+        files as ``snapshot_location`` gave them (a cluster that reads no files ignores it)."""
+        ...
+
+    def snapshot_location(self, table: str, bucket: int, snapshot_id: int, *,
+                          partition: str | None = None) -> SnapshotLocation | None:
+        """The files of a KV snapshot as this client already learned them (listing snapshots,
+        checking a lease's pins), asking no server; None when it learned nothing of them, or
+        when the cluster reads no snapshot files."""
         ...
 
     # -- live KV scans (only when ``capabilities().live_kv_scan``) ---------------------------------
@@ -335,7 +360,8 @@ class PartitionAdmin(Protocol):
 __all__ = ["APPEND", "CHANGELOG_FIELDS", "CHANGE_TYPE", "COMMIT_TIMESTAMP", "Capabilities",
            "Cluster", "DEFAULT_SNAPSHOT_BATCH_BYTES", "DELETE", "INSERT", "LOG_OFFSET",
            "LeaseInfo", "LiveScanStart", "PartitionAdmin", "PartitionInfo", "PartitionPins",
-           "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "expired_by_retention",
+           "Pins", "RETRACTIONS", "RecordBatchStream", "SnapshotInfo", "SnapshotLocation",
+           "expired_by_retention",
            "partition_spec", "partition_values", "refuse_partition", "refuse_partition_pins",
            "TableAdmin", "TableInfo", "UPDATE_AFTER", "UPDATE_BEFORE",
            "Unavailable", "additive_problem", "column_texts", "conform"]

@@ -71,7 +71,7 @@ from fluss_spark.connector.options import SourceOptions
 from fluss_spark.connector.planning import OffsetPlanner, Step, live_readable
 from fluss_spark.connector.replacements import Replacements
 from fluss_spark.connector.schema_watch import SchemaWatch
-from fluss_spark.connector.splits import LiveScanSplit, plan_splits
+from fluss_spark.connector.splits import LiveScanSplit, located, plan_splits
 from fluss_spark.errors import ConfigError, KvSnapshotNotExist, TableNotExist, UnsupportedVersion
 
 log = logging.getLogger(__name__)
@@ -447,7 +447,7 @@ class Enumerator:
         for split in splits:   # a session is read by one task; retries reuse the split itself
             if isinstance(split, LiveScanSplit):
                 self._live_starts.pop((split.table_id, split.bucket, split.log_offset), None)
-        return splits
+        return located(splits, self.cluster)
 
     def _primary_keys(self, offset: SourceOffset) -> dict[int, tuple[str, ...]]:
         """Primary keys of the tables of ``offset`` that a live scan reads."""

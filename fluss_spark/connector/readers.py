@@ -135,7 +135,8 @@ class SplitReader:
         scan = self.cluster_factory(self.options).read_snapshot(
             split.table, split.bucket, split.snapshot_id, start_row=split.row_start,
             limit=split.rows, projection=self.columns(split.table),
-            batch_size_bytes=self.options.scan_batch_bytes, partition=split.partition)
+            batch_size_bytes=self.options.scan_batch_bytes, partition=split.partition,
+            location=split.location)
         try:
             for batch in scan:
                 if seen + batch.num_rows > split.rows:

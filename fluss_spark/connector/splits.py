@@ -8,12 +8,12 @@ a partition of the same name created after it was dropped).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from pyspark.sql.datasource import InputPartition
 
-from fluss_spark.client.cluster import LiveScanStart
+from fluss_spark.client.cluster import Cluster, LiveScanStart, SnapshotLocation
 from fluss_spark.connector.offsets import SourceOffset, live_read_in, log_start
 
 
@@ -47,6 +47,10 @@ class SnapshotSplit(PartitionPart, InputPartition):
     log_offset: int = 0  # the snapshot's log_offset (its rows get _log_offset = log_offset - 1)
     partition: str | None = None
     partition_id: int | None = None
+    #: Where the snapshot's files are, as the driver learned it (a cluster that reads snapshot
+    #: files): the reader then asks no server. Not part of what the split is: the same split
+    #: planned again after a restart may come without it.
+    location: SnapshotLocation | None = field(default=None, compare=False)
 
     @property
     def rows(self) -> int:
@@ -106,6 +110,19 @@ class MergedBucketSplit(PartitionPart, InputPartition):
     primary_key: tuple[str, ...]
     partition: str | None = None
     partition_id: int | None = None
+
+
+def located(splits: list[InputPartition], cluster: Cluster) -> list[InputPartition]:
+    """``splits``, each snapshot split with its snapshot's files where ``cluster`` learned them
+    while planning (a cluster that reads snapshot files): its task then asks no server."""
+    out = []
+    for split in splits:
+        if isinstance(split, SnapshotSplit):
+            where = cluster.snapshot_location(split.table, split.bucket, split.snapshot_id,
+                                              partition=split.partition)
+            split = split if where is None else replace(split, location=where)
+        out.append(split)
+    return out
 
 
 def plan_splits(start: SourceOffset, end: SourceOffset, split_max_rows: int = 0,

@@ -15,10 +15,10 @@ import pyarrow as pa
 from fluss_spark.client import SnapshotInfo, TableInfo
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, PartitionAdmin, PartitionInfo,
-                                        RecordBatchStream)
+                                        RecordBatchStream, SnapshotLocation)
 from fluss_spark.clock import Clock
 from fluss_spark.testing.clock import FakeClock
-from fluss_spark.errors import (ConfigError, KvSnapshotNotExist,
+from fluss_spark.errors import (ConfigError, CorruptMessage, KvSnapshotNotExist,
                                 LiveScanLost,
                                 LogOffsetOutOfRange, NonPrimaryKeyTable, PartitionAlreadyExist,
                                 PartitionNotExist, TableNotExist, TableNotPartitioned,
@@ -75,6 +75,8 @@ class FakeCluster(FakeLeases):
         self.written: list[tuple[str, str, list[dict]]] = []
         #: (``"scan"`` or ``"log"``, the columns asked for) of every read.
         self.projections: list[tuple[str, list | None]] = []
+        #: The ``location`` of every ``read_snapshot``.
+        self.read_locations: list[SnapshotLocation | None] = []
         self.closes = 0
         self._next_id = 100
         self.snapshot_read: Literal["scan_session", "files"] = snapshot_read
@@ -276,12 +278,17 @@ class FakeCluster(FakeLeases):
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
-                      partition: str | None = None) -> RecordBatchStream:
+                      partition: str | None = None,
+                      location: SnapshotLocation | None = None) -> RecordBatchStream:
         t = self._unit(table, partition)
+        self.read_locations.append(location)
 
         def batches() -> Generator[pa.RecordBatch, None, None]:
             if snapshot_id not in t.snapshots[bucket]:
                 raise KvSnapshotNotExist(f"snapshot {snapshot_id} of {table} bucket {bucket}")
+            if location is not None and location != self._location(t, bucket, snapshot_id):
+                raise CorruptMessage(f"{location} is not where snapshot {snapshot_id} of "
+                                     f"{table} bucket {bucket} lies")
             self.projections.append(("scan", projection))
             schema = (t.info.schema if projection is None
                       else pa.schema([t.info.schema.field(c) for c in projection]))
@@ -290,6 +297,19 @@ class FakeCluster(FakeLeases):
             for i in range(0, len(rows), self.page_rows):
                 yield pa.RecordBatch.from_pylist(rows[i:i + self.page_rows], schema=schema)
         return batches()
+
+    def snapshot_location(self, table: str, bucket: int, snapshot_id: int, *,
+                          partition: str | None = None) -> SnapshotLocation | None:
+        t = self._unit(table, partition)
+        if self.snapshot_read != "files" or snapshot_id not in t.snapshots.get(bucket, {}):
+            return None
+        return self._location(t, bucket, snapshot_id)
+
+    @staticmethod
+    def _location(t: "FakeTable", bucket: int, snapshot_id: int) -> SnapshotLocation:
+        """A snapshot's made-up files (a name no other snapshot has) and its log offset."""
+        where = f"fake://{t.info.table_id}/{t.partition_id}/{bucket}/{snapshot_id}"
+        return SnapshotLocation(t.snapshots[bucket][snapshot_id][1], ((where, "CURRENT"),))
 
     # -- live scans -------------------------------------------------------------------------
     def state(self, table: str, bucket: int, end: int | None = None) -> list[dict]:

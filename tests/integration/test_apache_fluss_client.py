@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -245,6 +246,31 @@ def test_snapshot_rows_are_the_table_in_key_order_and_resumable(fluss, tables):
     assert _rows(fluss.read_snapshot(pk, b, s.snapshot_id, projection=["n"])) == [
         (r[2],) for r in got[b]]
     assert _rows(fluss.read_snapshot(pk, b, s.snapshot_id, start_row=1, limit=5)) == got[b][1:]
+
+
+def test_a_read_given_the_snapshots_location_asks_no_server_for_it(fluss, tables, apache_fluss,
+                                                                    tmp_path):
+    _, _, pk = tables
+    snapshots = _wait_for_snapshots(fluss, pk)       # the listing learns each one's files
+    # A new client, as an executor's: it learned nothing, and is handed what the driver did.
+    reader = ApacheFlussWireCluster.connect(apache_fluss.bootstrap_servers, request_timeout_s=20)
+    try:
+        for b, s in snapshots.items():
+            where = fluss.snapshot_location(pk, b, s.snapshot_id)
+            assert where is not None and where.log_offset == s.log_offset
+            assert "CURRENT" in {name for _, name in where.files}
+            assert reader.snapshot_location(pk, b, s.snapshot_id) is None
+            assert (_rows(reader.read_snapshot(pk, b, s.snapshot_id, location=where))
+                    == _rows(fluss.read_snapshot(pk, b, s.snapshot_id)))
+            if not s.row_count:
+                continue
+            # Files that are not there: the read goes by the location, and says what is gone.
+            gone = replace(where, files=tuple((str(tmp_path / f"snap-{b}" / name), name)
+                                              for _, name in where.files))
+            with pytest.raises(KvSnapshotNotExist, match=str(tmp_path)):
+                list(reader.read_snapshot(pk, b, s.snapshot_id, location=gone))
+    finally:
+        reader.close()
 
 
 def test_every_type_and_many_rows_read_back_as_written(fluss, apache_fluss):

@@ -14,11 +14,13 @@ from fluss_spark.client.apache_fluss.live_scan import (FlussLiveScan, open_live_
                                                        supports_live_scans)
 from fluss_spark.client.apache_fluss.partitions import FlussPartitions
 from fluss_spark.client.apache_fluss.snapshot_files import KvSnapshotFiles
-from fluss_spark.client.apache_fluss.snapshot_listing import snapshot_files, snapshot_infos
+from fluss_spark.client.apache_fluss.snapshot_listing import (known_location, located_files,
+                                                              snapshot_files, snapshot_infos)
 from fluss_spark.client.remote_storage import RemoteStorage
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, PartitionAdmin, PartitionPins, Pins,
-                                        RecordBatchStream, TableAdmin, Unavailable)
+                                        RecordBatchStream, SnapshotLocation, TableAdmin,
+                                        Unavailable)
 from fluss_spark.client.writes import RowWriter, TableWrites
 from fluss_spark.errors import (ConfigError, KvSnapshotNotExist, LeaderNotAvailable,
                                 NonPrimaryKeyTable, TableAlreadyExist, UnknownTableOrBucket,
@@ -359,16 +361,28 @@ class ApacheFlussWireCluster:
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
-                      partition: str | None = None) -> RecordBatchStream:
+                      partition: str | None = None,
+                      location: SnapshotLocation | None = None) -> RecordBatchStream:
         """Rows of the snapshot's RocksDB checkpoint, copied from remote storage when the first
-        batch is asked for; projection happens after decoding (the files hold whole rows)."""
+        batch is asked for; projection happens after decoding (the files hold whole rows).
+        Without a ``location`` the coordinator is asked where the files are."""
         meta = self._kv_table(table)
         part = self.partitions.resolve(table, partition)
         from fluss_spark.client.apache_fluss.kv_snapshot import CheckpointScan
-        return CheckpointScan(lambda: snapshot_files(self.conn, table, bucket, snapshot_id, part),
+
+        def files() -> KvSnapshotFiles:
+            if location is not None:
+                return located_files(self.conn, table, bucket, snapshot_id, part, location)
+            return snapshot_files(self.conn, table, bucket, snapshot_id, part)
+        return CheckpointScan(files,
                               lambda schema_id: self.conn.schema(meta, schema_id)[1],
                               self._output(table, projection), start_row=start_row, limit=limit,
                               batch_size_bytes=batch_size_bytes, schema_id=meta.schema_id)
+
+    def snapshot_location(self, table: str, bucket: int, snapshot_id: int, *,
+                          partition: str | None = None) -> SnapshotLocation | None:
+        return known_location(self.conn, table, bucket, snapshot_id,
+                              self.partitions.resolve(table, partition))
 
     def _kv_table(self, table: str) -> TableMetadata:
         """The metadata of a PK table whose KV rows this client decodes."""

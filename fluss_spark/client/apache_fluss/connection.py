@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, TypeVar
 
@@ -27,6 +28,10 @@ from fluss_spark.transport.apache_fluss import FlussRpcConnection
 
 R = TypeVar("R", bound=ProtoMessage)
 T = TypeVar("T")
+
+#: GET_KV_SNAPSHOT_METADATA answers a connection keeps, so a driver's splits can carry the files
+#: it learned while planning (``Cluster.snapshot_location``).
+KNOWN_SNAPSHOTS = 1024
 
 
 def split_table_name(name: str) -> PbTablePath:
@@ -107,6 +112,27 @@ class FlussWireConnection:
         self._tables: dict[str, TableMetadata] = {}
         self._partitions: dict[tuple[str, str], PartitionMetadata] = {}
         self._schemas: dict[tuple[int, int], tuple[pa.Schema, pa.Schema]] = {}
+        # GET_KV_SNAPSHOT_METADATA's answers by (table id, partition id or None, bucket,
+        # snapshot id), the newest last: a snapshot's files never change.
+        self._snapshots: OrderedDict[tuple[int, int | None, int, int], ProtoMessage] = \
+            OrderedDict()
+
+    def snapshot_answered(self, snapshot: tuple[int, int | None, int, int],
+                          answer: ProtoMessage) -> None:
+        """Keep GET_KV_SNAPSHOT_METADATA's ``answer`` about ``snapshot`` (the last
+        ``KNOWN_SNAPSHOTS`` answers are kept)."""
+        with self._lock:
+            self._snapshots[snapshot] = answer
+            self._snapshots.move_to_end(snapshot)
+            while len(self._snapshots) > KNOWN_SNAPSHOTS:
+                self._snapshots.popitem(last=False)
+
+    def snapshot_answer(self, snapshot: tuple[int, int | None, int, int]
+                        ) -> ProtoMessage | None:
+        """The kept answer about ``snapshot`` (table id, partition id or None, bucket,
+        snapshot id), if any."""
+        with self._lock:
+            return self._snapshots.get(snapshot)
 
     @property
     def credentials(self) -> tuple[str, str] | None:

@@ -87,9 +87,11 @@ def release_request(lease_id: str, tables: Mapping[int, Iterable[int]],
 def kv_snapshot_metadata(conn: FlussWireConnection, table_id: int, bucket: int, snapshot_id: int,
                          partition_id: int | None = None) -> GetKvSnapshotMetadataResponse:
     """The log offset and files of one KV snapshot; ``KvSnapshotNotExist`` when it is gone."""
-    return conn.call_coordinator(GetKvSnapshotMetadataRequest(
+    answer = conn.call_coordinator(GetKvSnapshotMetadataRequest(
         table_id=int(table_id), partition_id=partition_id, bucket_id=int(bucket),
         snapshot_id=int(snapshot_id)))
+    conn.snapshot_answered((int(table_id), partition_id, int(bucket), int(snapshot_id)), answer)
+    return answer
 
 
 #: A pin as checked: (table id, partition id or None, bucket, snapshot id).
@@ -100,9 +102,13 @@ def kv_snapshots_metadata(conn: FlussWireConnection, snapshots: Sequence[_Pin]
                           ) -> list[GetKvSnapshotMetadataResponse | ApiError]:
     """``kv_snapshot_metadata`` of each (table id, partition id or None, bucket, snapshot id),
     asked at once (pipelined): its answer, or the error it was answered with (not raised)."""
-    return conn.call_coordinator_many([GetKvSnapshotMetadataRequest(
+    answers = conn.call_coordinator_many([GetKvSnapshotMetadataRequest(
         table_id=int(tid), partition_id=pid, bucket_id=int(b), snapshot_id=int(sid))
         for tid, pid, b, sid in snapshots])
+    for (tid, pid, b, sid), answer in zip(snapshots, answers):
+        if not isinstance(answer, ApiError):
+            conn.snapshot_answered((int(tid), pid, int(b), int(sid)), answer)
+    return answers
 
 
 def _missing(answer: GetKvSnapshotMetadataResponse | ApiError) -> bool:

@@ -14,6 +14,7 @@ from typing import Mapping
 from fluss_spark.client.apache_fluss.connection import FlussWireConnection, PartitionMetadata
 from fluss_spark.client.apache_fluss.leases import kv_snapshot_metadata, kv_snapshots_metadata
 from fluss_spark.client.apache_fluss.snapshot_files import KvSnapshotFiles, read_row_count
+from fluss_spark.client.cluster import SnapshotLocation
 from fluss_spark.client.remote_storage import warm
 from fluss_spark.errors import ApiError
 from fluss_spark.protocol.apache_fluss.messages import GetKvSnapshotMetadataResponse
@@ -64,15 +65,33 @@ def snapshot_infos(conn: FlussWireConnection, table: str, snapshots: Mapping[int
     return infos
 
 
-def _files_of(conn: FlussWireConnection, table: str, bucket: int, snapshot_id: int,
-              part: PartitionMetadata | None,
-              resp: GetKvSnapshotMetadataResponse) -> KvSnapshotFiles:
+def known_location(conn: FlussWireConnection, table: str, bucket: int, snapshot_id: int,
+                   part: PartitionMetadata | None) -> SnapshotLocation | None:
+    """The files of one KV snapshot as ``conn`` was last told them (asking no server)."""
+    answer = conn.snapshot_answer((conn.table(table).table_id,
+                                   None if part is None else part.partition_id,
+                                   int(bucket), int(snapshot_id)))
+    if not isinstance(answer, GetKvSnapshotMetadataResponse):
+        return None
+    return SnapshotLocation(answer.log_offset, tuple((f.remote_path, f.local_file_name)
+                                                     for f in answer.snapshot_files))
+
+
+def located_files(conn: FlussWireConnection, table: str, bucket: int, snapshot_id: int,
+                  part: PartitionMetadata | None, location: SnapshotLocation) -> KvSnapshotFiles:
+    """The snapshot's files as a ``location`` (a driver's, carried by a split) gives them."""
     return KvSnapshotFiles(table=table, bucket=int(bucket), snapshot_id=int(snapshot_id),
-                           log_offset=resp.log_offset,
-                           files=tuple((f.remote_path, f.local_file_name)
-                                       for f in resp.snapshot_files),
+                           log_offset=location.log_offset, files=tuple(location.files),
                            partition=None if part is None else part.name,
                            storage=conn.storage)
 
 
-__all__ = ["ROW_COUNT_READERS", "snapshot_files", "snapshot_infos"]
+def _files_of(conn: FlussWireConnection, table: str, bucket: int, snapshot_id: int,
+              part: PartitionMetadata | None,
+              resp: GetKvSnapshotMetadataResponse) -> KvSnapshotFiles:
+    return located_files(conn, table, bucket, snapshot_id, part, SnapshotLocation(
+        resp.log_offset, tuple((f.remote_path, f.local_file_name) for f in resp.snapshot_files)))
+
+
+__all__ = ["ROW_COUNT_READERS", "known_location", "located_files", "snapshot_files",
+           "snapshot_infos"]

@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from fluss_spark.client.cluster import (DEFAULT_SNAPSHOT_BATCH_BYTES, Capabilities, Cluster,
                                         LiveScanStart, PartitionAdmin, PartitionPins, Pins,
-                                        RecordBatchStream, TableAdmin, Unavailable)
+                                        RecordBatchStream, SnapshotLocation, TableAdmin,
+                                        Unavailable)
 from fluss_spark.client.embedded.connection import FlussConnection
 from fluss_spark.client.writes import RowWriter, TableWrites
 from fluss_spark.errors import UnsupportedVersion
@@ -145,11 +146,17 @@ class EmbeddedCluster:
     def read_snapshot(self, table: str, bucket: int, snapshot_id: int, *, start_row: int = 0,
                       limit: int | None = None, projection: list[str] | None = None,
                       batch_size_bytes: int = DEFAULT_SNAPSHOT_BATCH_BYTES,
-                      partition: str | None = None) -> RecordBatchStream:
+                      partition: str | None = None,
+                      location: SnapshotLocation | None = None) -> RecordBatchStream:
+        # Read through a scan session: the tablet server knows where its snapshot lies.
         return self.conn.kv_scanner(table, partition).scan(bucket, snapshot_id=snapshot_id,
                                                 start_row=start_row, limit=limit,
                                                 projection=projection,
                                                 batch_size_bytes=batch_size_bytes)
+
+    def snapshot_location(self, table: str, bucket: int, snapshot_id: int, *,
+                          partition: str | None = None) -> SnapshotLocation | None:
+        return None
 
     def open_live_scan(self, table: str, bucket: int, *,
                        batch_size_bytes: int = 1) -> LiveScanStart:

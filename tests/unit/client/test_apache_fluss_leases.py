@@ -64,6 +64,10 @@ class Coordinator:
     def __init__(self, existing: set[tuple]):
         self.existing = existing
         self.sent: list = []
+        self.kept: dict = {}
+
+    def snapshot_answered(self, snapshot, answer):
+        self.kept[snapshot] = answer
 
     def call_coordinator(self, request):
         self.sent.append(request)
@@ -96,6 +100,8 @@ def test_a_granted_pin_of_a_snapshot_that_is_gone_is_reported_with_its_partition
     asked = {(r.table_id, r.partition_id, r.bucket_id) for r in coordinator.sent
              if isinstance(r, GetKvSnapshotMetadataRequest)}
     assert asked == {(1, None, 0), (1, None, 1), (2, 5, 0), (2, 5, 1)}
+    # The files of the snapshots found are kept, for the splits that read them.
+    assert set(coordinator.kept) == {(1, None, 0, 10), (2, 5, 0, 21)}
 
 
 def _checks(coordinator: Coordinator) -> list[tuple]:

@@ -438,3 +438,20 @@ def test_a_cluster_without_renew_is_renewed_by_acquiring_the_same_pins(pk, clock
     assert renewal == first == provisional and first[2] == {tid: {0: 3}}  # same id, pins, holder
     assert pk.calls_of("renew") == [] and not e.lease.lost
     assert pk.leases[start["lease_id"]]["expires"] == clock() + 90_000
+
+
+def test_snapshot_splits_carry_where_a_files_reading_cluster_keeps_the_snapshot(clock):
+    from fluss_spark.testing.fake_cluster import FakeCluster
+    files = FakeCluster(clock, snapshot_read="files", live_kv_scan=False)
+    sessions = FakeCluster(clock, live_kv_scan=False)
+    for c in (files, sessions):
+        c.add_table("db.pk", buckets=1)
+        c.add_snapshot("db.pk", 0, 3, rows(10), 12)
+    located, plain = [e.partitions(s, e.latest_offset(s, ReadAllAvailable()))[0]
+                      for e in (make(files, clock), make(sessions, clock))
+                      for s in [e.initial_offset()]]
+    assert located.location == files.snapshot_location("db.pk", 0, 3)
+    assert located.location is not None and located.location.log_offset == 12
+    assert plain.location is None
+    # Where the files are is not part of what the split is: a restart may plan it without.
+    assert located == SnapshotSplit(**{**vars(located), "location": None})

@@ -160,3 +160,24 @@ def test_the_fold_of_pages_read_at_odd_addresses_prints_no_arrow_warning(capfd):
     folded = fold_latest([read_stream(memoryview(frame)[1:], IpcLimits())], ["id"])
     assert folded.num_rows == 1000
     assert "poorly aligned" not in capfd.readouterr().err
+
+
+def test_a_snapshot_split_hands_its_location_to_the_read(clock):
+    import pickle
+
+    from fluss_spark.client.cluster import SnapshotLocation
+    from fluss_spark.errors import CorruptMessage
+    from fluss_spark.testing.fake_cluster import FakeCluster
+    files = FakeCluster(clock, snapshot_read="files")
+    files.add_table("db.pk", buckets=1)
+    files.add_snapshot("db.pk", 0, 4, [{"id": i, "v": f"s{i}"} for i in range(10)], 3)
+    where = files.snapshot_location("db.pk", 0, 4)
+    split = pickle.loads(pickle.dumps(SnapshotSplit(
+        files.tables["db.pk"].info.table_id, "db.pk", 0, 4, 0, 10, "L", 3, location=where)))
+    r, _ = reader(files)
+    assert [row["id"] for row in collect(r, split)] == list(range(10))
+    assert files.read_locations == [where]
+    elsewhere = SnapshotLocation(3, (("fake://another", "CURRENT"),))
+    with pytest.raises(CorruptMessage, match="another"):
+        collect(r, SnapshotSplit(split.table_id, "db.pk", 0, 4, 0, 10, "L", 3,
+                                 location=elsewhere))
