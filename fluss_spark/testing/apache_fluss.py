@@ -30,9 +30,10 @@ from fluss_spark.protocol.apache_fluss.errors import RETRIABLE
 
 #: How often pyfluss's writer resends a batch that failed with a retriable error before its
 #: flush fails. Its default (Fluss's, 2^31 - 1) resends at once, without a pause: a writer whose
-#: leader went away was seen to keep a core of this process busy for good, even after it was
-#: given up on (pyfluss has no way to stop it), and every later pyfluss call of the process to
-#: go unanswered. The helpers here resend themselves, after a pause, on a new connection.
+#: leader went away was measured keeping a core of this process busy for good, even after it was
+#: given up on (pyfluss has no way to stop it); after such writers, every later pyfluss write of
+#: a CI test process went unanswered. The helpers resend themselves, after a pause, on a new
+#: connection.
 WRITER_RETRIES = "3"
 #: The pause before a write that failed with a retriable error is sent again.
 RESEND_PAUSE_S = 0.5
