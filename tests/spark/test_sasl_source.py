@@ -6,6 +6,8 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
+from fluss_spark.local.ports import wait_until
+
 
 pytestmark = pytest.mark.spark
 
@@ -17,7 +19,23 @@ def sasl_table(sasl_cluster):
         conn.writer("sec.t").upsert(pa.table({"id": pa.array(range(100), pa.int64()),
                                               "v": [f"v{i}" for i in range(100)]}))
         conn.admin().trigger_kv_snapshot("sec.t")
+    # The readers' ACL reaches each server within a poll of ZooKeeper (server/authorizer.py),
+    # later on a loaded machine: the tests start once the tablet enforces it.
+    wait_until(lambda: _reader_may_list_offsets(sasl_cluster), 30,
+               "the readers' ACL enforced by the tablet server")
     return sasl_cluster
+
+
+def _reader_may_list_offsets(cluster) -> bool:
+    from fluss_spark.client import FlussConnection
+    from fluss_spark.errors import AuthorizationFailed
+    with FlussConnection(cluster.bootstrap_servers, username="reader",
+                         password="s3cr3t-pw") as conn:
+        try:
+            conn.admin().list_offsets("sec.t", spec="latest")
+            return True
+        except AuthorizationFailed:
+            return False
 
 
 def reader(spark, cluster, **options):
