@@ -71,10 +71,7 @@ def known_location(conn: FlussWireConnection, table: str, bucket: int, snapshot_
     answer = conn.snapshot_answer((conn.table(table).table_id,
                                    None if part is None else part.partition_id,
                                    int(bucket), int(snapshot_id)))
-    if not isinstance(answer, GetKvSnapshotMetadataResponse):
-        return None
-    return SnapshotLocation(answer.log_offset, tuple((f.remote_path, f.local_file_name)
-                                                     for f in answer.snapshot_files))
+    return _location_of(answer) if isinstance(answer, GetKvSnapshotMetadataResponse) else None
 
 
 def located_files(conn: FlussWireConnection, table: str, bucket: int, snapshot_id: int,
@@ -89,8 +86,12 @@ def located_files(conn: FlussWireConnection, table: str, bucket: int, snapshot_i
 def _files_of(conn: FlussWireConnection, table: str, bucket: int, snapshot_id: int,
               part: PartitionMetadata | None,
               resp: GetKvSnapshotMetadataResponse) -> KvSnapshotFiles:
-    return located_files(conn, table, bucket, snapshot_id, part, SnapshotLocation(
-        resp.log_offset, tuple((f.remote_path, f.local_file_name) for f in resp.snapshot_files)))
+    return located_files(conn, table, bucket, snapshot_id, part, _location_of(resp))
+
+
+def _location_of(resp: GetKvSnapshotMetadataResponse) -> SnapshotLocation:
+    return SnapshotLocation(resp.log_offset, tuple((f.remote_path, f.local_file_name)
+                                                   for f in resp.snapshot_files))
 
 
 __all__ = ["ROW_COUNT_READERS", "known_location", "located_files", "snapshot_files",
